@@ -1,0 +1,164 @@
+// ACL-style runtime C API of the NPU simulator ("CANN simulator").
+//
+// Names, types and error codes follow Huawei's AscendCL runtime (acl/acl_rt.h) so
+// that the layers above could one day link the real libascendcl instead. Functions
+// prefixed `aclsim` are simulator extensions with no AscendCL counterpart.
+//
+// Device memory is host memory: each device owns a lazily-backed arena (a memfd of
+// the device's HBM capacity, mapped MAP_SHARED|MAP_NORESERVE) so an idle 64 GiB
+// device costs only the pages touched, and pointers can be read by the CPU.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int aclError;
+typedef void* aclrtStream;
+typedef void* aclrtEvent;
+
+// Error codes (values as in AscendCL).
+#define ACL_SUCCESS 0
+#define ACL_ERROR_INVALID_PARAM 100000
+#define ACL_ERROR_UNINITIALIZE 100001
+#define ACL_ERROR_REPEAT_INITIALIZE 100002
+#define ACL_ERROR_RT_PARAM_INVALID 107000
+#define ACL_ERROR_RT_INVALID_DEVICEID 107001
+#define ACL_ERROR_RT_CONTEXT_NULL 107002
+#define ACL_ERROR_RT_STREAM_CONTEXT 107003
+#define ACL_ERROR_RT_EVENT_NOT_RECORDED 107009  // elapsed time on an unrecorded event
+#define ACL_ERROR_RT_FEATURE_NOT_SUPPORT 207000
+#define ACL_ERROR_RT_MEMORY_ALLOCATION 207001
+#define ACL_ERROR_RT_STREAM_TASK_FULL 207013   // not used by the simulator
+#define ACL_ERROR_RT_AICORE_EXCEPTION 507015   // a task failed on a stream
+#define ACL_ERROR_RT_INTERNAL_ERROR 507899
+
+typedef enum {
+  ACL_MEM_MALLOC_HUGE_FIRST = 0,
+  ACL_MEM_MALLOC_HUGE_ONLY = 1,
+  ACL_MEM_MALLOC_NORMAL_ONLY = 2,
+} aclrtMemMallocPolicy;
+
+typedef enum {
+  ACL_MEMCPY_HOST_TO_HOST = 0,
+  ACL_MEMCPY_HOST_TO_DEVICE = 1,
+  ACL_MEMCPY_DEVICE_TO_HOST = 2,
+  ACL_MEMCPY_DEVICE_TO_DEVICE = 3,
+} aclrtMemcpyKind;
+
+typedef enum {
+  ACL_DDR_MEM = 0,
+  ACL_HBM_MEM = 1,
+} aclrtMemAttr;
+
+typedef enum {
+  ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
+  ACL_EVENT_RECORDED_STATUS_COMPLETE = 1,
+} aclrtEventRecordedStatus;
+
+typedef enum {
+  ACL_STREAM_STATUS_COMPLETE = 0,
+  ACL_STREAM_STATUS_NOT_READY = 1,
+} aclrtStreamStatus;
+
+typedef enum {
+  ACL_CALLBACK_NO_BLOCK = 0,
+  ACL_CALLBACK_BLOCK = 1,
+} aclrtCallbackBlockType;
+
+typedef void (*aclrtCallback)(void* userData);
+
+// Event flags (aclrtCreateEventWithFlag).
+#define ACL_EVENT_SYNC 0x1u
+#define ACL_EVENT_TIME_LINE 0x8u   // event records a timestamp
+
+// ---- init / devices -------------------------------------------------------------
+// aclInit is optional: every API initialises the simulator on first use.
+aclError aclInit(const char* configPath);
+aclError aclFinalize(void);
+// Number of visible devices (profile count, filtered by ASCEND_RT_VISIBLE_DEVICES).
+aclError aclrtGetDeviceCount(uint32_t* count);
+// Current device is per host thread, as in AscendCL. Default: device 0.
+aclError aclrtSetDevice(int32_t deviceId);
+aclError aclrtGetDevice(int32_t* deviceId);
+aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtSynchronizeDevice(void);  // all streams of the current device
+// SoC name of the profile, e.g. "Ascend910B1".
+const char* aclrtGetSocName(void);
+// Message of the last failed call on this thread ("" if none).
+const char* aclGetRecentErrMsg(void);
+
+// ---- memory --------------------------------------------------------------------
+// Allocates on the current device. Fails with ACL_ERROR_RT_MEMORY_ALLOCATION when
+// the device's capacity would be exceeded. size 0 is invalid (as in AscendCL).
+aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy);
+aclError aclrtFree(void* devPtr);  // releases the pages back to the OS
+aclError aclrtMallocHost(void** hostPtr, size_t size);  // "pinned" host memory
+aclError aclrtFreeHost(void* hostPtr);
+// Synchronous copy (waits for nothing queued; like AscendCL's blocking memcpy).
+aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count,
+                     aclrtMemcpyKind kind);
+// Copy enqueued on `stream`.
+aclError aclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t count,
+                          aclrtMemcpyKind kind, aclrtStream stream);
+aclError aclrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count);
+aclError aclrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t count,
+                          aclrtStream stream);
+// free/total of the current device (HBM); free = capacity - bytes aclrtMalloc'ed.
+aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t* free, size_t* total);
+
+// ---- streams -------------------------------------------------------------------
+// A stream is an ordered task queue executed by its own worker thread. Each device
+// has a default stream, obtained by passing stream == NULL to any stream API
+// (resolved against the calling thread's current device).
+aclError aclrtCreateStream(aclrtStream* stream);  // on the current device
+aclError aclrtCreateStreamWithConfig(aclrtStream* stream, uint32_t priority, uint32_t flag);
+aclError aclrtDestroyStream(aclrtStream stream);  // drains it first
+aclError aclrtSynchronizeStream(aclrtStream stream);
+aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus* status);
+aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+// Enqueue a host callback; it runs on the stream's worker in stream order.
+aclError aclrtLaunchCallback(aclrtCallback fn, void* userData,
+                             aclrtCallbackBlockType blockType, aclrtStream stream);
+
+// ---- events --------------------------------------------------------------------
+aclError aclrtCreateEvent(aclrtEvent* event);  // timing enabled
+aclError aclrtCreateEventWithFlag(aclrtEvent* event, uint32_t flag);
+aclError aclrtDestroyEvent(aclrtEvent event);
+aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
+aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream);
+aclError aclrtSynchronizeEvent(aclrtEvent event);
+// COMPLETE for an event never recorded (as CUDA's cudaEventQuery).
+aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus* status);
+aclError aclrtEventElapsedTime(float* ms, aclrtEvent start, aclrtEvent end);
+
+// ---- simulator extensions ----------------------------------------------------------
+// A kernel: runs on the stream's worker in order. Returning non-zero marks the
+// stream failed: the next synchronising call on that stream (or device) returns
+// ACL_ERROR_RT_AICORE_EXCEPTION once, and aclGetRecentErrMsg() on that thread then
+// reads "<name>: <message written to errBuf>". The stream stays usable after.
+typedef int (*aclsimKernelFn)(void* userData, char* errBuf, size_t errBufLen);
+aclError aclsimLaunchKernel(aclrtStream stream, aclsimKernelFn fn, void* userData,
+                            const char* name);
+// Device that owns `ptr` (anywhere inside an allocation), or -1 for host memory.
+int32_t aclsimPointerDevice(const void* ptr);
+// Device of a stream (NULL = current device's default stream).
+int32_t aclsimStreamDevice(aclrtStream stream);
+// The resolved handle of the current device's default stream (never NULL).
+aclrtStream aclsimDefaultStream(int32_t deviceId);
+// True when called from a stream worker thread (kernels must not synchronise).
+int aclsimOnWorkerThread(void);
+// Copy accounting: bytes moved by aclrtMemcpy/aclrtMemcpyAsync per kind since start
+// (kind in aclrtMemcpyKind). Used by tests proving "no hidden copies".
+uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind);
+// Capacity of a device in bytes (profile or ASCEND_SIM_HBM_BYTES override).
+size_t aclsimDeviceCapacity(int32_t deviceId);
+// Arena of a device: base address and memfd (for sharing with other processes).
+aclError aclsimDeviceArena(int32_t deviceId, void** base, size_t* size, int* fd);
+
+#ifdef __cplusplus
+}
+#endif

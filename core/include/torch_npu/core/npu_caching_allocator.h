@@ -1,0 +1,45 @@
+// Caching allocator for NPU memory, CUDA-semantics: block pools (small <= 1 MiB in
+// 2 MiB segments, large otherwise), block splitting and coalescing, stream-ordered
+// reuse, record_stream (events delay reuse), stats with torch.cuda's keys, OOM
+// handling (free cached blocks, retry, then torch.OutOfMemoryError with a summary),
+// PYTORCH_NPU_ALLOC_CONF (max_split_size_mb, garbage_collection_threshold,
+// expandable_segments, roundup_power2_divisions), set_per_process_memory_fraction.
+// Segments come from the simulator's aclrtMalloc.
+#pragma once
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Stream.h>
+
+#include <string>
+#include <vector>
+
+namespace torch_npu::NPUCachingAllocator {
+
+using c10::CachingDeviceAllocator::DeviceStats;
+using c10::CachingDeviceAllocator::SegmentInfo;
+
+// The process-wide allocator (registered for kPrivateUse1 by REGISTER_ALLOCATOR).
+c10::DeviceAllocator* get();
+
+// Raw API (torch.npu.caching_allocator_alloc/delete, kernels' workspaces).
+void* raw_alloc(size_t nbytes);  // current device, current stream
+void* raw_alloc_with_stream(size_t nbytes, c10::Stream stream);
+void raw_delete(void* ptr);
+// Allocates on `device` as a DataPtr tagged with the npu device.
+c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device);
+
+void recordStream(const c10::DataPtr& ptr, c10::Stream stream);
+void emptyCache();
+DeviceStats getDeviceStats(c10::DeviceIndex device);
+void resetAccumulatedStats(c10::DeviceIndex device);
+void resetPeakStats(c10::DeviceIndex device);
+std::vector<SegmentInfo> snapshot();  // every device's segments
+void setMemoryFraction(double fraction, c10::DeviceIndex device);
+// (free, total) of the device as the simulator reports it.
+std::pair<size_t, size_t> memGetInfo(c10::DeviceIndex device);
+// The block (base pointer of the allocation) containing ptr, or nullptr.
+void* getBaseAllocation(void* ptr, size_t* size);
+// Re-reads PYTORCH_NPU_ALLOC_CONF (called once at init; exposed for tests).
+void setAllocatorSettings(const std::string& conf);
+
+}  // namespace torch_npu::NPUCachingAllocator

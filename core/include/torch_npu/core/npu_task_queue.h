@@ -1,0 +1,31 @@
+// The task queue: how the torch side runs work "on the device". With
+// TASK_QUEUE_ENABLE=1 (the default, as in torch_npu) a kernel is enqueued on the
+// stream and the call returns at once; with TASK_QUEUE_ENABLE=0 it runs inline on
+// the calling thread after the stream has drained.
+#pragma once
+
+#include <functional>
+
+#include "torch_npu/core/npu_stream.h"
+
+namespace torch_npu {
+
+bool task_queue_enabled();
+
+// Runs `fn` in `stream` order. `name` must outlive the task (e.g. an operator name);
+// an exception thrown by fn surfaces at the next synchronisation of the stream as
+// an error naming it. While fn runs, the executing thread's current device and
+// current stream are the stream's.
+void launch(const NPUStream& stream, const char* name, std::function<void()> fn);
+
+// Waits for `stream`, releasing the Python GIL if the caller holds it (the hook is
+// installed by the bindings; core itself has no Python dependency).
+void wait_stream(const NPUStream& stream);
+void wait_device(c10::DeviceIndex device);
+using BlockingHook = void (*)(void (*fn)(void*), void* arg);
+void set_blocking_hook(BlockingHook hook);
+
+// True while the calling thread executes an npu kernel (stream worker or inline).
+bool in_kernel();
+
+}  // namespace torch_npu

@@ -1,0 +1,141 @@
+#include "torch_npu/core/npu_stream.h"
+
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+namespace torch_npu {
+namespace {
+
+// Stream ids per device: 0 = default stream; 1..kPoolSize = normal-priority pool;
+// kPoolSize+1..2*kPoolSize = high-priority pool. External streams are not supported.
+constexpr int kPoolSize = 32;
+constexpr int kMaxDevices = 64;
+
+struct DevicePools {
+  std::once_flag once;
+  std::array<aclrtStream, 2 * kPoolSize + 1> streams{};
+  std::atomic<uint32_t> next[2] = {0, 0};
+};
+
+DevicePools& pools(c10::DeviceIndex device) {
+  static std::array<DevicePools, kMaxDevices> all;
+  return all[device];
+}
+
+void init_pools(c10::DeviceIndex device) {
+  auto& p = pools(device);
+  std::call_once(p.once, [&] {
+    int32_t prev = 0;
+    NPU_CHECK(aclrtGetDevice(&prev));
+    NPU_CHECK(aclrtSetDevice(device));
+    p.streams[0] = aclsimDefaultStream(device);
+    for (int i = 1; i <= 2 * kPoolSize; ++i) {
+      // Creating a stream is cheap: its worker thread starts at its first task.
+      NPU_CHECK(aclrtCreateStreamWithConfig(&p.streams[i], i > kPoolSize ? 1 : 0, 0));
+    }
+    NPU_CHECK(aclrtSetDevice(prev));
+  });
+}
+
+thread_local std::array<c10::StreamId, kMaxDevices> tls_current_stream{};  // 0 = default
+
+c10::DeviceIndex resolve(c10::DeviceIndex device) {
+  if (device < 0) return current_device();
+  check_device_index(device);
+  return device;
+}
+
+}  // namespace
+
+void check_acl(aclError err, const char* what) {
+  if (err == ACL_SUCCESS) return;
+  const char* msg = aclGetRecentErrMsg();
+  TORCH_CHECK(false, (msg && *msg) ? msg : "", " [ACL error ", err, " from ", what, "]");
+}
+
+c10::DeviceIndex device_count() {
+  static const c10::DeviceIndex count = [] {
+    uint32_t n = 0;
+    NPU_CHECK(aclrtGetDeviceCount(&n));
+    TORCH_CHECK(n <= kMaxDevices, "at most ", kMaxDevices, " NPU devices are supported");
+    return static_cast<c10::DeviceIndex>(n);
+  }();
+  return count;
+}
+
+void check_device_index(c10::DeviceIndex device) {
+  TORCH_CHECK_INDEX(device >= 0 && device < device_count(), "Invalid device ordinal npu:",
+                    static_cast<int>(device), ": this machine has ", static_cast<int>(device_count()),
+                    " NPU device(s) (valid: npu:0..npu:", static_cast<int>(device_count()) - 1,
+                    "; see ASCEND_RT_VISIBLE_DEVICES)");
+}
+
+c10::DeviceIndex current_device() {
+  int32_t d = 0;
+  NPU_CHECK(aclrtGetDevice(&d));
+  return static_cast<c10::DeviceIndex>(d);
+}
+
+void set_device(c10::DeviceIndex device) {
+  check_device_index(device);
+  NPU_CHECK(aclrtSetDevice(device));
+}
+
+NPUStream::NPUStream(c10::Stream stream) : stream_(stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
+              "expected an npu stream, got a stream on ", stream.device());
+}
+
+int NPUStream::priority() const { return id() > kPoolSize ? -1 : 0; }
+
+aclrtStream NPUStream::stream() const {
+  auto device = device_index();
+  check_device_index(device);
+  auto id = this->id();
+  TORCH_CHECK(id >= 0 && id <= 2 * kPoolSize, "invalid npu stream id ", id);
+  init_pools(device);
+  return pools(device).streams[id];
+}
+
+bool NPUStream::query() const {
+  aclrtStreamStatus status = ACL_STREAM_STATUS_COMPLETE;
+  NPU_CHECK(aclrtStreamQuery(stream(), &status));
+  return status == ACL_STREAM_STATUS_COMPLETE;
+}
+
+// synchronize(): see npu_task_queue.cpp (it may release the GIL).
+
+NPUStream getDefaultNPUStream(c10::DeviceIndex device) {
+  device = resolve(device);
+  return NPUStream(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), 0));
+}
+
+NPUStream getCurrentNPUStream(c10::DeviceIndex device) {
+  device = resolve(device);
+  return NPUStream(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device),
+                               tls_current_stream[device]));
+}
+
+void setCurrentNPUStream(NPUStream stream) {
+  check_device_index(stream.device_index());
+  tls_current_stream[stream.device_index()] = stream.id();
+}
+
+NPUStream getStreamFromPool(int priority, c10::DeviceIndex device) {
+  device = resolve(device);
+  init_pools(device);
+  const int high = priority < 0 ? 1 : 0;
+  const uint32_t slot = pools(device).next[high]++ % kPoolSize;
+  const c10::StreamId id = 1 + slot + high * kPoolSize;
+  return NPUStream(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id));
+}
+
+NPUStream getStreamFromPool(bool isHighPriority, c10::DeviceIndex device) {
+  return getStreamFromPool(isHighPriority ? -1 : 0, device);
+}
+
+}  // namespace torch_npu

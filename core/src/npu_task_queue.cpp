@@ -1,0 +1,125 @@
+#include "torch_npu/core/npu_task_queue.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace torch_npu {
+namespace {
+
+thread_local int tls_kernel_depth = 0;
+BlockingHook g_blocking_hook = nullptr;
+
+struct Task {
+  std::function<void()> fn;
+  c10::Stream stream;
+};
+
+int run_task(void* user, char* err, size_t err_len) {
+  std::unique_ptr<Task> task(static_cast<Task*>(user));
+  try {
+    NPUStream s(task->stream);
+    aclrtSetDevice(s.device_index());
+    setCurrentNPUStream(s);
+    ++tls_kernel_depth;
+    task->fn();
+    --tls_kernel_depth;
+    return 0;
+  } catch (const c10::Error& e) {
+    --tls_kernel_depth;
+    std::snprintf(err, err_len, "%s", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    --tls_kernel_depth;
+    std::snprintf(err, err_len, "%s", e.what());
+  }
+  return 1;
+}
+
+void call_blocking(void (*fn)(void*), void* arg) {
+  if (g_blocking_hook && !in_kernel()) {
+    g_blocking_hook(fn, arg);
+  } else {
+    fn(arg);
+  }
+}
+
+}  // namespace
+
+bool task_queue_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TASK_QUEUE_ENABLE");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
+
+bool in_kernel() { return tls_kernel_depth > 0; }
+
+void set_blocking_hook(BlockingHook hook) { g_blocking_hook = hook; }
+
+void launch(const NPUStream& stream, const char* name, std::function<void()> fn) {
+  if (!task_queue_enabled() || in_kernel()) {
+    // Inline: a kernel launching a kernel (e.g. a composite run on the worker) runs it
+    // right away on the same thread, which keeps stream order.
+    if (!in_kernel()) wait_stream(stream);
+    c10::DeviceIndex prev = current_device();
+    NPUStream prev_stream = getCurrentNPUStream(stream.device_index());
+    if (prev != stream.device_index()) NPU_CHECK(aclrtSetDevice(stream.device_index()));
+    setCurrentNPUStream(stream);
+    ++tls_kernel_depth;
+    struct Restore {
+      c10::DeviceIndex prev;
+      NPUStream prev_stream;
+      ~Restore() {
+        --tls_kernel_depth;
+        setCurrentNPUStream(prev_stream);
+        aclrtSetDevice(prev);
+      }
+    } restore{prev, prev_stream};
+    fn();
+    return;
+  }
+  auto* task = new Task{std::move(fn), stream.unwrap()};
+  aclError err = aclsimLaunchKernel(stream.stream(), run_task, task, name);
+  if (err != ACL_SUCCESS) {
+    delete task;
+    NPU_CHECK(err);
+  }
+}
+
+void wait_stream(const NPUStream& stream) {
+  struct Arg {
+    aclrtStream s;
+    aclError err;
+  } arg{stream.stream(), ACL_SUCCESS};
+  call_blocking([](void* p) {
+    auto* a = static_cast<Arg*>(p);
+    a->err = aclrtSynchronizeStream(a->s);
+  }, &arg);
+  NPU_CHECK(arg.err);
+}
+
+void wait_device(c10::DeviceIndex device) {
+  check_device_index(device);
+  struct Arg {
+    int32_t device;
+    aclError err;
+  } arg{device, ACL_SUCCESS};
+  call_blocking([](void* p) {
+    auto* a = static_cast<Arg*>(p);
+    int32_t prev = 0;
+    aclrtGetDevice(&prev);
+    aclrtSetDevice(a->device);
+    a->err = aclrtSynchronizeDevice();
+    aclrtSetDevice(prev);
+  }, &arg);
+  NPU_CHECK(arg.err);
+}
+
+}  // namespace torch_npu
+
+namespace torch_npu {
+void NPUStream::synchronize() const { wait_stream(*this); }
+}  // namespace torch_npu

@@ -1,0 +1,54 @@
+// Zero-copy execution of ATen CPU kernels on NPU memory.
+//
+// An npu tensor gets a CPU "alias": a CPU-tagged StorageImpl whose DataPtr points at
+// the npu bytes (its context keeps the npu storage alive). A CPU kernel runs on the
+// aliases; its outputs are mapped back: a view of an alias becomes a view of the npu
+// storage, a fresh buffer (allocated from NPU memory while a KernelScope is active)
+// becomes an npu storage. No byte moves between host and device memory.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/SmallVector.h>
+
+namespace torch_npu::ops {
+
+// While alive, CPU allocations made on this thread are served from NPU memory of
+// `device` (outputs and workspaces of CPU kernels count in memory_allocated and OOM).
+class KernelScope {
+ public:
+  explicit KernelScope(c10::DeviceIndex device);
+  ~KernelScope();
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  c10::DeviceIndex prev_;
+};
+
+// One alias storage per distinct npu storage in a call, so overlap checks behave
+// as on CPU (x.add_(x)).
+class AliasMap {
+ public:
+  explicit AliasMap(c10::DeviceIndex device) : device_(device) {}
+  // CPU tensor over the same memory, sizes, strides and offset as `npu`.
+  at::Tensor alias(const at::Tensor& npu);
+  // The npu tensor for a CPU kernel's output.
+  at::Tensor to_npu(const at::Tensor& cpu);
+  // After a kernel: propagate resizes the kernel made to an alias (out= args) to the
+  // npu tensor it stands for.
+  void sync_back(const at::Tensor& npu, const at::Tensor& cpu_alias);
+
+ private:
+  struct Entry {
+    c10::StorageImpl* from;  // CPU-side storage (alias or fresh output)
+    c10::Storage npu;
+  };
+  c10::DeviceIndex device_;
+  c10::SmallVector<Entry, 8> entries_;
+  c10::Storage npu_storage_for(const c10::Storage& cpu);
+};
+
+// Installs the CPU allocator that serves KernelScope (idempotent).
+void install_kernel_allocator();
+
+}  // namespace torch_npu::ops

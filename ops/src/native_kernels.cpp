@@ -1,0 +1,321 @@
+// Kernels registered natively for npu (not through the zero-copy fallback):
+// allocation, copies between host and device, views, resizes, scalars, and the
+// ops the boxed fallback cannot serve (convolution_*_overrideable, native_dropout
+// with the npu generator, record_stream).
+#include <ATen/EmptyTensor.h>
+#include <ATen/TensorUtils.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/bernoulli.h>
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mul.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/library.h>
+
+#include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_stream.h"
+#include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/ops/zero_copy.h"
+
+namespace torch_npu::ops {
+namespace {
+
+constexpr c10::DeviceType kNPU = c10::DeviceType::PrivateUse1;
+const c10::DispatchKeySet kNPUKeys(c10::DispatchKey::PrivateUse1);
+
+c10::DeviceIndex target_device(std::optional<c10::Device> device) {
+  if (device.has_value() && device->has_index()) {
+    check_device_index(device->index());
+    return device->index();
+  }
+  return current_device();
+}
+
+// ---- allocation ----------------------------------------------------------------
+at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "npu: only strided tensors are supported, got layout ",
+              *layout);
+  const auto d = target_device(device);
+  c10::DeviceGuard guard(c10::Device(kNPU, d));
+  return at::detail::empty_generic(C10_AS_INTARRAYREF_SLOW(size), NPUCachingAllocator::get(), kNPUKeys,
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin_memory) {
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "npu: only strided tensors are supported, got layout ",
+              *layout);
+  const auto d = target_device(device);
+  c10::DeviceGuard guard(c10::Device(kNPU, d));
+  return at::detail::empty_strided_generic(C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                                           NPUCachingAllocator::get(), kNPUKeys, c10::dtype_or_default(dtype));
+}
+
+// ---- copies --------------------------------------------------------------------
+bool plain_bytes(const at::Tensor& a, const at::Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes().equals(b.sizes()) && a.is_contiguous() && b.is_contiguous() &&
+         a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
+}
+
+void* bytes(const at::Tensor& t) { return static_cast<char*>(t.storage().mutable_data()) + t.storage_offset() * t.itemsize(); }
+
+// Host -> npu. A pageable source is read before returning (as CUDA does); a pinned
+// source with non_blocking=True is read in stream order.
+void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  const auto device = dst.device().index();
+  NPUStream stream = getCurrentNPUStream(device);
+  at::Tensor host = src.expand_as(dst).to(dst.scalar_type()).contiguous();
+  launch(stream, "aten::copy_(H2D)", [host, dst, device] {
+    if (dst.is_contiguous() && !dst.is_conj() && !dst.is_neg()) {
+      NPU_CHECK(aclrtMemcpy(bytes(dst), host.nbytes(), host.const_data_ptr(), host.nbytes(), ACL_MEMCPY_HOST_TO_DEVICE));
+      return;
+    }
+    KernelScope scope(device);
+    at::Tensor staged = at::empty(host.sizes(), host.options());  // NPU memory (kernel scope)
+    NPU_CHECK(aclrtMemcpy(staged.data_ptr(), staged.nbytes(), host.const_data_ptr(), host.nbytes(),
+                          ACL_MEMCPY_HOST_TO_DEVICE));
+    AliasMap aliases(device);
+    aliases.alias(dst).copy_(staged);
+  });
+  const bool async_ok = non_blocking && src.is_pinned();
+  if (!async_ok) wait_stream(stream);
+}
+
+// npu -> host: waits for the stream unless non_blocking into pinned memory.
+void copy_d2h(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
+  const auto device = src.device().index();
+  NPUStream stream = getCurrentNPUStream(device);
+  const bool direct = plain_bytes(src, dst);
+  at::Tensor host = direct ? dst : at::empty(dst.sizes(), dst.options().memory_format(at::MemoryFormat::Contiguous));
+  launch(stream, "aten::copy_(D2H)", [src, host, device, direct] {
+    if (direct) {
+      NPU_CHECK(aclrtMemcpy(bytes(host), host.nbytes(), bytes(src), host.nbytes(), ACL_MEMCPY_DEVICE_TO_HOST));
+      return;
+    }
+    KernelScope scope(device);
+    AliasMap aliases(device);
+    at::Tensor staged = aliases.alias(src).expand(host.sizes()).to(host.scalar_type()).resolve_conj().resolve_neg().contiguous();
+    NPU_CHECK(aclrtMemcpy(host.data_ptr(), host.nbytes(), staged.const_data_ptr(), staged.nbytes(),
+                          ACL_MEMCPY_DEVICE_TO_HOST));
+  });
+  if (non_blocking && dst.is_pinned() && direct) return;
+  wait_stream(stream);
+  if (!direct) dst.copy_(host);
+}
+
+// npu -> npu. Same device: a kernel on the stream. Across devices: after the source
+// device's current stream, on the destination's.
+void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
+  const auto device = dst.device().index();
+  if (src.device().index() != device) wait_stream(getCurrentNPUStream(src.device().index()));
+  NPUStream stream = getCurrentNPUStream(device);
+  launch(stream, "aten::copy_", [src, dst, device] {
+    if (plain_bytes(src, dst) && src.device() != dst.device()) {
+      NPU_CHECK(aclrtMemcpy(bytes(dst), dst.nbytes(), bytes(src), src.nbytes(), ACL_MEMCPY_DEVICE_TO_DEVICE));
+      return;
+    }
+    KernelScope scope(device);
+    AliasMap aliases(device);
+    at::Tensor d = aliases.alias(dst);
+    at::Tensor s = src.device() == dst.device() ? aliases.alias(src) : AliasMap(src.device().index()).alias(src);
+    d.copy_(s);
+  });
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const bool src_npu = self.device().type() == kNPU;
+  const bool dst_npu = dst.device().type() == kNPU;
+  if (dst.numel() == 0) return dst;
+  if (src_npu && dst_npu) {
+    copy_d2d(self, dst);
+  } else if (dst_npu) {
+    TORCH_CHECK(self.device().is_cpu(), "copy_ from ", self.device(), " to ", dst.device(), " is not supported");
+    copy_h2d(self, dst, non_blocking);
+  } else {
+    TORCH_CHECK(dst.device().is_cpu(), "copy_ from ", self.device(), " to ", dst.device(), " is not supported");
+    copy_d2h(self, dst, non_blocking);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  wait_stream(getCurrentNPUStream(self.device().index()));
+  at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
+  NPU_CHECK(aclrtMemcpy(host.data_ptr(), host.nbytes(), bytes(self), self.itemsize(), ACL_MEMCPY_DEVICE_TO_HOST));
+  return at::_local_scalar_dense(host);
+}
+
+// ---- views and resizes -----------------------------------------------------------
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) { return at::native::view_symint(self, size); }
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> offset) {
+  return at::native::as_strided_tensorimpl(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                                           offset.has_value() ? std::optional<int64_t>(offset->expect_int())
+                                                              : std::nullopt);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias_symint(self, size, stride);
+}
+
+void ensure_storage_bytes(const at::Tensor& self, size_t nbytes) {
+  const c10::Storage& storage = self.storage();
+  if (nbytes > storage.nbytes()) at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(storage, nbytes);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  for (auto s : sizes) TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", sizes);
+  if (impl->sizes() == sizes && (!memory_format || *memory_format == at::MemoryFormat::Preserve)) return self;
+  impl->set_sizes_contiguous(sizes);
+  if (memory_format.has_value() && *memory_format != at::MemoryFormat::Preserve) {
+    impl->empty_tensor_restride(*memory_format);
+  }
+  const size_t nbytes = at::detail::computeStorageNbytes(sizes, impl->strides(), self.itemsize(),
+                                                         impl->storage_offset());
+  ensure_storage_bytes(self, nbytes);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, c10::SymInt offset, c10::SymIntArrayRef size,
+                        c10::SymIntArrayRef stride) {
+  TORCH_CHECK(source.device().type() == kNPU, "Attempted to set the storage of a tensor on device ", self.device(),
+              " to a storage on different device ", source.device(), ".  This is no longer allowed; the devices must match.");
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(source));
+  impl->set_storage_offset(offset.expect_int());
+  auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  if (stride.empty()) {
+    impl->set_sizes_contiguous(sizes);
+  } else {
+    impl->set_sizes_and_strides(sizes, C10_AS_INTARRAYREF_SLOW(stride));
+  }
+  ensure_storage_bytes(self, at::detail::computeStorageNbytes(sizes, impl->strides(), self.itemsize(),
+                                                              impl->storage_offset()));
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t n = static_cast<int64_t>(source.nbytes() / self.itemsize());
+  return set_storage(self, std::move(source), 0, c10::SymIntArrayRef({c10::SymInt(n)}), {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
+  if (self.is_same(src)) return self;
+  return set_storage(self, src.storage(), src.sym_storage_offset(), src.sym_sizes(), src.sym_strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage empty(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), 0,
+                                                           NPUCachingAllocator::get()->allocate(0),
+                                                           NPUCachingAllocator::get(), true));
+  return set_storage(self, std::move(empty), 0, c10::SymIntArrayRef({c10::SymInt(0)}), {});
+}
+
+// ---- ops the boxed fallback cannot serve -------------------------------------------
+template <typename Fn>
+auto run_cpu(c10::DeviceIndex device, Fn&& fn) {
+  NPUStream stream = getCurrentNPUStream(device);
+  if (!in_kernel()) wait_stream(stream);
+  KernelScope scope(device);
+  AliasMap aliases(device);
+  return fn(aliases);
+}
+
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                    c10::IntArrayRef output_padding, int64_t groups) {
+  return run_cpu(input.device().index(), [&](AliasMap& a) {
+    std::optional<at::Tensor> b;
+    if (bias.has_value() && bias->defined()) b = a.alias(*bias);
+    return a.to_npu(at::convolution(a.alias(input), a.alias(weight), b, stride, padding, dilation, transposed,
+                                    output_padding, groups));
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+    c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
+    int64_t groups, std::array<bool, 3> output_mask) {
+  return run_cpu(input.device().index(), [&](AliasMap& a) {
+    std::optional<std::vector<int64_t>> bias_sizes;
+    if (output_mask[2]) bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
+    auto [gi, gw, gb] = at::convolution_backward(a.alias(grad_output), a.alias(input), a.alias(weight),
+                                                 bias_sizes ? c10::OptionalIntArrayRef(*bias_sizes) : std::nullopt,
+                                                 stride, padding, dilation, transposed, output_padding, groups,
+                                                 output_mask);
+    return std::make_tuple(a.to_npu(gi), a.to_npu(gw), a.to_npu(gb));
+  });
+}
+
+// Dropout drawing from the npu generator (the CPU kernel would use the CPU default).
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p, std::optional<bool> train) {
+  TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+  if (train.has_value() && !*train) {
+    return {input.clone(), at::ones_like(input, input.options().dtype(at::kBool))};
+  }
+  if (p == 1) {
+    return {at::zeros_like(input), at::zeros_like(input, input.options().dtype(at::kBool))};
+  }
+  at::Tensor mask = at::empty(input.sizes(), input.options().dtype(at::kBool)).bernoulli_(1 - p);
+  at::Tensor out = at::mul(input, mask).mul_(1.0 / (1.0 - p));
+  return {out, mask};
+}
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  NPUCachingAllocator::recordStream(self.storage().data_ptr(), stream);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("view", TORCH_FN(view));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage", TORCH_FN(set_source_storage));
+  m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+  m.impl("record_stream", TORCH_FN(record_stream));
+}
+
+// Without these, _copy_from on a conjugated/negated view recurses forever.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+}  // namespace torch_npu::ops

@@ -1,0 +1,372 @@
+// CPU aliases of npu tensors, the kernel-scope CPU allocator, and the boxed
+// fallback that runs every ATen CPU kernel on npu tensors without copies.
+#include "torch_npu/ops/zero_copy.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/op_registration/op_registration.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_generator.h"
+#include "torch_npu/core/npu_stream.h"
+#include "torch_npu/core/npu_task_queue.h"
+
+namespace torch_npu::ops {
+namespace {
+
+constexpr c10::DeviceType kNPU = c10::DeviceType::PrivateUse1;
+thread_local c10::DeviceIndex tls_kernel_device = -1;
+
+void npu_raw_delete(void* p) { NPUCachingAllocator::raw_delete(p); }
+
+// Serves CPU allocations from NPU memory while a KernelScope is active on the thread.
+struct KernelAllocator final : public c10::Allocator {
+  c10::Allocator* base = nullptr;
+
+  c10::DataPtr allocate(size_t n) override {
+    if (tls_kernel_device >= 0) {
+      c10::DataPtr dp = NPUCachingAllocator::allocate(n, tls_kernel_device);
+      dp.unsafe_set_device(c10::Device(c10::DeviceType::CPU));
+      return dp;
+    }
+    return base->allocate(n);
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return tls_kernel_device >= 0 ? &npu_raw_delete : base->raw_deleter();
+  }
+  void copy_data(void* dst, const void* src, std::size_t n) const override { std::memcpy(dst, src, n); }
+};
+
+KernelAllocator& kernel_allocator() {
+  static KernelAllocator* a = new KernelAllocator();  // leaked: used during exit
+  return *a;
+}
+
+void release_npu_storage(void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); }
+
+}  // namespace
+
+void install_kernel_allocator() {
+  static const bool done = [] {
+    kernel_allocator().base = c10::GetCPUAllocator();
+    c10::SetCPUAllocator(&kernel_allocator(), /*priority=*/100);
+    return true;
+  }();
+  (void)done;
+}
+
+KernelScope::KernelScope(c10::DeviceIndex device) : prev_(tls_kernel_device) { tls_kernel_device = device; }
+KernelScope::~KernelScope() { tls_kernel_device = prev_; }
+
+c10::Storage AliasMap::npu_storage_for(const c10::Storage& cpu) {
+  auto* impl = cpu.unsafeGetStorageImpl();
+  for (auto& e : entries_) {
+    if (e.from == impl) return e.npu;
+  }
+  // A fresh buffer made by the kernel: adopt it when it is NPU memory, else copy it in
+  // (a buffer allocated on an OpenMP worker thread misses the thread-local scope).
+  c10::DataPtr dp;
+  const size_t nbytes = impl->nbytes();
+  if (impl->data() != nullptr && aclsimPointerDevice(impl->data()) == device_ &&
+      impl->data_ptr().get_deleter() != &release_npu_storage) {
+    dp = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+    dp.unsafe_set_device(c10::Device(kNPU, device_));
+    // The CPU tensor keeps pointing at the (now npu-owned) bytes until it dies.
+    impl->set_data_ptr_noswap(c10::DataPtr(dp.get(), c10::Device(c10::DeviceType::CPU)));
+  } else {
+    dp = NPUCachingAllocator::allocate(nbytes, device_);
+    if (nbytes > 0) std::memcpy(dp.get(), impl->data(), nbytes);
+  }
+  c10::Storage npu(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                         std::move(dp), NPUCachingAllocator::get(),
+                                                         /*resizable=*/true));
+  entries_.push_back({impl, npu});
+  return npu;
+}
+
+at::Tensor AliasMap::alias(const at::Tensor& t) {
+  TORCH_CHECK(t.layout() == c10::kStrided, "npu tensors with layout ", t.layout(),
+              " are not supported by the NPU simulator's kernels");
+  const c10::Storage& npu = t.storage();
+  c10::StorageImpl* npu_impl = npu.unsafeGetStorageImpl();
+  c10::Storage cpu;
+  for (auto& e : entries_) {
+    if (e.npu.unsafeGetStorageImpl() == npu_impl) {
+      cpu = c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(e.from));
+      break;
+    }
+  }
+  if (!cpu) {
+    c10::raw::intrusive_ptr::incref(npu_impl);
+    c10::DataPtr dp(const_cast<void*>(npu_impl->data()), npu_impl, &release_npu_storage,
+                    c10::Device(c10::DeviceType::CPU));
+    cpu = c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), npu_impl->nbytes(),
+                                                             std::move(dp), &kernel_allocator(),
+                                                             /*resizable=*/true));
+    entries_.push_back({cpu.unsafeGetStorageImpl(), npu});
+  }
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(cpu), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                   t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  impl->_set_conj(t.is_conj());
+  impl->_set_neg(t.is_neg());
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor AliasMap::to_npu(const at::Tensor& cpu) {
+  if (!cpu.defined()) return cpu;
+  if (cpu.device().type() == kNPU) return cpu;
+  TORCH_INTERNAL_ASSERT(cpu.layout() == c10::kStrided, "CPU kernel returned a ", cpu.layout(), " tensor");
+  c10::Storage npu = npu_storage_for(cpu.storage());
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(npu), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                   cpu.dtype());
+  impl->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
+  impl->_set_conj(cpu.is_conj());
+  impl->_set_neg(cpu.is_neg());
+  return at::Tensor(std::move(impl));
+}
+
+void AliasMap::sync_back(const at::Tensor& npu, const at::Tensor& cpu) {
+  auto* npu_storage = npu.storage().unsafeGetStorageImpl();
+  auto* cpu_storage = cpu.storage().unsafeGetStorageImpl();
+  if (cpu_storage->data() != npu_storage->data() || cpu_storage->nbytes() != npu_storage->nbytes()) {
+    // The kernel resized an out= argument: its alias got a new (NPU) buffer.
+    c10::DataPtr dp;
+    if (cpu_storage->data() != nullptr && aclsimPointerDevice(cpu_storage->data()) == device_) {
+      dp = cpu_storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+      dp.unsafe_set_device(c10::Device(kNPU, device_));
+      cpu_storage->set_data_ptr_noswap(c10::DataPtr(dp.get(), c10::Device(c10::DeviceType::CPU)));
+    } else {
+      dp = NPUCachingAllocator::allocate(cpu_storage->nbytes(), device_);
+      if (cpu_storage->nbytes() > 0) std::memcpy(dp.get(), cpu_storage->data(), cpu_storage->nbytes());
+    }
+    npu_storage->set_data_ptr_noswap(std::move(dp));
+    npu_storage->set_nbytes(cpu_storage->nbytes());
+  }
+  if (npu.sizes() != cpu.sizes() || npu.strides() != cpu.strides() || npu.storage_offset() != cpu.storage_offset()) {
+    npu.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
+  }
+}
+
+// ------------------------------------------------------------------------------------
+// The boxed fallback.
+namespace {
+
+bool is_npu(const at::Tensor& t) { return t.defined() && t.device().type() == kNPU; }
+
+// Tensor?[] (e.g. the indices of index/index_put_).
+bool is_optional_tensor_list(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  if (type->kind() != c10::TypeKind::ListType) return false;
+  const auto& elem = type->castRaw<c10::ListType>()->getElementType();
+  return elem->kind() == c10::TypeKind::OptionalType &&
+         elem->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  return type->kind() == c10::TypeKind::OptionalType &&
+         type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+// Finds the npu device of a call and rejects mixed devices as CUDA does.
+struct CallScan {
+  c10::DeviceIndex device = -1;
+  bool has_generator = false;
+  bool has_cpu_tensor = false;  // a CPU tensor argument beyond 0-dim scalars / index lists
+
+  void tensor(const at::Tensor& t, const c10::OperatorHandle& op, bool index_list) {
+    if (!t.defined()) return;
+    if (t.device().type() == kNPU) {
+      if (device < 0) {
+        device = t.device().index();
+      } else {
+        TORCH_CHECK(t.device().index() == device,
+                    "Expected all tensors to be on the same device, but found at least two devices, npu:",
+                    static_cast<int>(device), " and ", t.device(), "! (when checking arguments of ",
+                    op.schema().name(), ")");
+      }
+    } else if (t.device().type() == c10::DeviceType::CPU) {
+      if (t.dim() == 0 || index_list) {
+        has_cpu_tensor = true;  // allowed, but CPU memory the host may change: run synchronously
+      } else {
+        cpu_mixed = t.device();
+      }
+    }
+  }
+  std::optional<c10::Device> cpu_mixed;
+};
+
+void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const size_t num_args = arguments.size();
+  const size_t args_begin = stack->size() - num_args;
+
+  CallScan scan;
+  std::optional<c10::DeviceIndex> device_arg;
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::IValue& v = (*stack)[args_begin + i];
+    if (v.isTensor()) {
+      scan.tensor(v.toTensor(), op, false);
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) scan.tensor(t, op, false);
+    } else if (v.isList() && is_optional_tensor_list(arguments[i])) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) scan.tensor(e.toTensor(), op, true);
+      }
+    } else if (v.isGenerator()) {
+      scan.has_generator = true;
+    } else if (v.isDevice() && v.toDevice().type() == kNPU) {
+      device_arg = v.toDevice().has_index() ? v.toDevice().index() : current_device();
+    } else if (v.isNone() && is_optional_generator(arguments[i])) {
+      scan.has_generator = true;
+    }
+  }
+  c10::DeviceIndex device = scan.device >= 0 ? scan.device : device_arg.value_or(current_device());
+  if (scan.cpu_mixed && scan.device >= 0) {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, npu:",
+                static_cast<int>(device), " and ", *scan.cpu_mixed, "! (when checking arguments of ",
+                schema.name(), ")");
+  }
+
+  // Asynchronous when every result is an argument written in place (in-place and out=
+  // forms, which is where structured ops' functional forms land) and nothing ties
+  // the kernel to host state (generators, CPU tensors, data-dependent resizes).
+  bool async = task_queue_enabled() && !in_kernel() && !scan.has_generator && !scan.has_cpu_tensor;
+  std::vector<int> return_arg;  // for async: which argument each return is
+  if (async) {
+    for (const auto& ret : schema.returns()) {
+      const auto* info = ret.alias_info();
+      int found = -1;
+      if (info && info->isWrite()) {
+        for (size_t i = 0; i < num_args; ++i) {
+          const auto* ainfo = arguments[i].alias_info();
+          if (ainfo && ainfo->isWrite() && ainfo->beforeSets() == info->beforeSets()) {
+            found = static_cast<int>(i);
+            break;
+          }
+        }
+      }
+      if (found < 0) {
+        async = false;
+        break;
+      }
+      const c10::IValue& v = (*stack)[args_begin + found];
+      if (!v.isTensor() || v.toTensor().numel() == 0) {  // out=empty(0): resized by the kernel
+        async = false;
+        break;
+      }
+      return_arg.push_back(found);
+    }
+  }
+
+  // The body: aliases, CPU kernel, results mapped back.
+  auto run = [op, device, num_args](torch::jit::Stack& s, bool keep_returns) {
+    KernelScope scope(device);
+    AliasMap aliases(device);
+    const auto& args_schema = op.schema().arguments();
+    const size_t begin = s.size() - num_args;
+    std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (npu, alias) of mutable args
+    for (size_t i = 0; i < num_args; ++i) {
+      c10::IValue& v = s[begin + i];
+      const bool is_written = args_schema[i].alias_info() && args_schema[i].alias_info()->isWrite();
+      if (v.isTensor()) {
+        const at::Tensor& t = v.toTensor();
+        if (is_npu(t)) {
+          at::Tensor a = aliases.alias(t);
+          if (is_written) written.emplace_back(t, a);
+          v = std::move(a);
+        }
+      } else if (v.isTensorList()) {
+        auto list = v.toTensorList();
+        c10::List<at::Tensor> out;
+        out.reserve(list.size());
+        for (const at::Tensor& t : list) {
+          if (is_npu(t)) {
+            at::Tensor a = aliases.alias(t);
+            if (is_written) written.emplace_back(t, a);
+            out.push_back(a);
+          } else {
+            out.push_back(t);
+          }
+        }
+        v = std::move(out);
+      } else if (v.isList() && is_optional_tensor_list(args_schema[i])) {
+        auto generic = v.toList();
+        c10::List<std::optional<at::Tensor>> out;
+        out.reserve(generic.size());
+        for (const c10::IValue& e : generic) {
+          if (e.isTensor()) {
+            const at::Tensor& t = e.toTensor();
+            out.push_back(is_npu(t) ? aliases.alias(t) : t);
+          } else {
+            out.push_back(std::nullopt);
+          }
+        }
+        v = std::move(out);
+      } else if (v.isDevice() && v.toDevice().type() == kNPU) {
+        v = c10::Device(c10::DeviceType::CPU);
+      } else if (v.isGenerator()) {
+        v = cpu_generator_for(v.toGenerator(), device);
+      } else if (v.isNone() && is_optional_generator(args_schema[i])) {
+        v = cpu_generator_for(std::nullopt, device);
+      }
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+    for (auto& [npu, alias] : written) aliases.sync_back(npu, alias);
+    if (!keep_returns) return;
+    const size_t num_returns = op.schema().returns().size();
+    for (size_t i = s.size() - num_returns; i < s.size(); ++i) {
+      c10::IValue& v = s[i];
+      if (v.isTensor()) {
+        v = aliases.to_npu(v.toTensor());
+      } else if (v.isTensorList()) {
+        auto list = v.toTensorList();
+        c10::List<at::Tensor> out;
+        out.reserve(list.size());
+        for (const at::Tensor& t : list) out.push_back(aliases.to_npu(t));
+        v = std::move(out);
+      }
+    }
+  };
+
+  NPUStream stream = getCurrentNPUStream(device);
+  if (async) {
+    // Results are the written arguments: known now, filled in when the kernel runs.
+    std::vector<c10::IValue> results;
+    results.reserve(return_arg.size());
+    for (int i : return_arg) results.push_back((*stack)[args_begin + i]);
+    auto captured = std::make_shared<torch::jit::Stack>(stack->begin() + args_begin, stack->end());
+    stack->erase(stack->begin() + args_begin, stack->end());
+    launch(stream, schema.name().c_str(), [captured, run]() mutable { run(*captured, false); });
+    for (auto& r : results) stack->push_back(std::move(r));
+    return;
+  }
+  if (!in_kernel()) wait_stream(stream);
+  // Mutable args' original npu values are the results of in-place/out= forms.
+  std::vector<c10::IValue> originals(stack->begin() + args_begin, stack->end());
+  run(*stack, true);
+  const auto& returns = schema.returns();
+  const size_t first_ret = stack->size() - returns.size();
+  for (size_t r = 0; r < returns.size(); ++r) {
+    const auto* info = returns[r].alias_info();
+    if (!info || !info->isWrite()) continue;
+    for (size_t i = 0; i < num_args; ++i) {
+      const auto* ainfo = arguments[i].alias_info();
+      if (ainfo && ainfo->isWrite() && ainfo->beforeSets() == info->beforeSets()) {
+        (*stack)[first_ret + r] = originals[i];
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&npu_fallback>()); }
+
+}  // namespace torch_npu::ops

@@ -1,0 +1,189 @@
+// torch_npu._C: the Python bindings of the runtime (see torch_npu/_C.pyi).
+// The only translation unit that includes Python and pybind11 headers.
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_generator.h"
+#include "torch_npu/core/npu_stream.h"
+#include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/ops/zero_copy.h"
+
+#ifndef NPU_TORCH_VERSION
+#error "NPU_TORCH_VERSION must be defined by the build"
+#endif
+#ifndef NPU_CANN_VERSION
+#error "NPU_CANN_VERSION must be defined by the build"
+#endif
+
+namespace py = pybind11;
+
+namespace torch_npu {
+namespace {
+
+constexpr auto kNPU = c10::DeviceType::PrivateUse1;
+
+// Blocking waits release the GIL so that nothing queued can deadlock on it.
+void release_gil_while(void (*fn)(void*), void* arg) {
+  if (PyGILState_Check()) {
+    py::gil_scoped_release no_gil;
+    fn(arg);
+  } else {
+    fn(arg);
+  }
+}
+
+py::dict stat_dict(const c10::CachingAllocator::Stat& s) {
+  py::dict d;
+  d["current"] = s.current;
+  d["peak"] = s.peak;
+  d["allocated"] = s.allocated;
+  d["freed"] = s.freed;
+  return d;
+}
+
+py::dict stat_array_dict(const c10::CachingAllocator::StatArray& a) {
+  static const char* names[] = {"all", "small_pool", "large_pool"};
+  py::dict d;
+  for (size_t i = 0; i < a.size(); ++i) d[names[i]] = stat_dict(a[i]);
+  return d;
+}
+
+py::dict memory_stats(c10::DeviceIndex device) {
+  check_device_index(device);
+  const auto s = NPUCachingAllocator::getDeviceStats(device);
+  py::dict d;
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["max_split_size"] = s.max_split_size;
+  d["num_sync_all_streams"] = s.num_sync_all_streams;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  d["oversize_allocations"] = stat_dict(s.oversize_allocations);
+  d["oversize_segments"] = stat_dict(s.oversize_segments);
+  d["allocation"] = stat_array_dict(s.allocation);
+  d["segment"] = stat_array_dict(s.segment);
+  d["active"] = stat_array_dict(s.active);
+  d["inactive_split"] = stat_array_dict(s.inactive_split);
+  d["allocated_bytes"] = stat_array_dict(s.allocated_bytes);
+  d["reserved_bytes"] = stat_array_dict(s.reserved_bytes);
+  d["active_bytes"] = stat_array_dict(s.active_bytes);
+  d["inactive_split_bytes"] = stat_array_dict(s.inactive_split_bytes);
+  d["requested_bytes"] = stat_array_dict(s.requested_bytes);
+  return d;
+}
+
+py::dict memory_snapshot() {
+  py::list segments;
+  for (const auto& seg : NPUCachingAllocator::snapshot()) {
+    py::dict s;
+    s["device"] = seg.device;
+    s["address"] = seg.address;
+    s["total_size"] = seg.total_size;
+    s["allocated_size"] = seg.allocated_size;
+    s["active_size"] = seg.active_size;
+    s["requested_size"] = seg.requested_size;
+    s["stream"] = reinterpret_cast<uintptr_t>(seg.stream);
+    s["segment_type"] = seg.is_large ? "large" : "small";
+    s["is_expandable"] = seg.is_expandable;
+    py::list blocks;
+    size_t address = seg.address;
+    for (const auto& b : seg.blocks) {
+      py::dict bd;
+      bd["address"] = address;
+      bd["size"] = b.size;
+      bd["requested_size"] = b.requested_size;
+      bd["state"] = b.allocated ? "active_allocated" : (b.active ? "active_pending_free" : "inactive");
+      blocks.append(bd);
+      address += b.size;
+    }
+    s["blocks"] = blocks;
+    segments.append(s);
+  }
+  py::dict d;
+  d["segments"] = segments;
+  d["device_traces"] = py::list();
+  return d;
+}
+
+py::tuple stream_tuple(const NPUStream& s) {
+  return py::make_tuple(static_cast<int64_t>(s.id()), static_cast<int64_t>(s.device_index()),
+                        static_cast<int64_t>(kNPU));
+}
+
+}  // namespace
+}  // namespace torch_npu
+
+PYBIND11_MODULE(_C, m) {
+  using namespace torch_npu;
+  m.doc() = "torch_npu runtime bindings";
+  m.attr("__torch_version__") = NPU_TORCH_VERSION;
+  m.attr("__cann_version__") = NPU_CANN_VERSION;
+
+  m.def("_npu_init", [] {
+    ops::install_kernel_allocator();
+    set_blocking_hook(&release_gil_while);
+  });
+  m.def("_npu_getDeviceCount", [] { return static_cast<int>(device_count()); });
+  m.def("_npu_setDevice", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_npu_getDevice", [] { return static_cast<int>(current_device()); });
+  m.def("_npu_synchronize", [](int d) { wait_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_npu_getDeviceName", [](int d) {
+    check_device_index(static_cast<c10::DeviceIndex>(d));
+    return std::string(aclrtGetSocName());
+  });
+  m.def("_npu_getDeviceTotalMemory", [](int d) {
+    check_device_index(static_cast<c10::DeviceIndex>(d));
+    return static_cast<uint64_t>(aclsimDeviceCapacity(d));
+  });
+  m.def("_npu_isInBadFork", [] { return false; });
+
+  m.def("_npu_getCurrentStream", [](int d) { return stream_tuple(getCurrentNPUStream(static_cast<c10::DeviceIndex>(d))); });
+  m.def("_npu_getDefaultStream", [](int d) { return stream_tuple(getDefaultNPUStream(static_cast<c10::DeviceIndex>(d))); });
+  m.def("_npu_setStream", [](int64_t id, int64_t device, int64_t type) {
+    TORCH_CHECK(type == static_cast<int64_t>(kNPU), "expected an npu stream, got device type ", type);
+    setCurrentNPUStream(NPUStream(c10::Stream(c10::Stream::UNSAFE,
+                                              c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id)));
+  });
+  m.def("_npu_streamRawHandle", [](int64_t id, int64_t device) {
+    NPUStream s(c10::Stream(c10::Stream::UNSAFE, c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id));
+    return reinterpret_cast<uintptr_t>(s.stream());
+  });
+
+  m.def("_npu_memoryStats", [](int d) { return memory_stats(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_npu_resetAccumulatedMemoryStats", [](int d) {
+    check_device_index(static_cast<c10::DeviceIndex>(d));
+    NPUCachingAllocator::resetAccumulatedStats(static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_npu_resetPeakMemoryStats", [](int d) {
+    check_device_index(static_cast<c10::DeviceIndex>(d));
+    NPUCachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_npu_emptyCache", [] { NPUCachingAllocator::emptyCache(); });
+  m.def("_npu_memorySnapshot", &memory_snapshot);
+  m.def("_npu_setMemoryFraction", [](double fraction, int d) {
+    check_device_index(static_cast<c10::DeviceIndex>(d));
+    NPUCachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_npu_getMemInfo", [](int d) {
+    check_device_index(static_cast<c10::DeviceIndex>(d));
+    return NPUCachingAllocator::memGetInfo(static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_npu_cachingAllocator_raw_alloc", [](size_t size, uintptr_t stream) {
+    (void)stream;  // the current stream is used; a raw aclrtStream cannot name a pool slot
+    return reinterpret_cast<uintptr_t>(NPUCachingAllocator::raw_alloc(size));
+  });
+  m.def("_npu_cachingAllocator_raw_delete", [](uintptr_t p) { NPUCachingAllocator::raw_delete(reinterpret_cast<void*>(p)); });
+  m.def("_npu_setAllocatorSettings", [](const std::string& conf) { NPUCachingAllocator::setAllocatorSettings(conf); });
+
+  m.def("_npu_getDefaultGenerator", [](int d) {
+    const auto& gen = getDefaultNPUGenerator(static_cast<c10::DeviceIndex>(d));
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(gen));
+  });
+
+  m.def("_npu_copiedBytes", [](int kind) {
+    TORCH_CHECK(kind >= 0 && kind <= 3, "kind must be 0..3 (aclrtMemcpyKind), got ", kind);
+    return aclsimCopiedBytes(static_cast<aclrtMemcpyKind>(kind));
+  });
+  m.def("_npu_taskQueueEnabled", [] { return task_queue_enabled(); });
+}
