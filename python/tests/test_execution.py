@@ -1,0 +1,213 @@
+"""The execution path: zero-copy kernels, asynchrony, stream ordering, errors, OOM."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch_npu  # noqa: F401
+
+H2D, D2H = 1, 2
+
+
+def copied():
+    return torch_npu._C._npu_copiedBytes(H2D), torch_npu._C._npu_copiedBytes(D2H)
+
+
+def test_ops_match_cpu_and_stay_on_npu():
+    torch.manual_seed(0)
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    na, nb = a.npu(), b.npu()
+    out = torch.nn.functional.gelu(na @ nb).softmax(-1)
+    assert out.device == torch.device("npu:0")
+    torch.testing.assert_close(out.cpu(), torch.nn.functional.gelu(a @ b).softmax(-1))
+
+
+def test_no_hidden_copies():
+    x = torch.randn(256, 256, device="npu")
+    y = torch.randn(256, 256, device="npu")
+    out = torch.empty(256, 256, device="npu")
+    torch.npu.synchronize()
+    before = copied()
+    z = x + y                      # out-of-place
+    z.mul_(2)                      # in-place
+    torch.matmul(x, y, out=out)    # out=
+    v = z.view(-1)[:10]            # views
+    v.add_(1)
+    s = z.sum(dim=0)               # reduction
+    torch.npu.synchronize()
+    assert copied() == before, "npu ops moved bytes between host and device"
+    del s
+
+
+def test_views_alias_npu_memory():
+    x = torch.zeros(4, 4, device="npu")
+    row = x[1]
+    row.fill_(3)
+    x.t()[2].add_(1)               # a column, through a transposed view
+    expected = torch.zeros(4, 4)
+    expected[1] = 3
+    expected[:, 2] += 1
+    torch.testing.assert_close(x.cpu(), expected)
+    assert row.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
+def test_outputs_count_in_npu_memory():
+    torch.npu.synchronize()
+    base = torch.npu.memory_allocated()
+    x = torch.ones(1024, 1024, device="npu")          # 4 MiB
+    y = torch.nn.functional.layer_norm(x, (1024,))    # functional op: output from npu memory
+    assert torch.npu.memory_allocated() >= base + 2 * 4 * 2**20
+    del x, y
+    assert torch.npu.memory_allocated() == base
+
+
+def test_random_ops_follow_npu_generator():
+    torch.npu.manual_seed(123)
+    a = torch.randn(100, device="npu")
+    d1 = torch.nn.functional.dropout(torch.ones(100, device="npu"), 0.5)
+    torch.npu.manual_seed(123)
+    b = torch.randn(100, device="npu")
+    d2 = torch.nn.functional.dropout(torch.ones(100, device="npu"), 0.5)
+    torch.testing.assert_close(a.cpu(), b.cpu())
+    torch.testing.assert_close(d1.cpu(), d2.cpu())
+    torch.npu.manual_seed(123)
+    torch.randn(1000)  # drawing from the CPU generator does not move the npu one
+    c = torch.randn(100, device="npu")
+    torch.testing.assert_close(a.cpu(), c.cpu())
+    g = torch.Generator(device="npu").manual_seed(7)
+    e1 = torch.rand(10, device="npu", generator=g)
+    g.manual_seed(7)
+    e2 = torch.rand(10, device="npu", generator=g)
+    torch.testing.assert_close(e1.cpu(), e2.cpu())
+
+
+def test_convolution_forward_backward_matches_cpu():
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+    x = torch.randn(2, 3, 10, 10, requires_grad=True)
+    nconv = torch.nn.Conv2d(3, 8, 3, padding=1).npu()
+    nconv.load_state_dict(conv.state_dict())
+    nx = x.detach().npu().requires_grad_()
+    conv(x).square().sum().backward()
+    nconv(nx).square().sum().backward()
+    torch.testing.assert_close(nx.grad.cpu(), x.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(nconv.weight.grad.cpu(), conv.weight.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(nconv.bias.grad.cpu(), conv.bias.grad, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch_npu._C._npu_taskQueueEnabled(), reason="TASK_QUEUE_ENABLE=0")
+def test_kernels_run_asynchronously():
+    a = torch.randn(1536, 1536, device="npu")
+    b = torch.randn(1536, 1536, device="npu")
+    c = torch.empty(1536, 1536, device="npu")
+    torch.npu.synchronize()
+    start = torch.npu.Event()
+    for _ in range(3):
+        torch.matmul(a, b, out=c)   # several long kernels enqueued
+    start.record()
+    assert not start.query(), "the host waited for the kernels"
+    start.synchronize()
+    assert start.query()
+    torch.testing.assert_close(c.cpu(), a.cpu() @ b.cpu(), rtol=1e-3, atol=1e-3)
+
+
+def test_wait_stream_orders_streams():
+    side = torch.npu.Stream()
+    a = torch.randn(1024, 1024, device="npu")
+    b = torch.randn(1024, 1024, device="npu")
+    c = torch.empty(1024, 1024, device="npu")
+    torch.npu.synchronize()
+    with torch.npu.stream(side):
+        torch.matmul(a, b, out=c)
+        c.mul_(0.5)
+    torch.npu.current_stream().wait_stream(side)
+    d = c + 1                       # on the default stream, after side's work
+    torch.testing.assert_close(d.cpu(), a.cpu() @ b.cpu() * 0.5 + 1, rtol=1e-3, atol=1e-3)
+
+
+def test_kernel_error_surfaces_at_sync_and_stream_recovers():
+    x = torch.zeros(4, device="npu")
+    idx = torch.tensor([0, 9], device="npu")
+    with pytest.raises(RuntimeError, match="index"):
+        x.index_add_(0, idx, torch.ones(2, device="npu"))
+        torch.npu.synchronize()
+    y = torch.ones(3, device="npu") * 2
+    assert y.sum().item() == 6.0
+
+
+def test_mixed_devices_are_rejected():
+    a = torch.ones(2, device="npu:0")
+    with pytest.raises(RuntimeError, match="npu:0 and npu:1"):
+        a + torch.ones(2, device="npu:1")
+    with pytest.raises(RuntimeError, match="npu:0 and cpu"):
+        a + torch.ones(2)
+    assert (a + torch.tensor(1.0)).cpu().tolist() == [2.0, 2.0]  # 0-dim CPU scalars are fine
+
+
+def test_invalid_device_index():
+    with pytest.raises((RuntimeError, IndexError, ValueError), match="npu"):
+        torch.ones(1, device="npu:64")
+
+
+def test_oom_is_clear_and_recoverable():
+    script = textwrap.dedent("""
+        import torch, torch_npu
+        base = torch.npu.memory_allocated()
+        keep = torch.empty(600 * 2**20, dtype=torch.uint8, device="npu")
+        try:
+            torch.empty(600 * 2**20, dtype=torch.uint8, device="npu")
+        except torch.OutOfMemoryError as e:
+            msg = str(e)
+        else:
+            raise SystemExit("no OOM")
+        assert "NPU out of memory" in msg, msg
+        assert "Tried to allocate" in msg and "PYTORCH_NPU_ALLOC_CONF" in msg, msg
+        assert isinstance(torch.npu.OutOfMemoryError(), torch.OutOfMemoryError) or torch.npu.OutOfMemoryError is torch.OutOfMemoryError
+        del keep
+        x = torch.ones(10, device="npu") * 3
+        assert x.sum().item() == 30
+        del x
+        assert torch.npu.memory_allocated() == base
+        print("ok")
+    """)
+    env = dict(os.environ, ASCEND_SIM_HBM_BYTES=str(1024 * 2**20))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+def test_no_leak_over_training_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)).npu()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(16, 32, device="npu"), torch.randn(16, 1, device="npu")
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss
+
+    for _ in range(5):
+        step()
+    torch.npu.synchronize()
+    base = torch.npu.memory_allocated()
+    for _ in range(1000):
+        step()
+    torch.npu.synchronize()
+    assert torch.npu.memory_allocated() == base
+
+
+def test_sync_mode_runs_inline():
+    script = textwrap.dedent("""
+        import torch, torch_npu
+        assert not torch_npu._C._npu_taskQueueEnabled()
+        a = torch.randn(64, 64, device="npu"); b = torch.randn(64, 64, device="npu")
+        torch.testing.assert_close((a @ b).cpu(), a.cpu() @ b.cpu())
+        print("ok")
+    """)
+    env = dict(os.environ, TASK_QUEUE_ENABLE="0")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

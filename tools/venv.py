@@ -1,0 +1,36 @@
+"""Creates (or reuses) the venv of a version pair: .venv/<pt..> with its pinned torch.
+
+usage: python3 tools/venv.py <pair>        e.g. v2.13.0-8.5.0
+Prints the venv's python path. Test-only packages are installed alongside torch.
+"""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEST_PACKAGES = ["numpy", "expecttest", "pytest", "hypothesis"]
+
+
+def ensure(pair: str) -> str:
+    spec_path = os.path.join(ROOT, "versions", pair, "pair.json")
+    if not os.path.exists(spec_path):
+        raise SystemExit(f"unknown version pair {pair!r} (no {spec_path})")
+    with open(spec_path) as f:
+        spec = json.load(f)
+    venv = os.path.join(ROOT, spec["venv"])
+    python = os.path.join(venv, "bin", "python")
+    if not os.path.exists(python):
+        subprocess.check_call([sys.executable, "-m", "venv", venv])
+    probe = subprocess.run([python, "-c", "import torch, pytest, expecttest, numpy; print(torch.__version__)"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0 or probe.stdout.strip().split("+")[0] != spec["torch"]:
+        subprocess.check_call([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               f"torch=={spec['torch']}", *TEST_PACKAGES])
+    return python
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    print(ensure(sys.argv[1]))
