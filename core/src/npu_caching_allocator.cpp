@@ -1,0 +1,1359 @@
+// NPU caching allocator: CUDA caching-allocator semantics on top of the simulator's
+// aclrtMalloc/aclrtFree. See npu_caching_allocator.h for the public contract.
+//
+// Structure (one DeviceCachingAllocator per device, each with its own mutex):
+//  - A *segment* is one aclrtMalloc'ed range. It is carved into *blocks* kept in a
+//    doubly linked list (prev/next) in address order. Free blocks live in one of two
+//    pools (small: requests <= 1 MiB, 2 MiB segments; large: everything else), each an
+//    ordered set keyed by (stream, size, address) so a best-fit lookup for a stream is a
+//    lower_bound.
+//  - malloc: process completed record_stream events, best-fit search, otherwise
+//    aclrtMalloc a new segment; on failure release cached blocks (first only what is
+//    needed among oversize blocks, then every unsplit cached segment) and retry, then
+//    raise torch.OutOfMemoryError. A found block is split when the remainder is big
+//    enough; frees coalesce with free neighbours.
+//  - record_stream: at free time an event is recorded on every other stream that used
+//    the block; the block returns to its pool once all of them completed (checked
+//    lazily at the next malloc, or waited for by empty_cache / the OOM path).
+//  - Free markers (no CUDA counterpart): a block freed while its stream still has queued
+//    work gets an event recorded on that stream. The simulator's aclrtFree, unlike
+//    cudaFree, does not synchronise, so segments are only aclrtFree'd once their markers
+//    completed (empty_cache / OOM / gc wait for them). And since kernels here allocate at
+//    *execution* time on stream workers, not at enqueue time like the host, a worker
+//    allocation only reuses blocks whose marker completed (else a kernel queued before a
+//    host free could be handed memory that later-queued kernels still read). Host
+//    allocations reuse freed blocks at once, exactly as CUDA's allocator does.
+//
+// Threading: the allocator is called from host threads and from the simulator's stream
+// worker threads (kernels allocate their outputs). Nothing blocks while holding a device
+// mutex: waiting for events drops the lock, and worker threads never wait (they only
+// consume events that already completed) since the event they would wait for may sit
+// behind the kernel they are running.
+#include <torch_npu/core/npu_caching_allocator.h>
+#include <torch_npu/core/npu_stream.h>
+
+#include <acl/acl_rt.h>
+
+#include <c10/core/Allocator.h>
+#include <c10/util/Exception.h>
+#include <c10/util/irange.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cctype>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <iomanip>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace torch_npu::NPUCachingAllocator {
+
+namespace {
+
+using c10::CachingAllocator::Stat;
+using c10::CachingAllocator::StatArray;
+using c10::CachingAllocator::StatType;
+using c10::CachingAllocator::StatTypes;
+using c10::CachingDeviceAllocator::BlockInfo;
+
+constexpr size_t kMinBlockSize = 512;             // every size is a multiple of this
+constexpr size_t kSmallSize = 1048576;            // largest "small" request (1 MiB)
+constexpr size_t kSmallBuffer = 2097152;          // segment size of the small pool
+constexpr size_t kLargeBuffer = 20971520;         // segment for requests < kMinLargeAlloc
+constexpr size_t kMinLargeAlloc = 10485760;       // requests from here get their own size
+constexpr size_t kRoundLarge = 2097152;           // large segments round up to this
+constexpr size_t kMaxRequest = 1ULL << 60;        // 1 EiB: beyond is always an OOM
+constexpr size_t kMB = 1048576;
+constexpr int kMaxWorkerScan = 32;                // pending-marker blocks a worker skips
+
+const char* const kConfEnv = "PYTORCH_NPU_ALLOC_CONF";
+
+// ---------------------------------------------------------------------------------
+// Configuration (PYTORCH_NPU_ALLOC_CONF)
+// ---------------------------------------------------------------------------------
+
+struct Config {
+  size_t max_split_size = std::numeric_limits<size_t>::max();
+  double garbage_collection_threshold = 0.0;
+  bool expandable_segments = false;
+  size_t base_addr_aligned_kb = 16;  // accepted (real torch_npu key); no effect here
+  bool page_size_1g = false;         // accepted (real torch_npu key); no effect here
+  // roundup_power2_divisions: `limits[i]` (bytes, ascending) pairs with `divisions[i]`;
+  // a size below limits[i] (and not below an earlier limit) uses divisions[i]; sizes past
+  // the last limit use `divisions_rest`. A single value sets only `divisions_rest`.
+  std::vector<size_t> limits;
+  std::vector<size_t> divisions;
+  size_t divisions_rest = 0;
+
+  size_t roundup_divisions(size_t size) const {
+    for (const auto i : c10::irange(limits.size())) {
+      if (size < limits[i]) {
+        return divisions[i];
+      }
+    }
+    return divisions_rest;
+  }
+};
+
+bool is_pow2(size_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+std::string trim(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+// Splits on `sep` at bracket depth 0.
+std::vector<std::string> split_top(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : s) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == sep && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+// Parses a whole non-negative integer; false on anything else.
+bool parse_uint(const std::string& s, size_t* out) {
+  if (s.empty() || s.size() > 18) return false;
+  size_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<size_t>(c - '0');
+  }
+  *out = v;
+  return true;
+}
+
+bool parse_double(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size() || errno != 0) return false;
+  *out = v;
+  return true;
+}
+
+[[noreturn]] void conf_error(const std::string& key, const std::string& value,
+                             const std::string& expected) {
+  TORCH_CHECK(false, kConfEnv, ": invalid value '", value, "' for key '", key,
+              "': expected ", expected, ".");
+}
+
+void parse_roundup(const std::string& value, Config* c) {
+  const char* expected =
+      "a power of 2 (e.g. roundup_power2_divisions:4) or a list of "
+      "<size_mb>:<divisions> with power-of-2 sizes and power-of-2 (or 0) divisions, "
+      "optionally ending in >:<divisions> (e.g. [256:1,512:2,>:4])";
+  const std::string key = "roundup_power2_divisions";
+  if (value.empty() || value.front() != '[') {
+    size_t d = 0;
+    if (!parse_uint(value, &d) || !is_pow2(d)) conf_error(key, value, expected);
+    c->divisions_rest = d;
+    return;
+  }
+  if (value.back() != ']') conf_error(key, value, expected);
+  const std::string body = value.substr(1, value.size() - 2);
+  size_t last_limit = 0;
+  bool saw_rest = false;
+  for (const auto& item_raw : split_top(body, ',')) {
+    const std::string item = trim(item_raw);
+    const auto colon = item.find(':');
+    if (colon == std::string::npos || saw_rest) conf_error(key, value, expected);
+    const std::string k = trim(item.substr(0, colon));
+    const std::string v = trim(item.substr(colon + 1));
+    size_t d = 0;
+    if (!parse_uint(v, &d) || (d != 0 && !is_pow2(d))) conf_error(key, value, expected);
+    if (k == ">") {
+      c->divisions_rest = d;
+      saw_rest = true;
+      continue;
+    }
+    size_t mb = 0;
+    if (!parse_uint(k, &mb) || !is_pow2(mb) || mb > (1ULL << 30)) {
+      conf_error(key, value, expected);
+    }
+    const size_t limit = mb * kMB;
+    TORCH_CHECK(limit > last_limit, kConfEnv, ": invalid value '", value, "' for key '",
+                key, "': interval sizes must be increasing.");
+    c->limits.push_back(limit);
+    c->divisions.push_back(d);
+    last_limit = limit;
+  }
+}
+
+Config parse_config(const std::string& conf) {
+  Config c;
+  const std::string all = trim(conf);
+  if (all.empty()) return c;
+  for (const auto& opt_raw : split_top(all, ',')) {
+    const std::string opt = trim(opt_raw);
+    if (opt.empty()) continue;
+    const auto colon = opt.find(':');
+    TORCH_CHECK(colon != std::string::npos, kConfEnv, ": option '", opt,
+                "' is not of the form key:value (options are comma-separated "
+                "key:value pairs, e.g. max_split_size_mb:128,expandable_segments:False).");
+    const std::string key = trim(opt.substr(0, colon));
+    const std::string value = trim(opt.substr(colon + 1));
+    if (key == "max_split_size_mb") {
+      size_t mb = 0;
+      const size_t min_mb = kLargeBuffer / kMB;
+      if (!parse_uint(value, &mb) || mb <= min_mb) {
+        conf_error(key, value, "an integer number of MiB greater than " +
+                                   std::to_string(min_mb));
+      }
+      mb = std::min(mb, std::numeric_limits<size_t>::max() / kMB);
+      c.max_split_size = mb * kMB;
+    } else if (key == "garbage_collection_threshold") {
+      double t = 0;
+      if (!parse_double(value, &t) || !(t > 0.0 && t < 1.0)) {
+        conf_error(key, value, "a number in the open interval (0.0, 1.0)");
+      }
+      c.garbage_collection_threshold = t;
+    } else if (key == "expandable_segments") {
+      if (value == "True") {
+        c.expandable_segments = true;
+      } else if (value == "False") {
+        c.expandable_segments = false;
+      } else {
+        conf_error(key, value, "True or False");
+      }
+    } else if (key == "roundup_power2_divisions") {
+      parse_roundup(value, &c);
+    } else if (key == "base_addr_aligned_kb") {
+      size_t kb = 0;
+      if (!parse_uint(value, &kb) || kb > 16) {
+        conf_error(key, value, "an integer between 0 and 16");
+      }
+      c.base_addr_aligned_kb = kb;
+    } else if (key == "page_size") {
+      std::string v = value;
+      for (auto& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (v != "1g" && v != "1gb") conf_error(key, value, "1g");
+      c.page_size_1g = true;
+    } else {
+      TORCH_CHECK(false, kConfEnv, ": unrecognized key '", key,
+                  "'. Expected one of: max_split_size_mb, garbage_collection_threshold, "
+                  "expandable_segments, roundup_power2_divisions, base_addr_aligned_kb, "
+                  "page_size.");
+    }
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------
+
+std::string format_size(uint64_t size) {
+  std::ostringstream os;
+  os.precision(2);
+  os << std::fixed;
+  if (size <= 1024) {
+    os << size << " bytes";
+  } else if (size <= 1048576) {
+    os << (static_cast<double>(size) / 1024.0) << " KiB";
+  } else if (size <= 1073741824ULL) {
+    os << (static_cast<double>(size) / 1048576.0) << " MiB";
+  } else {
+    os << (static_cast<double>(size) / 1073741824.0) << " GiB";
+  }
+  return os.str();
+}
+
+// Makes `device` current on this thread for the scope (no-op if it already is).
+class DeviceSwitch {
+ public:
+  explicit DeviceSwitch(c10::DeviceIndex device) {
+    int32_t cur = -1;
+    if (aclrtGetDevice(&cur) != ACL_SUCCESS) cur = -1;
+    prev_ = cur;
+    if (cur != device) {
+      NPU_CHECK(aclrtSetDevice(device));
+      switched_ = true;
+    }
+  }
+  ~DeviceSwitch() {
+    if (switched_ && prev_ >= 0) (void)aclrtSetDevice(prev_);
+  }
+  DeviceSwitch(const DeviceSwitch&) = delete;
+  DeviceSwitch& operator=(const DeviceSwitch&) = delete;
+
+ private:
+  int32_t prev_ = -1;
+  bool switched_ = false;
+};
+
+// Events used by record_stream, recycled per device (never destroyed: an event may be
+// waited on with no allocator lock held).
+class EventPool {
+ public:
+  aclrtEvent get(c10::DeviceIndex device) {
+    aclrtEvent e = try_get(device);
+    if (e == nullptr) {
+      DeviceSwitch sw(device);
+      NPU_CHECK(aclrtCreateEvent(&e));  // reports the simulator's error
+    }
+    return e;
+  }
+  // nullptr if no event could be created.
+  aclrtEvent try_get(c10::DeviceIndex device) {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto& v = free_[device];
+      if (!v.empty()) {
+        aclrtEvent e = v.back();
+        v.pop_back();
+        return e;
+      }
+    }
+    int32_t prev = -1;
+    if (aclrtGetDevice(&prev) != ACL_SUCCESS) prev = -1;
+    if (prev != device && aclrtSetDevice(device) != ACL_SUCCESS) return nullptr;
+    aclrtEvent e = nullptr;
+    if (aclrtCreateEvent(&e) != ACL_SUCCESS) e = nullptr;
+    if (prev != device && prev >= 0) (void)aclrtSetDevice(prev);
+    return e;
+  }
+  void put(c10::DeviceIndex device, aclrtEvent e) {
+    std::lock_guard<std::mutex> g(mu_);
+    free_[device].push_back(e);
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<c10::DeviceIndex, std::vector<aclrtEvent>> free_;
+};
+
+EventPool& event_pool() {
+  static auto* p = new EventPool();  // leaked on purpose (used until process exit)
+  return *p;
+}
+
+// A stream that used a block (record_stream), resolved to its simulator handle.
+struct StreamUse {
+  aclrtStream stream;
+  c10::DeviceIndex device;
+  bool operator==(const StreamUse& o) const { return stream == o.stream; }
+};
+
+// ---------------------------------------------------------------------------------
+// Blocks and pools
+// ---------------------------------------------------------------------------------
+
+struct BlockPool;
+
+struct Block {
+  c10::DeviceIndex device;
+  aclrtStream stream;  // allocation stream (all blocks of a segment share it)
+  size_t size;
+  size_t requested_size = 0;
+  BlockPool* pool;
+  char* ptr;
+  bool allocated = false;
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  int event_count = 0;               // outstanding record_stream events
+  // Free marker: recorded on `stream` when the block was freed while the stream still
+  // had queued work. Until it completes, that work may still touch the memory, so the
+  // block may be reused by host-side (enqueue-time) allocations only, not by kernels
+  // allocating at execution time on a stream worker, and it may not be aclrtFree'd.
+  // A merged block keeps the newest marker (markers of one stream complete in order).
+  aclrtEvent free_event = nullptr;
+  uint64_t free_event_seq = 0;
+  std::vector<StreamUse> stream_uses;  // streams recorded since allocation
+  int64_t gc_count_base = 0;         // pool's get_free_block count when it entered the pool
+
+  Block(c10::DeviceIndex d, aclrtStream s, size_t sz, BlockPool* p, char* pt)
+      : device(d), stream(s), size(sz), pool(p), ptr(pt) {}
+
+  bool is_split() const { return prev != nullptr || next != nullptr; }
+};
+
+struct BlockLess {
+  bool operator()(const Block* a, const Block* b) const {
+    const auto sa = reinterpret_cast<uintptr_t>(a->stream);
+    const auto sb = reinterpret_cast<uintptr_t>(b->stream);
+    if (sa != sb) return sa < sb;
+    if (a->size != b->size) return a->size < b->size;
+    return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+  }
+};
+
+struct BlockPool {
+  explicit BlockPool(bool small) : is_small(small) {}
+  std::set<Block*, BlockLess> blocks;
+  const bool is_small;
+  int64_t get_free_blocks_call_count = 0;
+
+  void insert(Block* b) {
+    b->gc_count_base = get_free_blocks_call_count;
+    blocks.insert(b);
+  }
+  int64_t gc_count(const Block* b) const { return get_free_blocks_call_count - b->gc_count_base; }
+};
+
+struct AllocParams {
+  AllocParams(c10::DeviceIndex device, size_t size, aclrtStream stream, BlockPool* pool,
+              size_t alloc_size)
+      : search_key(device, stream, size, pool, nullptr), pool(pool), alloc_size(alloc_size) {}
+  c10::DeviceIndex device() const { return search_key.device; }
+  aclrtStream stream() const { return search_key.stream; }
+  size_t size() const { return search_key.size; }
+
+  Block search_key;
+  BlockPool* pool;
+  size_t alloc_size;
+  Block* block = nullptr;
+  StatTypes stat_types = {false};
+  bool on_worker = false;  // allocating at execution time from a stream worker
+};
+
+// ---------------------------------------------------------------------------------
+// Per-device allocator
+// ---------------------------------------------------------------------------------
+
+class DeviceCachingAllocator {
+ public:
+  DeviceCachingAllocator(c10::DeviceIndex device, const Config* config)
+      : device_(device), config_(config), large_(false), small_(true) {}
+
+  std::mutex& mutex() { return mutex_; }
+
+  Block* malloc(size_t orig_size, aclrtStream stream) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (orig_size >= kMaxRequest) {
+      stats_.num_ooms += 1;
+      TORCH_CHECK_WITH(OutOfMemoryError, false,
+                       "NPU out of memory. Tried to allocate more than 1EB memory.");
+    }
+    process_events();
+
+    const size_t size = round_size(orig_size);
+    BlockPool& pool = size <= kSmallSize ? small_ : large_;
+    AllocParams params(device_, size, stream, &pool, allocation_size(size));
+    params.stat_types = stat_types_for(pool);
+    params.on_worker = aclsimOnWorkerThread() != 0;
+
+    bool found = get_free_block(params);
+    if (!found) {
+      if (set_fraction_ && config_->garbage_collection_threshold > 0.0) {
+        garbage_collect_cached_blocks(lock);
+      }
+      found = alloc_block(params, false) ||
+              (release_available_cached_blocks(params, lock) && alloc_block(params, false)) ||
+              (release_cached_blocks(lock) && alloc_block(params, true));
+    }
+    if (!found) {
+      raise_oom(params.alloc_size);  // throws
+    }
+    TORCH_INTERNAL_ASSERT(params.block != nullptr && params.block->ptr != nullptr);
+    return alloc_found_block(params, orig_size, should_split(params.block, params.size()));
+  }
+
+  void free(Block* block) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    block->allocated = false;
+    const StatTypes types = stat_types_for(*block->pool);
+    for_each_type(types, [&](size_t t) {
+      stats_.allocation[t].decrease(1);
+      stats_.allocated_bytes[t].decrease(block->size);
+      stats_.requested_bytes[t].decrease(block->requested_size);
+    });
+    if (block->size >= config_->max_split_size) stats_.oversize_allocations.decrease(1);
+    const auto size = block->size;
+    const auto ptr = block->ptr;
+    mark_free(block);
+    if (!block->stream_uses.empty()) {
+      insert_events(block);
+    } else {
+      free_block(block);
+    }
+    c10::reportMemoryUsageToProfiler(
+        ptr, -static_cast<int64_t>(size),
+        static_cast<size_t>(stats_.allocated_bytes[0].current),
+        static_cast<size_t>(stats_.reserved_bytes[0].current),
+        c10::Device(c10::DeviceType::PrivateUse1, device_));
+  }
+
+  void record_stream(Block* block, StreamUse use) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (use.stream == block->stream) return;
+    if (std::find(block->stream_uses.begin(), block->stream_uses.end(), use) ==
+        block->stream_uses.end()) {
+      block->stream_uses.push_back(use);
+    }
+  }
+
+  void empty_cache() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    release_cached_blocks(lock);
+  }
+
+  DeviceStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    DeviceStats s = stats_;
+    s.max_split_size = static_cast<int64_t>(config_->max_split_size);
+    return s;
+  }
+
+  void reset_accumulated() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (StatArray* a : stat_arrays()) {
+      for (auto& s : *a) s.reset_accumulated();
+    }
+    stats_.oversize_allocations.reset_accumulated();
+    stats_.oversize_segments.reset_accumulated();
+    stats_.num_alloc_retries = 0;
+    stats_.num_ooms = 0;
+    stats_.num_sync_all_streams = 0;
+    stats_.num_device_alloc = 0;
+    stats_.num_device_free = 0;
+    stats_.num_oom_rejections = 0;
+  }
+
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (StatArray* a : stat_arrays()) {
+      for (auto& s : *a) s.reset_peak();
+    }
+    stats_.oversize_allocations.reset_peak();
+    stats_.oversize_segments.reset_peak();
+  }
+
+  void set_memory_fraction(double fraction) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const size_t total = aclsimDeviceCapacity(device_);
+    allowed_memory_maximum_ =
+        static_cast<size_t>(fraction * static_cast<double>(total));
+    set_fraction_ = true;
+  }
+
+  void snapshot(std::vector<SegmentInfo>* out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<const Block*> heads;
+    for (const BlockPool* pool : {&large_, &small_}) {
+      for (const Block* b : pool->blocks) {
+        if (b->prev == nullptr) heads.push_back(b);
+      }
+    }
+    for (const Block* b : active_blocks_) {
+      if (b->prev == nullptr) heads.push_back(b);
+    }
+    std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) {
+      return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+    });
+    for (const Block* head : heads) {
+      SegmentInfo seg;
+      seg.device = device_;
+      seg.address = reinterpret_cast<size_t>(head->ptr);
+      seg.stream = head->stream;
+      seg.is_large = !head->pool->is_small;
+      seg.is_expandable = false;
+      for (const Block* b = head; b != nullptr; b = b->next) {
+        BlockInfo bi;
+        bi.size = b->size;
+        bi.requested_size = b->requested_size;
+        bi.allocated = b->allocated;
+        bi.active = b->allocated || b->event_count > 0 || !b->stream_uses.empty();
+        bi.gc_counter = static_cast<int32_t>(b->pool->gc_count(b));
+        seg.total_size += bi.size;
+        if (bi.allocated) seg.allocated_size += bi.size;
+        if (bi.active) {
+          seg.active_size += bi.size;
+          seg.requested_size += bi.requested_size;
+        }
+        seg.blocks.push_back(std::move(bi));
+      }
+      out->push_back(std::move(seg));
+    }
+  }
+
+
+ private:
+  template <typename F>
+  static void for_each_type(const StatTypes& types, F f) {
+    for (const auto t : c10::irange(types.size())) {
+      if (types[t]) f(t);
+    }
+  }
+
+  static StatTypes stat_types_for(const BlockPool& pool) {
+    StatTypes t = {false};
+    t[static_cast<size_t>(StatType::AGGREGATE)] = true;
+    t[static_cast<size_t>(pool.is_small ? StatType::SMALL_POOL : StatType::LARGE_POOL)] = true;
+    return t;
+  }
+
+  std::vector<StatArray*> stat_arrays() {
+    return {&stats_.allocation,     &stats_.segment,         &stats_.active,
+            &stats_.inactive_split, &stats_.allocated_bytes, &stats_.reserved_bytes,
+            &stats_.active_bytes,   &stats_.inactive_split_bytes,
+            &stats_.requested_bytes};
+  }
+
+  size_t round_size(size_t size) const {
+    if (size < kMinBlockSize) return kMinBlockSize;
+    const size_t divisions = config_->roundup_divisions(size);
+    if (divisions > 1 && size > kMinBlockSize * divisions) {
+      return roundup_power2_next_division(size, divisions);
+    }
+    return kMinBlockSize * ((size + kMinBlockSize - 1) / kMinBlockSize);
+  }
+
+  // Rounds up to the next of `divisions` equal steps between two powers of two.
+  static size_t roundup_power2_next_division(size_t size, size_t divisions) {
+    if (is_pow2(size)) return size;
+    size_t floor2 = size_t{1} << (63 - __builtin_clzll(size));
+    const size_t step = floor2 >> (63 - __builtin_clzll(divisions));
+    if (step == 0) return floor2 << 1;
+    const size_t down = size & ~(step - 1);
+    return down == size ? size : down + step;
+  }
+
+  static size_t allocation_size(size_t size) {
+    if (size <= kSmallSize) return kSmallBuffer;
+    if (size < kMinLargeAlloc) return kLargeBuffer;
+    return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
+  }
+
+  bool should_split(const Block* block, size_t size) const {
+    const size_t remaining = block->size - size;
+    if (block->pool->is_small) return remaining >= kMinBlockSize;
+    return size < config_->max_split_size && remaining > kSmallSize;
+  }
+
+  bool get_free_block(AllocParams& p) {
+    BlockPool& pool = *p.pool;
+    if (set_fraction_ && config_->garbage_collection_threshold > 0.0) {
+      ++pool.get_free_blocks_call_count;  // ages cached blocks for the gc
+    }
+    const size_t max_split = config_->max_split_size;
+    // Best fit among this stream's blocks. An allocation made by a kernel at execution
+    // time skips blocks whose free marker is pending (bounded scan).
+    int scanned = 0;
+    for (auto it = pool.blocks.lower_bound(&p.search_key);
+         it != pool.blocks.end() && (*it)->stream == p.stream(); ++it) {
+      Block* b = *it;
+      // Don't hand an oversize block to a small request, nor a much bigger oversize
+      // block to an oversize request (larger candidates only get worse).
+      if (p.size() < max_split && b->size >= max_split) return false;
+      if (p.size() >= max_split && b->size >= p.size() + kLargeBuffer) return false;
+      if (p.on_worker && !exec_safe(b)) {
+        if (++scanned >= kMaxWorkerScan) return false;
+        continue;
+      }
+      p.block = b;  // a pending marker is dropped by alloc_found_block
+      pool.blocks.erase(it);
+      return true;
+    }
+    return false;
+  }
+
+  // ---- free markers --------------------------------------------------------------
+
+  // Called on every free (any thread); never throws: it runs inside DataPtr deleters.
+  void mark_free(Block* block) noexcept {
+    aclrtStreamStatus st = ACL_STREAM_STATUS_COMPLETE;
+    if (aclrtStreamQuery(block->stream, &st) == ACL_SUCCESS &&
+        st == ACL_STREAM_STATUS_COMPLETE) {
+      return;  // nothing queued can still use it
+    }
+    aclrtEvent ev = event_pool().try_get(device_);
+    if (ev == nullptr) return;
+    if (aclrtRecordEvent(ev, block->stream) != ACL_SUCCESS) {
+      event_pool().put(device_, ev);
+      return;
+    }
+    drop_marker(block);
+    block->free_event = ev;
+    block->free_event_seq = ++marker_seq_;
+  }
+
+  void drop_marker(Block* block) {
+    if (block->free_event) {
+      event_pool().put(device_, block->free_event);
+      block->free_event = nullptr;
+      block->free_event_seq = 0;
+    }
+  }
+
+  // True when no queued work can touch the block any more (its marker completed).
+  bool exec_safe(Block* block) {
+    if (!block->free_event) return true;
+    aclrtEventRecordedStatus status = ACL_EVENT_RECORDED_STATUS_COMPLETE;
+    NPU_CHECK(aclrtQueryEventStatus(block->free_event, &status));
+    if (status != ACL_EVENT_RECORDED_STATUS_COMPLETE) return false;
+    drop_marker(block);
+    return true;
+  }
+
+  // dst absorbs src's marker if it is newer than its own.
+  void merge_marker(Block* dst, Block* src) {
+    if (!src->free_event) return;
+    if (!dst->free_event || src->free_event_seq > dst->free_event_seq) {
+      drop_marker(dst);
+      dst->free_event = src->free_event;
+      dst->free_event_seq = src->free_event_seq;
+      src->free_event = nullptr;
+    } else {
+      drop_marker(src);
+    }
+  }
+
+  // Before returning cached segments with aclrtFree: waits (lock dropped) for pending
+  // record_stream events if `stream_events`, and for the free markers of unsplit
+  // cached blocks selected by `pred`. Stream workers never wait (what they would wait
+  // for may be queued behind the kernel they run); they release only what is safe.
+  template <typename Pred>
+  void wait_before_release(std::unique_lock<std::mutex>& lock, bool stream_events,
+                           Pred pred) {
+    if (aclsimOnWorkerThread()) return;
+    std::vector<aclrtEvent> waits;
+    if (stream_events) {
+      for (const auto& [stream, q] : events_) {
+        for (const auto& [ev, pending] : q) {
+          waits.push_back(ev);
+          if (pending.block->free_event) waits.push_back(pending.block->free_event);
+        }
+      }
+    }
+    for (BlockPool* pool : {&large_, &small_}) {
+      for (Block* b : pool->blocks) {
+        if (b->free_event && !b->is_split() && pred(b)) waits.push_back(b->free_event);
+      }
+    }
+    if (waits.empty()) return;
+    // The events stay valid while unlocked: pooled events are never destroyed, and a
+    // reused one only makes the wait longer.
+    lock.unlock();
+    for (aclrtEvent ev : waits) {
+      // A failed kernel still completes the event; its error is reported by the
+      // stream's own synchronisation, not here.
+      (void)aclrtSynchronizeEvent(ev);
+    }
+    lock.lock();
+  }
+
+  bool alloc_block(AllocParams& p, bool is_retry) {
+    const size_t size = p.alloc_size;
+    if (is_retry) stats_.num_alloc_retries += 1;
+    if (set_fraction_ && total_reserved_ + size > allowed_memory_maximum_) {
+      return false;
+    }
+    void* ptr = nullptr;
+    aclError err;
+    {
+      DeviceSwitch sw(device_);
+      err = aclrtMalloc(&ptr, size, ACL_MEM_MALLOC_HUGE_FIRST);
+    }
+    if (err == ACL_ERROR_RT_MEMORY_ALLOCATION) return false;
+    NPU_CHECK(err);
+    total_reserved_ += size;
+    p.block = new Block(device_, p.stream(), size, p.pool, static_cast<char*>(ptr));
+    for_each_type(p.stat_types, [&](size_t t) {
+      stats_.segment[t].increase(1);
+      stats_.reserved_bytes[t].increase(size);
+    });
+    if (size >= config_->max_split_size) stats_.oversize_segments.increase(1);
+    stats_.num_device_alloc += 1;
+    return true;
+  }
+
+  Block* alloc_found_block(AllocParams& p, size_t orig_size, bool split_remainder) {
+    const size_t size = p.size();
+    BlockPool* pool = p.pool;
+    Block* block = p.block;
+    const bool already_split = block->is_split();
+    if (split_remainder) {
+      Block* remaining = block;
+      block = new Block(device_, p.stream(), size, pool, remaining->ptr);
+      block->prev = remaining->prev;
+      if (block->prev) block->prev->next = block;
+      block->next = remaining;
+      remaining->prev = block;
+      remaining->ptr += size;
+      remaining->size -= size;
+      pool->insert(remaining);
+      if (already_split) {
+        // An inactive split block shrinks by `size`.
+        for_each_type(p.stat_types,
+                      [&](size_t t) { stats_.inactive_split_bytes[t].decrease(size); });
+      } else {
+        // A whole block becomes split: its remainder is a new inactive split block.
+        for_each_type(p.stat_types, [&](size_t t) {
+          stats_.inactive_split_bytes[t].increase(remaining->size);
+          stats_.inactive_split[t].increase(1);
+        });
+      }
+    } else if (already_split) {
+      // An inactive split block becomes active as a whole.
+      for_each_type(p.stat_types, [&](size_t t) {
+        stats_.inactive_split_bytes[t].decrease(block->size);
+        stats_.inactive_split[t].decrease(1);
+      });
+    }
+    // The allocated part needs no free marker (a host allocation is ordered after the
+    // work it guarded; a worker only got here with a completed one); a split-off
+    // remainder keeps it.
+    drop_marker(block);
+    block->allocated = true;
+    block->requested_size = orig_size;
+    active_blocks_.insert(block);
+    for_each_type(p.stat_types, [&](size_t t) {
+      stats_.allocation[t].increase(1);
+      stats_.allocated_bytes[t].increase(block->size);
+      stats_.active[t].increase(1);
+      stats_.active_bytes[t].increase(block->size);
+      stats_.requested_bytes[t].increase(block->requested_size);
+    });
+    if (block->size >= config_->max_split_size) stats_.oversize_allocations.increase(1);
+    c10::reportMemoryUsageToProfiler(
+        block->ptr, static_cast<int64_t>(block->size),
+        static_cast<size_t>(stats_.allocated_bytes[0].current),
+        static_cast<size_t>(stats_.reserved_bytes[0].current),
+        c10::Device(c10::DeviceType::PrivateUse1, device_));
+    return block;
+  }
+
+  // Returns `block` (no longer allocated, no pending events) to its pool, merging it
+  // with free neighbours.
+  void free_block(Block* block) {
+    TORCH_INTERNAL_ASSERT(!block->allocated && block->event_count == 0 &&
+                          block->stream_uses.empty());
+    const size_t original_size = block->size;
+    BlockPool& pool = *block->pool;
+    int64_t net_split_blocks = 0;
+    int64_t net_split_bytes = 0;
+    for (Block* candidate : {block->prev, block->next}) {
+      const size_t subsumed = try_merge_blocks(block, candidate, pool);
+      if (subsumed > 0) {
+        net_split_blocks -= 1;
+        net_split_bytes -= static_cast<int64_t>(subsumed);
+      }
+    }
+    active_blocks_.erase(block);
+    pool.insert(block);
+    if (block->is_split()) {
+      net_split_blocks += 1;
+      net_split_bytes += static_cast<int64_t>(block->size);
+    }
+    for_each_type(stat_types_for(pool), [&](size_t t) {
+      if (net_split_blocks > 0) {
+        stats_.inactive_split[t].increase(static_cast<size_t>(net_split_blocks));
+      } else if (net_split_blocks < 0) {
+        stats_.inactive_split[t].decrease(static_cast<size_t>(-net_split_blocks));
+      }
+      if (net_split_bytes > 0) {
+        stats_.inactive_split_bytes[t].increase(static_cast<size_t>(net_split_bytes));
+      } else if (net_split_bytes < 0) {
+        stats_.inactive_split_bytes[t].decrease(static_cast<size_t>(-net_split_bytes));
+      }
+      stats_.active[t].decrease(1);
+      stats_.active_bytes[t].decrease(original_size);
+    });
+  }
+
+  // Merges free neighbour `src` into `dst`; returns the bytes subsumed (0 if none).
+  size_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
+    if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty()) {
+      return 0;
+    }
+    if (dst->prev == src) {
+      dst->ptr = src->ptr;
+      dst->prev = src->prev;
+      if (dst->prev) dst->prev->next = dst;
+    } else {
+      dst->next = src->next;
+      if (dst->next) dst->next->prev = dst;
+    }
+    merge_marker(dst, src);
+    const size_t subsumed = src->size;
+    dst->size += subsumed;
+    pool.blocks.erase(src);
+    delete src;
+    return subsumed;
+  }
+
+  void insert_events(Block* block) {
+    std::vector<StreamUse> uses;
+    uses.swap(block->stream_uses);
+    for (const StreamUse& u : uses) {
+      aclrtEvent ev = event_pool().get(u.device);
+      {
+        DeviceSwitch sw(u.device);
+        NPU_CHECK(aclrtRecordEvent(ev, u.stream));
+      }
+      block->event_count += 1;
+      events_[u.stream].emplace_back(ev, PendingEvent{u.device, block});
+    }
+  }
+
+  struct PendingEvent {
+    c10::DeviceIndex device;
+    Block* block;
+  };
+
+  // Consumes completed record_stream events (in order per stream); a block whose
+  // last event completed returns to its pool.
+  void process_events() {
+    for (auto it = events_.begin(); it != events_.end();) {
+      auto& q = it->second;
+      while (!q.empty()) {
+        auto& [ev, pending] = q.front();
+        aclrtEventRecordedStatus status = ACL_EVENT_RECORDED_STATUS_COMPLETE;
+        NPU_CHECK(aclrtQueryEventStatus(ev, &status));
+        if (status != ACL_EVENT_RECORDED_STATUS_COMPLETE) break;
+        event_pool().put(pending.device, ev);
+        Block* block = pending.block;
+        q.pop_front();
+        if (--block->event_count == 0) free_block(block);
+      }
+      it = q.empty() ? events_.erase(it) : std::next(it);
+    }
+  }
+
+  // Frees enough oversize cached blocks (>= max_split_size) of this stream to fit the
+  // request: the smallest single one that is big enough, else the largest ones.
+  bool release_available_cached_blocks(const AllocParams& p,
+                                       std::unique_lock<std::mutex>& lock) {
+    const size_t max_split = config_->max_split_size;
+    if (max_split == std::numeric_limits<size_t>::max()) return false;
+    BlockPool& pool = *p.pool;
+    wait_before_release(lock, false, [&](const Block* b) {
+      return b->pool == &pool && b->stream == p.stream() && b->size >= max_split;
+    });
+    Block key(p.device(), p.stream(), std::max(p.size(), max_split), &pool, nullptr);
+    auto it = pool.blocks.lower_bound(&key);
+    if (it == pool.blocks.end() || (*it)->stream != p.stream()) {
+      if (it == pool.blocks.begin()) return false;
+      size_t released = 0;
+      --it;  // largest block of a stream <= this one
+      while (released < key.size && (*it)->size >= max_split &&
+             (*it)->stream == p.stream()) {
+        auto cur = it;
+        const bool first = cur == pool.blocks.begin();
+        if (!first) --it;
+        Block* b = *cur;
+        if (!b->is_split() && exec_safe(b)) {
+          released += b->size;
+          release_block(b);
+        }
+        if (first) break;
+      }
+      return released >= key.size;
+    }
+    if ((*it)->is_split() || !exec_safe(*it)) return false;
+    release_block(*it);
+    return true;
+  }
+
+  // Returns every unsplit cached segment to the device (after waiting for
+  // record_stream events). Always returns true (as CUDA's does).
+  bool release_cached_blocks(std::unique_lock<std::mutex>& lock) {
+    stats_.num_sync_all_streams += 1;
+    wait_before_release(lock, true, [](const Block*) { return true; });
+    process_events();
+    release_blocks(large_);
+    release_blocks(small_);
+    return true;
+  }
+
+  void release_blocks(BlockPool& pool) {
+    for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
+      Block* b = *it;
+      ++it;
+      if (!b->is_split() && exec_safe(b)) release_block(b);
+    }
+  }
+
+  void release_block(Block* block) {
+    TORCH_INTERNAL_ASSERT(!block->is_split() && block->free_event == nullptr);
+    {
+      DeviceSwitch sw(device_);
+      NPU_CHECK(aclrtFree(block->ptr));
+    }
+    total_reserved_ -= block->size;
+    const StatTypes types = stat_types_for(*block->pool);
+    for_each_type(types, [&](size_t t) {
+      stats_.segment[t].decrease(1);
+      stats_.reserved_bytes[t].decrease(block->size);
+    });
+    if (block->size >= config_->max_split_size) stats_.oversize_segments.decrease(1);
+    stats_.num_device_free += 1;
+    block->pool->blocks.erase(block);
+    delete block;
+  }
+
+  // Frees the least recently reused unsplit large blocks until reserved memory is back
+  // under garbage_collection_threshold * allowed memory.
+  void garbage_collect_cached_blocks(std::unique_lock<std::mutex>& lock) {
+    const size_t threshold = static_cast<size_t>(
+        config_->garbage_collection_threshold * static_cast<double>(allowed_memory_maximum_));
+    if (total_reserved_ <= threshold) return;
+    wait_before_release(lock, false, [this](const Block* b) { return b->pool == &large_; });
+    if (total_reserved_ <= threshold) return;
+    const size_t target = total_reserved_ - threshold;
+    double total_age = 0.0;
+    int64_t freeable = 0;
+    for (const Block* b : large_.blocks) {
+      if (!b->is_split()) {
+        total_age += static_cast<double>(large_.gc_count(b));
+        ++freeable;
+      }
+    }
+    if (freeable == 0) return;
+    size_t reclaimed = 0;
+    bool freed = true;
+    while (reclaimed < target && freed && freeable > 0) {
+      const double age_threshold = total_age / static_cast<double>(freeable);
+      freed = false;
+      for (auto it = large_.blocks.begin(); it != large_.blocks.end();) {
+        Block* b = *it;
+        ++it;
+        if (!b->is_split() && static_cast<double>(large_.gc_count(b)) >= age_threshold &&
+            exec_safe(b)) {
+          freed = true;
+          reclaimed += b->size;
+          total_age -= static_cast<double>(large_.gc_count(b));
+          --freeable;
+          release_block(b);
+        }
+      }
+    }
+  }
+
+  [[noreturn]] void raise_oom(size_t alloc_size) {
+    size_t device_free = 0, device_total = 0;
+    {
+      DeviceSwitch sw(device_);
+      if (aclrtGetMemInfo(ACL_HBM_MEM, &device_free, &device_total) != ACL_SUCCESS) {
+        device_total = aclsimDeviceCapacity(device_);
+        device_free = device_total >= total_reserved_ ? device_total - total_reserved_ : 0;
+      }
+    }
+    std::string allowed_info;
+    if (set_fraction_) allowed_info = format_size(allowed_memory_maximum_) + " allowed; ";
+    stats_.num_ooms += 1;
+    const auto allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
+    const auto reserved = static_cast<size_t>(stats_.reserved_bytes[0].current);
+    c10::reportOutOfMemoryToProfiler(static_cast<int64_t>(alloc_size), allocated, reserved,
+                                     c10::Device(c10::DeviceType::PrivateUse1, device_));
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false, "NPU out of memory. Tried to allocate ",
+        format_size(alloc_size), " (NPU ", static_cast<int>(device_), "; ",
+        format_size(device_total), " total capacity; ", format_size(allocated),
+        " already allocated; ", format_size(device_free), " free; ", allowed_info,
+        format_size(reserved),
+        " reserved in total by PyTorch) If reserved memory is >> allocated memory try "
+        "setting max_split_size_mb to avoid fragmentation. See documentation for Memory "
+        "Management and PYTORCH_NPU_ALLOC_CONF. Cached blocks were already released for "
+        "this request; torch.npu.empty_cache() returns memory cached by this process "
+        "to the device.");
+  }
+
+  const c10::DeviceIndex device_;
+  const Config* config_;  // owned by the global state; read under mutex_
+  std::mutex mutex_;
+  DeviceStats stats_;
+  BlockPool large_;
+  BlockPool small_;
+  std::unordered_set<Block*> active_blocks_;  // allocated or waiting for events
+  std::unordered_map<aclrtStream, std::deque<std::pair<aclrtEvent, PendingEvent>>> events_;
+  size_t total_reserved_ = 0;
+  uint64_t marker_seq_ = 0;
+  size_t allowed_memory_maximum_ = 0;
+  bool set_fraction_ = false;
+};
+
+// ---------------------------------------------------------------------------------
+// Process-wide state
+// ---------------------------------------------------------------------------------
+
+void local_raw_delete(void* ptr);
+
+class State {
+ public:
+  // Lazily creates the per-device allocators and parses PYTORCH_NPU_ALLOC_CONF.
+  void ensure_init() {
+    std::call_once(init_flag_, [this] {
+      const char* env = std::getenv(kConfEnv);
+      Config c = parse_config(env ? env : "");
+      const auto n = torch_npu::device_count();
+      install_config(std::move(c));
+      devices_.reserve(static_cast<size_t>(n));
+      for (const auto d : c10::irange(n)) {
+        devices_.push_back(std::make_unique<DeviceCachingAllocator>(
+            static_cast<c10::DeviceIndex>(d), &config_));
+      }
+      initialized_.store(true);
+    });
+  }
+
+  bool initialized() const { return initialized_.load(); }
+
+  DeviceCachingAllocator& device(c10::DeviceIndex d) {
+    ensure_init();
+    torch_npu::check_device_index(d);
+    TORCH_CHECK(d >= 0 && static_cast<size_t>(d) < devices_.size(),
+                "Invalid NPU device index ", static_cast<int>(d), ": ", devices_.size(),
+                " NPU device(s) available");
+    return *devices_[static_cast<size_t>(d)];
+  }
+
+  size_t num_devices() {
+    ensure_init();
+    return devices_.size();
+  }
+
+  void set_settings(const std::string& conf) {
+    ensure_init();
+    Config c = parse_config(conf);  // validate before touching anything
+    std::vector<std::unique_lock<std::mutex>> locks;
+    for (auto& d : devices_) locks.emplace_back(d->mutex());
+    install_config(std::move(c));
+  }
+
+  void* malloc(c10::DeviceIndex dev, size_t size, aclrtStream stream) {
+    if (size == 0) return nullptr;
+    Block* block = device(dev).malloc(size, stream);
+    std::lock_guard<std::mutex> g(blocks_mutex_);
+    allocated_blocks_.emplace(block->ptr, block);
+    return block->ptr;
+  }
+
+  void free(void* ptr) {
+    if (!ptr) return;
+    Block* block = nullptr;
+    {
+      std::lock_guard<std::mutex> g(blocks_mutex_);
+      auto it = allocated_blocks_.find(static_cast<char*>(ptr));
+      TORCH_CHECK(it != allocated_blocks_.end(),
+                  "NPU caching allocator: invalid device pointer ", ptr,
+                  " (not allocated by this allocator, or already freed)");
+      block = it->second;
+      allocated_blocks_.erase(it);
+    }
+    devices_[static_cast<size_t>(block->device)]->free(block);
+  }
+
+  Block* find_allocated(void* ptr) {
+    std::lock_guard<std::mutex> g(blocks_mutex_);
+    auto it = allocated_blocks_.find(static_cast<char*>(ptr));
+    return it == allocated_blocks_.end() ? nullptr : it->second;
+  }
+
+  // The allocated block whose range contains `ptr` (interior pointers included).
+  Block* find_containing(void* ptr, void** base, size_t* size) {
+    std::lock_guard<std::mutex> g(blocks_mutex_);
+    auto it = allocated_blocks_.upper_bound(static_cast<char*>(ptr));
+    if (it == allocated_blocks_.begin()) return nullptr;
+    --it;
+    Block* b = it->second;
+    // The block stays allocated while it is in the map (the map entry is removed
+    // before the block is freed), so its ptr/size are stable here.
+    if (static_cast<char*>(ptr) >= b->ptr + b->size) return nullptr;
+    *base = b->ptr;
+    if (size) *size = b->size;
+    return b;
+  }
+
+ private:
+  void install_config(Config c) {
+    if (c.expandable_segments && !config_.expandable_segments) {
+      TORCH_WARN_ONCE(kConfEnv,
+                      ": expandable_segments:True is accepted, but the NPU simulator "
+                      "does not expand segments: memory is reserved in fixed segments "
+                      "as with expandable_segments:False.");
+    }
+    config_ = std::move(c);
+  }
+
+  std::once_flag init_flag_;
+  std::atomic<bool> initialized_{false};
+  Config config_;
+  std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
+  std::mutex blocks_mutex_;
+  std::map<char*, Block*> allocated_blocks_;
+};
+
+State& state() {
+  static auto* s = new State();  // leaked on purpose: DataPtrs may die after main()
+  return *s;
+}
+
+void local_raw_delete(void* ptr) { state().free(ptr); }
+
+aclrtStream acl_stream_of(c10::Stream stream) {
+  return torch_npu::NPUStream(stream).stream();
+}
+
+// ---------------------------------------------------------------------------------
+// The c10::DeviceAllocator registered for PrivateUse1
+// ---------------------------------------------------------------------------------
+
+class NPUCachingAllocatorImpl final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    return NPUCachingAllocator::allocate(nbytes, torch_npu::current_device());
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &local_raw_delete; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    if (count > 0) std::memcpy(dest, src, count);  // device memory is host memory
+  }
+
+  bool initialized() override { return state().initialized(); }
+
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
+    NPUCachingAllocator::emptyCache();
+  }
+
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    NPUCachingAllocator::recordStream(ptr, stream);
+  }
+
+  DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    return NPUCachingAllocator::getDeviceStats(device);
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    NPUCachingAllocator::resetAccumulatedStats(device);
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    NPUCachingAllocator::resetPeakStats(device);
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    return NPUCachingAllocator::memGetInfo(device);
+  }
+};
+
+c10::DeviceIndex resolve_device(c10::DeviceIndex device) {
+  return device < 0 ? torch_npu::current_device() : device;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------
+// Public API
+// ---------------------------------------------------------------------------------
+
+c10::DeviceAllocator* get() {
+  static auto* instance = new NPUCachingAllocatorImpl();  // leaked on purpose
+  return instance;
+}
+
+void* raw_alloc(size_t nbytes) {
+  if (nbytes == 0) return nullptr;
+  const auto device = torch_npu::current_device();
+  const auto stream = torch_npu::getCurrentNPUStream(device);
+  return state().malloc(device, nbytes, stream.stream());
+}
+
+void* raw_alloc_with_stream(size_t nbytes, c10::Stream stream) {
+  if (nbytes == 0) return nullptr;
+  return state().malloc(stream.device_index(), nbytes, acl_stream_of(stream));
+}
+
+void raw_delete(void* ptr) { state().free(ptr); }
+
+c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device) {
+  device = resolve_device(device);
+  const c10::Device dev(c10::DeviceType::PrivateUse1, device);
+  if (nbytes == 0) {
+    return c10::DataPtr(nullptr, dev);
+  }
+  const auto stream = torch_npu::getCurrentNPUStream(device);
+  void* ptr = state().malloc(device, nbytes, stream.stream());
+  return c10::DataPtr(ptr, ptr, &local_raw_delete, dev);
+}
+
+void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+  if (!ptr.get()) return;
+  // Memory not from this allocator (e.g. from_blob) has nothing to delay.
+  if (ptr.get_deleter() != &local_raw_delete) return;
+  Block* block = state().find_allocated(ptr.get_context());
+  TORCH_CHECK(block != nullptr, "recordStream: no allocated NPU block found for pointer ",
+              ptr.get_context());
+  StreamUse use{acl_stream_of(stream), stream.device_index()};
+  state().device(block->device).record_stream(block, use);
+}
+
+void emptyCache() {
+  auto& s = state();
+  for (const auto d : c10::irange(s.num_devices())) {
+    s.device(static_cast<c10::DeviceIndex>(d)).empty_cache();
+  }
+}
+
+DeviceStats getDeviceStats(c10::DeviceIndex device) {
+  return state().device(resolve_device(device)).stats();
+}
+
+void resetAccumulatedStats(c10::DeviceIndex device) {
+  state().device(resolve_device(device)).reset_accumulated();
+}
+
+void resetPeakStats(c10::DeviceIndex device) {
+  state().device(resolve_device(device)).reset_peak();
+}
+
+std::vector<SegmentInfo> snapshot() {
+  std::vector<SegmentInfo> out;
+  auto& s = state();
+  for (const auto d : c10::irange(s.num_devices())) {
+    s.device(static_cast<c10::DeviceIndex>(d)).snapshot(&out);
+  }
+  return out;
+}
+
+void setMemoryFraction(double fraction, c10::DeviceIndex device) {
+  TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "invalid fraction:", fraction,
+              ". Please set within [0, 1].");
+  state().device(resolve_device(device)).set_memory_fraction(fraction);
+}
+
+std::pair<size_t, size_t> memGetInfo(c10::DeviceIndex device) {
+  device = resolve_device(device);
+  torch_npu::check_device_index(device);
+  size_t free_bytes = 0, total_bytes = 0;
+  DeviceSwitch sw(device);
+  NPU_CHECK(aclrtGetMemInfo(ACL_HBM_MEM, &free_bytes, &total_bytes));
+  return {free_bytes, total_bytes};
+}
+
+void* getBaseAllocation(void* ptr, size_t* size) {
+  if (!ptr) return nullptr;
+  void* base = nullptr;
+  if (state().find_containing(ptr, &base, size) == nullptr) return nullptr;
+  return base;
+}
+
+void setAllocatorSettings(const std::string& conf) { state().set_settings(conf); }
+
+}  // namespace torch_npu::NPUCachingAllocator
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, torch_npu::NPUCachingAllocator::get());
