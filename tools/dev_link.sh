@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 config="${1:-pt213_cann85}"
 bazel build "//python:torch_npu/_C.so" //python:version_py "--config=$config"
 ln -sf "$(pwd)/bazel-bin/python/torch_npu/_C.so" python/torch_npu/_C.so
-cp -f bazel-bin/python/torch_npu/version.py python/torch_npu/version.py
+ln -sf "$(pwd)/bazel-bin/python/torch_npu/version.py" python/torch_npu/version.py
