@@ -150,6 +150,14 @@ PYBIND11_MODULE(_C, m) {
     return reinterpret_cast<uintptr_t>(s.stream());
   });
 
+  m.def("_npu_eventElapsedTime", [](uintptr_t start, uintptr_t end, int device) {
+    check_device_index(static_cast<c10::DeviceIndex>(device));
+    TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
+    float ms = 0;
+    NPU_CHECK(aclrtEventElapsedTime(&ms, reinterpret_cast<aclrtEvent>(start), reinterpret_cast<aclrtEvent>(end)));
+    return static_cast<double>(ms);
+  });
+
   m.def("_npu_memoryStats", [](int d) { return memory_stats(static_cast<c10::DeviceIndex>(d)); });
   m.def("_npu_resetAccumulatedMemoryStats", [](int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));

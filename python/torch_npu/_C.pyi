@@ -41,3 +41,12 @@ def _npu_getDefaultGenerator(device: int) -> torch.Generator: ...
 # ---- simulator introspection (tests) -----------------------------------------------
 def _npu_copiedBytes(kind: int) -> int: ...   # kind: 1 H2D, 2 D2H, 3 D2D
 def _npu_taskQueueEnabled() -> bool: ...       # TASK_QUEUE_ENABLE (default 1)
+
+# ---- events ------------------------------------------------------------------------
+# torch.Event.elapsed_time() only accepts an exact torch.Event (a Py_TYPE check), so
+# torch.npu.Event times through this. Ids are torch.Event.event_id (the aclrtEvent); ms.
+def _npu_eventElapsedTime(start_event: int, end_event: int, device_index: int) -> float: ...
+
+# Not provided by the simulator (the Python side raises a clear RuntimeError):
+# _npu_getStreamFromExternal (ExternalStream: pool-indexed stream ids cannot name a foreign
+# aclrtStream) and _npu_getDeviceUtilizationRate (the simulator keeps no busy-time samples).

@@ -1,0 +1,245 @@
+// Internal declarations of the NPU simulator driver (not installed, not a public API).
+//
+// Layout:
+//   device.cpp  - device profiles and environment, runtime singleton, per-device memory
+//                 arena and sub-allocator, pinned host memory, error messages.
+//   stream.cpp  - streams (task queue + worker thread), events, shutdown.
+//   api.cpp     - the C functions of acl/acl_rt.h: argument checks and dispatch.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "acl/acl_rt.h"
+
+namespace aclsim {
+
+// Allocation granularity and alignment of aclrtMalloc.
+constexpr size_t kGranule = size_t(2) << 20;
+
+// ---- errors ------------------------------------------------------------------------
+// Sets the calling thread's recent error message (printf-style) and returns `code`.
+aclError Fail(aclError code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void SetRecentError(const std::string& msg);
+const char* RecentError();
+// "1.50 GiB" style rendering for messages.
+std::string FormatBytes(size_t bytes);
+
+// ---- memory arena ----------------------------------------------------------------
+// One per device: a memfd of the device capacity mapped MAP_SHARED|MAP_NORESERVE,
+// created at the first allocation. Allocations are 2 MiB aligned and rounded up to
+// 2 MiB; free ranges are kept in two indexes (by offset, for coalescing; by size, for
+// best fit).
+class Arena {
+ public:
+  void Init(int device, size_t capacity);
+  aclError Allocate(size_t size, void** out);  // sets the recent error on failure
+  aclError Free(void* ptr);                    // ptr must start an allocation
+  // Maps the arena if not yet done. Returns ACL_SUCCESS or an allocation error.
+  aclError EnsureMapped();
+  // Cheap range check against the mapping (no lock).
+  bool InMapping(const void* p) const {
+    const char* b = base_.load(std::memory_order_acquire);
+    return b != nullptr && static_cast<const char*>(p) >= b &&
+           static_cast<const char*>(p) < b + map_size_;
+  }
+  // True when [p, p+len) lies inside one live allocation (len 0 = just p).
+  bool InAllocation(const void* p, size_t len) const;
+  size_t Used() const;
+  char* base() const { return base_.load(std::memory_order_acquire); }
+  size_t map_size() const { return map_size_; }
+  int fd() const { return fd_; }
+
+ private:
+  void InsertFree(size_t off, size_t len);  // with coalescing; mu_ held
+  void EraseFree(std::map<size_t, size_t>::iterator it);
+
+  int device_ = 0;
+  size_t capacity_ = 0;  // reported capacity
+  size_t map_size_ = 0;  // capacity rounded down to the granule
+  std::atomic<char*> base_{nullptr};
+  int fd_ = -1;
+  std::mutex create_mu_;
+  mutable std::shared_mutex mu_;
+  std::map<size_t, size_t> free_by_off_;               // offset -> length
+  std::set<std::pair<size_t, size_t>> free_by_size_;   // (length, offset)
+  std::map<size_t, size_t> allocs_;                    // offset -> rounded length
+  size_t used_ = 0;
+};
+
+// ---- tasks, streams, events ---------------------------------------------------------
+enum TaskKind : uint8_t {
+  kTaskKernel,
+  kTaskCallback,
+  kTaskMemcpy,
+  kTaskMemset,
+  kTaskEventRecord,
+  kTaskEventWait,
+  kTaskEventReset,
+};
+
+constexpr size_t kTaskNameLen = 56;
+
+// Small POD task; stored by value in the stream's queue (no allocation per task).
+struct Task {
+  uint8_t kind;
+  int32_t value;     // memset byte
+  void* fn;          // aclsimKernelFn / aclrtCallback
+  void* a;           // userData / dst / Event*
+  const void* b;     // src
+  uint64_t n;        // byte count / event generation
+  char name[kTaskNameLen];  // kernel name (copied, truncated)
+};
+
+// Fixed-size chunk of a stream's queue. Chunks are chained; the worker takes the whole
+// chain at once and hands emptied chunks back to a small per-stream free list, so a
+// steady stream of launches allocates nothing and a burst never copies queued tasks.
+struct TaskBlock {
+  static constexpr int kTasks = 256;
+  int count = 0;
+  TaskBlock* next = nullptr;
+  Task tasks[kTasks];
+};
+
+struct Event;
+
+struct Stream {
+  static constexpr uint32_t kMagic = 0x5354524dU;  // "STRM"
+  std::atomic<uint32_t> magic{kMagic};
+  int device = 0;
+  bool is_default = false;
+  uint32_t priority = 0, flags = 0;
+
+  // Enqueue a task; starts the worker on first use. Never blocks on task execution.
+  aclError Enqueue(const Task& t);
+  // Blocks until every task enqueued before the call has run (condvar, no spinning).
+  void WaitIdle();
+  bool Idle() const {
+    return completed_.load(std::memory_order_acquire) >=
+           enqueued_.load(std::memory_order_acquire);
+  }
+  // Pending task error ("<name>: <msg>"), consumed by the caller. False if none.
+  bool TakeError(std::string* msg);
+  // Drains, stops and joins the worker. If `restartable` (aclFinalize), later enqueues
+  // start a new worker; otherwise (stream destruction, process exit) later tasks run
+  // inline on the calling thread, after anything still queued.
+  void Shutdown(bool restartable);
+  bool IsCurrentWorker() const;
+  ~Stream();
+
+ private:
+  aclError StartWorkerLocked();  // mu_ held
+  void WorkerMain();
+  void Run(Task& t, char* errbuf, size_t errlen);
+  void MarkDone();
+  void RecordError(const char* name, const char* msg, int rc);
+
+  std::mutex mu_;  // guards the queue, free list, sleeping_, stop_, started_, worker_
+  std::condition_variable work_cv_;
+  TaskBlock* head_ = nullptr;  // queued tasks, oldest first
+  TaskBlock* tail_ = nullptr;
+  TaskBlock* free_ = nullptr;  // emptied blocks kept for reuse
+  int free_count_ = 0;
+  bool sleeping_ = false;
+  bool stop_ = false;
+  bool started_ = false;
+  bool inline_ = false;  // worker gone for good (process exit)
+  std::thread worker_;
+  std::thread::id worker_id_;
+
+  std::atomic<uint64_t> enqueued_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<int> sync_waiters_{0};
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+
+  std::atomic<bool> has_error_{false};
+  std::mutex err_mu_;
+  std::string error_;
+  int error_count_ = 0;
+};
+
+struct Event {
+  static constexpr uint32_t kMagic = 0x45564e54U;  // "EVNT"
+  std::atomic<uint32_t> magic{kMagic};
+  uint32_t flags = 0;
+  std::atomic<int> refs{1};                 // handle + queued tasks
+  std::atomic<uint64_t> recorded{0};        // generation of the latest record call
+  std::atomic<uint64_t> completed{0};       // latest generation executed
+  std::atomic<int64_t> stamp_ns{-1};        // steady clock at the latest completion
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int> waiters{0};
+
+  void Ref() { refs.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  void Complete(uint64_t gen);  // run by a worker
+  void Reset();                 // run by a worker
+  void WaitFor(uint64_t gen);   // blocks (condvar) until completed >= gen
+  bool Done(uint64_t gen) const {
+    return completed.load(std::memory_order_acquire) >= gen;
+  }
+};
+
+int64_t NowNs();
+
+// ---- devices and runtime ---------------------------------------------------------------
+struct Device {
+  int id = 0;        // logical (visible) id
+  int physical = 0;  // physical id before ASCEND_RT_VISIBLE_DEVICES renumbering
+  size_t capacity = 0;
+  Arena arena;
+
+  std::atomic<Stream*> default_stream{nullptr};
+  std::mutex mu;  // guards streams, orphan_*
+  std::vector<std::shared_ptr<Stream>> streams;  // includes the default stream
+  std::string orphan_error;  // errors left by destroyed streams
+  int orphan_count = 0;
+
+  Stream* DefaultStream();  // created on first use
+  std::vector<std::shared_ptr<Stream>> Snapshot();
+};
+
+struct Runtime {
+  std::string soc;
+  size_t capacity = 0;
+  int physical_count = 0;
+  std::vector<std::unique_ptr<Device>> devices;
+  std::atomic<uint64_t> copied[4] = {};
+  std::mutex host_mu;
+  std::unordered_map<void*, size_t> host_allocs;
+  std::atomic<bool> explicit_init{false};
+  std::atomic<bool> exiting{false};
+  bool forked_child = false;
+
+  int count() const { return static_cast<int>(devices.size()); }
+};
+
+// Initialises on first use (reads the environment once).
+Runtime& RT();
+// Per-thread current device (default 0; stream workers: their stream's device).
+int& CurrentDevice();
+// nullptr and sets an ACL_ERROR_RT_INVALID_DEVICEID message when invalid.
+Device* DeviceOrFail(int id, const char* api, aclError* err);
+// Device owning ptr (inside a live allocation), or nullptr. O(#devices + log n).
+Device* FindDevice(const void* ptr, size_t len);
+// Stream of the calling worker thread, or nullptr on a host thread.
+Stream* CurrentWorkerStream();
+// Drain and join every worker. `exiting`: the process is ending (no restart).
+void ShutdownAllStreams(bool exiting);
+
+}  // namespace aclsim

@@ -1,0 +1,39 @@
+"""Shared fixtures of the torch_npu Python tests.
+
+The tests import whatever ``torch_npu`` is importable: the installed wheel (nox,
+CI), the Bazel runfiles (``bazel test //python:tests``), or the source tree with
+``PYTHONPATH=python`` after ``tools/dev_link.sh``.
+"""
+
+import os
+import sys
+
+import pytest
+
+import torch  # noqa: E402
+import torch_npu  # noqa: E402,F401
+
+
+@pytest.fixture(autouse=True)
+def _restore_npu_state():
+    """Each test starts on device 0 with default streams, and leaves it that way."""
+    torch.npu.set_device(0)
+    yield
+    torch.npu.synchronize()
+    torch.npu.set_device(0)
+    for idx in range(torch.npu.device_count()):
+        torch.npu.set_stream(torch.npu.default_stream(idx))
+
+
+def run_python(code: str, env=None, timeout: float = 300):
+    """Run ``code`` in a fresh interpreter importing the same torch_npu as the tests."""
+    import subprocess
+
+    env = dict(env or {})
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
+    paths = [package_root, env.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
+    full_env = dict(os.environ)
+    full_env.update(env)
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
+                          text=True, timeout=timeout)

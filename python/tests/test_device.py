@@ -1,0 +1,251 @@
+"""torch.npu device functions: selection, context managers, properties, errors."""
+
+import os
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import torch_npu
+from conftest import run_python
+
+GiB = 1024 ** 3
+
+
+def expected_count():
+    visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+    return 8 if visible is None else len([v for v in visible.split(",") if v])
+
+
+def test_availability_and_count():
+    assert torch.npu.is_available()
+    assert torch.npu.device_count() == expected_count()
+    torch.npu.init()
+    assert torch.npu.is_initialized()
+    assert not torch.npu._is_in_bad_fork()
+
+
+@pytest.mark.parametrize("spelling", [1, "npu:1", torch.device("npu", 1), "1"])
+def test_set_device_spellings(spelling):
+    torch.npu.set_device(spelling)
+    assert torch.npu.current_device() == 1
+    assert torch.empty(2, device="npu").device == torch.device("npu", 1)
+
+
+def test_set_device_negative_is_noop():
+    torch.npu.set_device(2)
+    torch.npu.set_device(-1)
+    assert torch.npu.current_device() == 2
+
+
+def test_invalid_device_index():
+    count = torch.npu.device_count()
+    with pytest.raises(RuntimeError) as info:
+        torch.npu.set_device(count)
+    message = str(info.value)
+    assert "set_device" in message and "'device'" in message and f"[0, {count - 1}]" in message
+    # Also catchable as torch_npu's AssertionError("Invalid device id").
+    with pytest.raises(AssertionError, match="Invalid device id"):
+        torch.npu.get_device_name(count + 3)
+    with pytest.raises(AssertionError, match="get_device_properties"):
+        torch.npu.get_device_properties(-2)
+    assert torch.npu.current_device() == 0
+
+
+@pytest.mark.parametrize("bad, error, text", [
+    (1.5, TypeError, "got float"),
+    (True, TypeError, "got bool"),
+    ("cuda:0", ValueError, "must be an npu device"),
+    ("npu:x", ValueError, "not a valid device string"),
+    ([0], TypeError, "got list"),
+])
+def test_wrong_device_arguments(bad, error, text):
+    with pytest.raises(error, match=text):
+        torch.npu.set_device(bad)
+    with pytest.raises(error, match="argument 'device'"):
+        torch.npu.synchronize(bad)
+
+
+def test_device_context_manager():
+    assert torch.npu.current_device() == 0
+    with torch.npu.device(3):
+        assert torch.npu.current_device() == 3
+        with torch.npu.device("npu:5"):
+            assert torch.npu.current_device() == 5
+            assert torch.zeros(1, device="npu").device.index == 5
+        assert torch.npu.current_device() == 3
+    assert torch.npu.current_device() == 0
+    with torch.npu.device(None):
+        assert torch.npu.current_device() == 0
+    with torch.npu.device(-1):
+        assert torch.npu.current_device() == 0
+
+
+def test_device_context_restores_after_error():
+    with pytest.raises(ZeroDivisionError):
+        with torch.npu.device(2):
+            1 / 0
+    assert torch.npu.current_device() == 0
+
+
+def test_device_of():
+    t = torch.ones(2, device="npu:4")
+    with torch.npu.device_of(t):
+        assert torch.npu.current_device() == 4
+    assert torch.npu.current_device() == 0
+    with torch.npu.device_of(torch.ones(2)):  # a cpu tensor: no-op
+        assert torch.npu.current_device() == 0
+
+
+def test_device_name_and_properties():
+    assert torch.npu.get_device_name() == "Ascend910B1"
+    assert torch.npu.get_device_name(7) == "Ascend910B1"
+    props = torch.npu.get_device_properties("npu:1")
+    assert props.name == "Ascend910B1"
+    assert props.total_memory == 64 * GiB
+    assert props.multi_processor_count > 0 and props.cube_core_num > 0
+    assert props.vector_core_num > 0 and props.L2_cache_size > 0
+    assert repr(props) == "_NPUDeviceProperties(name='Ascend910B1', total_memory=65536MB)"
+    assert torch.npu.get_soc_version() == "Ascend910B1"
+
+
+def test_device_capability(monkeypatch):
+    monkeypatch.delenv("TORCH_NPU_DEVICE_CAPABILITY", raising=False)
+    with pytest.warns(UserWarning, match="TORCH_NPU_DEVICE_CAPABILITY"):
+        assert torch.npu.get_device_capability() is None
+    monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "8.0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.npu.get_device_capability(0) == (8, 0)
+    monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "eight")
+    with pytest.warns(UserWarning, match="Cannot parse"):
+        assert torch.npu.get_device_capability() is None
+
+
+def test_peer_access():
+    assert torch.npu.can_device_access_peer(0, 1)
+    assert torch.npu.can_device_access_peer("npu:3", torch.device("npu:2"))
+    assert not torch.npu.can_device_access_peer(1, 1)
+    with pytest.raises(AssertionError, match="peer_device"):
+        torch.npu.can_device_access_peer(0, 42)
+
+
+def test_synchronize_waits_for_work():
+    a = torch.randn(256, 256, device="npu")
+    b = a @ a
+    torch.npu.synchronize()
+    torch.npu.synchronize("npu:0")
+    torch.npu.synchronize(torch.device("npu", 1))
+    assert torch.npu.current_stream().query()
+    torch.testing.assert_close(b.cpu(), a.cpu() @ a.cpu(), rtol=1e-4, atol=1e-4)
+
+
+def test_mem_get_info():
+    free, total = torch.npu.mem_get_info()
+    assert total == 64 * GiB
+    assert 0 < free <= total
+    assert torch.npu.mem_get_info(1)[1] == 64 * GiB
+
+
+def test_utilization():
+    if not hasattr(torch_npu._C, "_npu_getDeviceUtilizationRate"):
+        with pytest.raises(RuntimeError, match="not supported by this build"):
+            torch.npu.utilization()
+    else:
+        assert 0 <= torch.npu.utilization() <= 100
+
+
+def test_misc_queries():
+    assert torch.npu.is_bf16_supported()
+    assert torch.npu.is_support_inf_nan()
+    with pytest.warns(UserWarning):
+        assert torch.npu.current_blas_handle() is None
+    torch.npu.set_sync_debug_mode("warn")
+    assert torch.npu.get_sync_debug_mode() == 1
+    torch.npu.set_sync_debug_mode(0)
+    assert torch.npu.get_sync_debug_mode() == 0
+    with pytest.raises(RuntimeError, match="debug_mode"):
+        torch.npu.set_sync_debug_mode("loud")
+
+
+def test_config_options():
+    torch.npu.set_option({"ACL_PRECISION_MODE": "must_keep_origin_dtype", "ACL_AICORE_NUM": 8})
+    assert torch.npu.get_option("ACL_PRECISION_MODE") == "must_keep_origin_dtype"
+    assert torch.npu.get_option("ACL_AICORE_NUM") == "8"
+    assert torch.npu.get_option("NEVER_SET") is None
+    with pytest.raises(ValueError, match="ACL_PRECISION_MODE"):
+        torch.npu.set_option({"ACL_PRECISION_MODE": "fastest"})
+    with pytest.raises(ValueError, match="ACL_AICORE_NUM"):
+        torch.npu.set_option({"ACL_AICORE_NUM": 99})
+    with pytest.raises(TypeError, match="dict"):
+        torch.npu.set_option(["ACL_PRECISION_MODE"])
+    torch.npu.set_compile_mode(jit_compile=False)
+    assert torch.npu.is_jit_compile_false()
+    torch.npu.set_compile_mode(jit_compile=True)
+    assert not torch.npu.is_jit_compile_false()
+    torch.npu.set_compile_mode(jit_compile=False)
+
+
+def test_hf32_and_internal_format_flags():
+    assert torch.npu.matmul.allow_hf32 is False
+    assert torch.npu.conv.allow_hf32 is True
+    torch.npu.matmul.allow_hf32 = True
+    torch.npu.conv.allow_hf32 = False
+    try:
+        assert torch.npu.matmul.allow_hf32 is True
+        assert torch.npu.conv.allow_hf32 is False
+        assert torch.npu.get_option("ALLOW_MATMUL_HF32") == "enable"
+    finally:
+        torch.npu.matmul.allow_hf32 = False
+        torch.npu.conv.allow_hf32 = True
+    with pytest.raises(TypeError, match="allow_hf32"):
+        torch.npu.matmul.allow_hf32 = "yes"
+    with pytest.raises(AttributeError, match="allow_tf32"):
+        torch.npu.matmul.allow_tf32 = True
+    assert torch_npu.npu.config.allow_internal_format is False
+    torch_npu.npu.config.allow_internal_format = True
+    assert torch.npu.config.allow_internal_format is True
+    torch_npu.npu.config.allow_internal_format = False
+
+
+def test_cann_version():
+    from torch_npu import version
+
+    assert torch_npu.utils.get_cann_version() == version.cann_version
+    assert torch_npu.utils.get_cann_version(module="RUNTIME") == version.cann_version
+    assert torch.npu.get_cann_version() == version.cann_version
+    with pytest.raises(ValueError, match="module"):
+        torch_npu.utils.get_cann_version("GPU")
+    assert torch_npu.utils._is_gte_cann_version("8.0.RC1")
+    assert torch_npu.utils._is_gte_cann_version(version.cann_version)
+    assert not torch_npu.utils._is_gte_cann_version("99.0.0")
+
+
+def test_visible_devices_env():
+    code = "import torch, torch_npu; print('COUNT', torch.npu.device_count())"
+    result = run_python(code, env={"ASCEND_RT_VISIBLE_DEVICES": "2,3",
+                                   "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "COUNT 2" in result.stdout
+
+
+def test_forked_child_cannot_use_npu():
+    code = textwrap.dedent("""
+        import os, torch, torch_npu
+        torch.ones(1, device="npu")
+        pid = os.fork()
+        if pid == 0:
+            ok = torch.npu._is_in_bad_fork() and not torch.npu.is_initialized()
+            try:
+                torch.npu.init()
+                ok = False
+            except RuntimeError as err:
+                ok = ok and "spawn" in str(err)
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print("CHILD", os.waitstatus_to_exitcode(status))
+    """)
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "CHILD 0" in result.stdout

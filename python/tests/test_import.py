@@ -1,0 +1,200 @@
+"""Importing torch_npu: registration, version check, autoload, the monkey patches."""
+
+import importlib
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import torch_npu
+from conftest import run_python
+
+
+def test_registration():
+    assert torch._C._get_privateuse1_backend_name() == "npu"
+    assert torch.npu is torch_npu.npu
+    assert sys.modules["torch.npu"] is torch_npu.npu
+    assert torch.device("npu:1").type == "npu"
+    t = torch.ones(3).npu()
+    assert t.is_npu and t.device == torch.device("npu:0")
+    assert not torch.ones(1).is_npu
+    m = torch.nn.Linear(2, 2).npu()
+    assert m.weight.is_npu
+    s = torch.UntypedStorage(8).npu()
+    assert s.is_npu
+    assert torch.get_device_module("npu") is torch_npu.npu
+
+
+def test_version_attributes():
+    from torch_npu import version
+
+    assert torch_npu.__version__ == version.__version__
+    assert torch_npu.__version__.startswith(version.torch_version)
+    assert torch_npu._C.__torch_version__ == version.torch_version
+
+
+def test_reimport_and_autoload_are_harmless():
+    before = (torch.npu, torch.Tensor.npu, torch.nn.Module.npu)
+    assert torch_npu._autoload() is None
+    importlib.reload(torch_npu)
+    assert (torch.npu, torch.Tensor.npu, torch.nn.Module.npu) == before
+    assert torch.ones(2, device="npu").sum().item() == 2
+
+
+def test_check_torch_version_logic():
+    torch_npu._check_torch_version("2.13.0+cpu", "2.13.0", "2.13.0.post1")
+    torch_npu._check_torch_version("2.13.0", "2.13.0", "2.13.0.post1")
+    with pytest.raises(ImportError) as info:
+        torch_npu._check_torch_version("2.14.1+cu126", "2.13.0", "2.13.0.post1")
+    message = str(info.value)
+    assert "torch_npu 2.13.0.post1" in message and "torch 2.13.0" in message
+    assert "torch 2.14.1+cu126" in message
+    assert "pip install torch==2.13.0" in message
+    assert "torch_npu==2.14.1.*" in message
+
+
+def test_version_mismatch_raises_before_loading_c():
+    code = textwrap.dedent("""
+        import sys, types
+        fake = types.ModuleType("torch_npu.version")
+        fake.__version__ = "9.9.0.post1"
+        fake.torch_version = "9.9.0"
+        fake.cann_version = "8.5.0"
+        fake.git_version = "test"
+        sys.modules["torch_npu.version"] = fake
+        try:
+            import torch_npu
+        except ImportError as err:
+            print("IMPORT-ERROR:", err)
+            print("C-LOADED:", "torch_npu._C" in sys.modules)
+        else:
+            print("NO ERROR")
+    """)
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    installed = torch.__version__.split("+")[0]
+    assert "IMPORT-ERROR:" in result.stdout, result.stdout + result.stderr
+    assert "built for torch 9.9.0" in result.stdout
+    assert f"torch {installed}" in result.stdout
+    assert "pip install torch==9.9.0" in result.stdout
+    assert f"torch_npu=={installed}.*" in result.stdout
+    assert "C-LOADED: False" in result.stdout
+
+
+def test_other_privateuse1_backend_is_refused():
+    code = textwrap.dedent("""
+        import torch
+        torch.utils.rename_privateuse1_backend("foo")
+        try:
+            import torch_npu
+        except ImportError as err:
+            print("IMPORT-ERROR:", err)
+    """)
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert "IMPORT-ERROR:" in result.stdout, result.stdout + result.stderr
+    assert "'foo'" in result.stdout
+
+
+def _write_entry_point(tmp_path):
+    dist = tmp_path / "torch_npu_autoload_check-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-npu-autoload-check\n"
+                                   "Version: 0.0\n")
+    (dist / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = torch_npu:_autoload\n")
+    return str(tmp_path)
+
+
+def test_autoload_entry_point(tmp_path):
+    site = _write_entry_point(tmp_path)
+    code = textwrap.dedent("""
+        import sys
+        import torch
+        print("LOADED:", "torch_npu" in sys.modules, hasattr(torch, "npu"))
+        print("COUNT:", torch.npu.device_count())
+        print("SUM:", torch.ones(3, device="npu").sum().item())
+        import torch_npu
+        torch_npu._autoload()
+        print("SAME:", torch.npu is torch_npu.npu)
+    """)
+    env = {"PYTHONPATH": site, "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"}
+    result = run_python(code, env=env)
+    assert result.returncode == 0, result.stderr
+    assert "LOADED: True True" in result.stdout
+    assert "SUM: 3.0" in result.stdout
+    assert "SAME: True" in result.stdout
+
+
+def test_import_torch_npu_first_with_entry_point(tmp_path):
+    # import torch_npu -> import torch -> autoload -> import torch_npu (partially initialised).
+    site = _write_entry_point(tmp_path)
+    code = "import torch_npu, torch; print('OK', torch.npu.device_count() > 0)"
+    result = run_python(code, env={"PYTHONPATH": site, "TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "OK True" in result.stdout
+
+
+def test_autoload_disabled(tmp_path):
+    site = _write_entry_point(tmp_path)
+    code = "import sys, torch; print('LOADED:', 'torch_npu' in sys.modules)"
+    result = run_python(code, env={"PYTHONPATH": site, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "LOADED: False" in result.stdout
+
+
+def test_import_stays_light():
+    code = textwrap.dedent("""
+        import sys, torch
+        before = set(sys.modules)
+        import torch_npu
+        new = set(sys.modules) - before
+        heavy = sorted(m for m in new if m.startswith(("torch.testing", "torch._dynamo",
+                                                       "torch._inductor", "torch_npu.testing")))
+        print("HEAVY:", heavy)
+    """)
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "HEAVY: []" in result.stdout
+
+
+# ---- the monkey patches (torch_npu/_patches.py), one test each ---------------------
+
+
+def test_patches_are_listed_and_documented():
+    from torch_npu import _patches
+
+    assert _patches._applied
+    assert len(_patches.PATCHES) == 3
+    for patch in _patches.PATCHES:
+        assert patch.__doc__ and len(patch.__doc__.strip()) > 40
+
+
+def test_patch_torch_npu_submodule_aliases():
+    import torch.npu.amp
+    from torch.npu.amp import autocast
+
+    assert torch.npu.amp is torch_npu.npu.amp
+    assert autocast is torch_npu.npu.amp.autocast
+    for name in ("streams", "memory", "random", "config", "utils", "amp.grad_scaler"):
+        assert sys.modules[f"torch.npu.{name}"] is sys.modules[f"torch_npu.npu.{name}"]
+
+
+def test_patch_profiler_activity_npu():
+    activity = torch.profiler.ProfilerActivity
+    assert activity.NPU == activity.PrivateUse1
+
+
+def test_patch_checkpoint_default_device():
+    from torch.utils.checkpoint import DefaultDeviceType
+
+    assert DefaultDeviceType.get_device_type() == "npu"
+
+
+def test_native_apis_need_no_patch():
+    # These work through PyTorch's own PrivateUse1 support; torch_npu does not patch them.
+    scaler = torch.amp.GradScaler("npu")
+    assert scaler.is_enabled()
+    assert torch.accelerator.current_accelerator().type == "npu"
+    assert torch.accelerator.device_count() == torch.npu.device_count()
+    assert isinstance(torch.Stream(device="npu:0"), torch.Stream)
+    torch.Event("npu")

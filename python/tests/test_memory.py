@@ -1,0 +1,194 @@
+"""torch.npu memory API over the caching allocator."""
+
+import collections
+import gc
+import warnings
+
+import pytest
+import torch
+
+MiB = 1024 ** 2
+GiB = 1024 ** 3
+
+
+def _settle():
+    torch.npu.synchronize()
+    gc.collect()
+
+
+def test_memory_allocated_tracks_a_tensor():
+    _settle()
+    before = torch.npu.memory_allocated()
+    t = torch.empty(1024 * 1024, dtype=torch.float32, device="npu")  # exactly 4 MiB
+    assert torch.npu.memory_allocated() - before == 4 * MiB
+    assert torch.npu.memory_allocated(0) == torch.npu.memory_allocated("npu:0")
+    assert torch.npu.max_memory_allocated() >= before + 4 * MiB
+    assert torch.npu.memory_reserved() >= torch.npu.memory_allocated()
+    del t
+    _settle()
+    assert torch.npu.memory_allocated() == before
+
+
+def test_stats_are_per_device():
+    _settle()
+    before0, before1 = torch.npu.memory_allocated(0), torch.npu.memory_allocated(1)
+    t = torch.empty(2 * MiB, dtype=torch.uint8, device="npu:1")
+    assert torch.npu.memory_allocated(1) - before1 == 2 * MiB
+    assert torch.npu.memory_allocated(0) == before0
+    del t
+
+
+def test_peak_and_reset():
+    _settle()
+    t = torch.empty(8 * MiB, dtype=torch.uint8, device="npu")
+    del t
+    _settle()
+    assert torch.npu.max_memory_allocated() >= torch.npu.memory_allocated() + 8 * MiB
+    torch.npu.reset_peak_memory_stats()
+    assert torch.npu.max_memory_allocated() == torch.npu.memory_allocated()
+    assert torch.npu.max_memory_reserved() == torch.npu.memory_reserved()
+    with pytest.warns(FutureWarning):
+        torch.npu.reset_max_memory_allocated()
+    with pytest.warns(FutureWarning):
+        torch.npu.reset_max_memory_cached()
+
+
+def test_empty_cache_releases_reserved_memory():
+    _settle()
+    t = torch.empty(64 * MiB, dtype=torch.uint8, device="npu")
+    reserved_with = torch.npu.memory_reserved()
+    del t
+    _settle()
+    assert torch.npu.memory_reserved() == reserved_with  # cached, not freed
+    torch.npu.empty_cache()
+    assert torch.npu.memory_reserved() <= reserved_with - 64 * MiB
+    assert torch.npu.memory_reserved() >= torch.npu.memory_allocated()
+
+
+def test_deprecated_cached_names():
+    with pytest.warns(FutureWarning, match="memory_reserved"):
+        assert torch.npu.memory_cached() == torch.npu.memory_reserved()
+    with pytest.warns(FutureWarning, match="max_memory_reserved"):
+        assert torch.npu.max_memory_cached() == torch.npu.max_memory_reserved()
+
+
+def test_memory_stats_shape():
+    t = torch.empty(3 * MiB, dtype=torch.uint8, device="npu")
+    stats = torch.npu.memory_stats()
+    assert isinstance(stats, collections.OrderedDict)
+    assert list(stats) == sorted(stats)
+    for key in ("allocated_bytes.all.current", "allocated_bytes.large_pool.peak",
+                "reserved_bytes.all.current", "active_bytes.small_pool.freed",
+                "segment.all.current", "num_ooms", "num_alloc_retries"):
+        assert key in stats, key
+    nested = torch.npu.memory_stats_as_nested_dict()
+    assert nested["allocated_bytes"]["all"]["current"] == stats["allocated_bytes.all.current"]
+    assert stats["allocated_bytes.all.current"] >= 3 * MiB
+    del t
+
+
+def test_reset_accumulated_memory_stats():
+    _settle()
+    torch.npu.reset_accumulated_memory_stats()
+    stats = torch.npu.memory_stats()
+    assert stats["allocated_bytes.all.allocated"] == 0
+    assert stats["allocated_bytes.all.freed"] == 0
+    t = torch.empty(MiB, dtype=torch.uint8, device="npu")
+    del t
+    _settle()
+    stats = torch.npu.memory_stats()
+    assert stats["allocated_bytes.all.allocated"] == MiB
+    assert stats["allocated_bytes.all.freed"] == MiB
+
+
+def test_memory_summary_layout():
+    t = torch.empty(5 * MiB, dtype=torch.uint8, device="npu")
+    text = torch.npu.memory_summary()
+    lines = text.rstrip("\n").split("\n")
+    assert "| " + " " * 16 + " PyTorch NPU memory summary, device ID 0 " in lines[1]
+    assert "NPU OOMs: 0" in text and "npuMalloc retries: 0" in text
+    assert "NPU reserved memory" in text and "from large pool" in text
+    assert all(len(line) == 77 and line[0] == "|" and line[-1] == "|" for line in lines)
+    row = next(line for line in lines if line.startswith("| Allocated memory"))
+    assert "MB" in row or "KB" in row
+    short = torch.npu.memory_summary(device=1, abbreviated=True)
+    assert "device ID 1" in short and "from large pool" not in short
+    assert len(short) < len(text)
+    del t
+
+
+def test_memory_snapshot_lists_the_tensor_block():
+    t = torch.empty(6 * MiB, dtype=torch.uint8, device="npu")
+    snapshot = torch.npu.memory_snapshot()
+    assert isinstance(snapshot, list) and snapshot
+    blocks = [(seg, b) for seg in snapshot if seg["device"] == 0 for b in seg["blocks"]]
+    assert any(b["state"] == "active_allocated" and b["size"] >= 6 * MiB
+               and seg["segment_type"] == "large" for seg, b in blocks)
+    for seg in snapshot:
+        assert seg["total_size"] >= seg["allocated_size"]
+        assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
+    del t
+
+
+def test_mem_get_info_reflects_reservations():
+    _settle()
+    torch.npu.empty_cache()
+    free_before, total = torch.npu.mem_get_info()
+    t = torch.empty(256 * MiB, dtype=torch.uint8, device="npu")
+    free_after, _ = torch.npu.mem_get_info()
+    assert total == 64 * GiB
+    assert free_before - free_after >= 256 * MiB
+    del t
+    _settle()
+    torch.npu.empty_cache()
+
+
+def test_memory_fraction_validation_and_limit():
+    with pytest.raises(ValueError, match="'fraction'"):
+        torch.npu.set_per_process_memory_fraction(1.5)
+    with pytest.raises(ValueError, match="'fraction'"):
+        torch.npu.set_per_process_memory_fraction(-0.1)
+    with pytest.raises(TypeError, match="'fraction'"):
+        torch.npu.set_per_process_memory_fraction("half")
+    with pytest.raises(AssertionError, match="Invalid device id"):
+        torch.npu.set_per_process_memory_fraction(0.5, device=99)
+    device = 2
+    torch.npu.set_per_process_memory_fraction(0.25, device)
+    try:
+        assert torch.npu.get_per_process_memory_fraction(device) == 0.25
+        ooms = torch.npu.memory_stats(device)["num_ooms"]
+        with pytest.raises(torch.npu.OutOfMemoryError):
+            torch.empty(20 * GiB, dtype=torch.uint8, device=f"npu:{device}")
+        assert torch.npu.memory_stats(device)["num_ooms"] == ooms + 1
+        ok = torch.empty(1 * GiB, dtype=torch.uint8, device=f"npu:{device}")
+        del ok
+    finally:
+        torch.npu.set_per_process_memory_fraction(1.0, device)
+        torch.npu.empty_cache()
+    assert torch.npu.OutOfMemoryError is torch.OutOfMemoryError
+
+
+def test_caching_allocator_alloc_and_delete():
+    _settle()
+    before = torch.npu.memory_allocated()
+    ptr = torch.npu.caching_allocator_alloc(MiB)
+    assert isinstance(ptr, int) and ptr != 0
+    assert torch.npu.memory_allocated() - before == MiB
+    torch.npu.caching_allocator_delete(ptr)
+    assert torch.npu.memory_allocated() == before
+    s = torch.npu.Stream(device=1)
+    before1 = torch.npu.memory_allocated(1)
+    ptr = torch.npu.caching_allocator_alloc(2 * MiB, device=1, stream=s)
+    assert torch.npu.memory_allocated(1) - before1 == 2 * MiB
+    torch.npu.caching_allocator_delete(ptr)
+    with pytest.raises(TypeError, match="'size'"):
+        torch.npu.caching_allocator_alloc(1.5)
+    with pytest.raises(TypeError, match="'stream'"):
+        torch.npu.caching_allocator_alloc(16, stream="s")
+
+
+def test_empty_cache_is_safe_anytime():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.npu.empty_cache()
+        torch.npu.empty_cache()

@@ -1,0 +1,187 @@
+"""torch.npu streams and events."""
+
+import pytest
+import torch
+
+import torch_npu
+
+
+def test_stream_basics():
+    s = torch.npu.Stream()
+    assert isinstance(s, torch.Stream) and isinstance(s, torch.npu.Stream)
+    assert s.device == torch.device("npu", 0)
+    assert isinstance(s.npu_stream, int) and s.npu_stream != 0
+    assert s != torch.npu.default_stream()
+    assert s == s and hash(s) == hash(s)
+    assert "torch_npu.npu.Stream device=npu:0" in repr(s)
+    assert s.query()
+    s.synchronize()
+    s1 = torch.npu.Stream(device=1, priority=-1)
+    assert s1.device == torch.device("npu", 1)
+    assert torch.npu.Stream("npu:2").device.index == 2
+
+
+def test_current_and_default_stream():
+    assert torch.npu.current_stream() == torch.npu.default_stream()
+    assert torch.npu.default_stream(3).device.index == 3
+    assert torch.npu.current_stream(torch.device("npu:3")) == torch.npu.default_stream(3)
+    s = torch.npu.Stream()
+    torch.npu.set_stream(s)
+    assert torch.npu.current_stream() == s
+    torch.npu.set_stream(torch.npu.default_stream())
+    assert torch.npu.current_stream() == torch.npu.default_stream()
+    torch.npu.set_stream(None)  # no-op
+
+
+def test_stream_context_manager():
+    s = torch.npu.Stream()
+    with torch.npu.stream(s):
+        assert torch.npu.current_stream() == s
+        with torch.npu.stream(None):
+            assert torch.npu.current_stream() == s
+    assert torch.npu.current_stream() == torch.npu.default_stream()
+    with torch.npu.StreamContext(s) as ctx:
+        assert ctx.stream is s and torch.npu.current_stream() == s
+    assert torch.npu.current_stream() == torch.npu.default_stream()
+
+
+def test_stream_context_on_other_device_keeps_current_device():
+    s2 = torch.npu.Stream(device=2)
+    with torch.npu.stream(s2):
+        assert torch.npu.current_device() == 0
+        assert torch.npu.current_stream(2) == s2
+    assert torch.npu.current_stream(2) == torch.npu.default_stream(2)
+
+
+def test_native_torch_stream_interop():
+    native = torch.Stream(device="npu:0")
+    torch.npu.set_stream(native)
+    assert torch.npu.current_stream().stream_id == native.stream_id
+    torch.npu.set_stream(torch.npu.default_stream())
+    assert torch.npu.Stream(stream_id=native.stream_id, device_index=native.device_index,
+                            device_type=native.device_type) == native
+
+
+def test_stream_argument_errors():
+    with pytest.raises(TypeError, match="argument 'stream'"):
+        torch.npu.set_stream("stream")
+    with pytest.raises(ValueError, match="npu device"):
+        torch.npu.set_stream(torch.Stream(device="cpu"))
+    with pytest.raises(TypeError, match="priority"):
+        torch.npu.Stream(priority="high")
+    with pytest.raises(AssertionError, match="Invalid device id"):
+        torch.npu.Stream(device=99)
+    with pytest.raises(TypeError, match="device_index"):
+        torch.npu.Stream(stream_id=1)
+
+
+def test_work_on_side_stream_is_ordered():
+    side = torch.npu.Stream()
+    x = torch.randn(512, 512, device="npu")
+    side.wait_stream(torch.npu.current_stream())
+    with torch.npu.stream(side):
+        y = x @ x
+        z = y * 2
+    torch.npu.current_stream().wait_stream(side)
+    w = z + 1
+    torch.npu.synchronize()
+    expected = (x.cpu() @ x.cpu()) * 2 + 1
+    torch.testing.assert_close(w.cpu(), expected, rtol=1e-4, atol=1e-3)
+    assert side.query()
+
+
+def test_event_record_wait_query():
+    e = torch.npu.Event()
+    assert "uninitialized" in repr(e) or isinstance(e.npu_event, int)
+    s = torch.npu.Stream()
+    x = torch.randn(256, 256, device="npu")
+    with torch.npu.stream(s):
+        y = x @ x
+        e.record()
+    e.wait()  # current (default) stream waits for s
+    z = y + 0
+    e.synchronize()
+    assert e.query()
+    assert e.npu_event != 0
+    assert "torch_npu.npu.Event 0x" in repr(e)
+    torch.npu.synchronize()
+    torch.testing.assert_close(z.cpu(), x.cpu() @ x.cpu(), rtol=1e-4, atol=1e-3)
+
+
+def test_stream_record_event_and_wait_event():
+    s = torch.npu.Stream()
+    e = s.record_event()
+    assert isinstance(e, torch.npu.Event)
+    torch.npu.current_stream().wait_event(e)
+    e2 = torch.npu.Event()
+    assert s.record_event(e2) is e2
+    e2.synchronize()
+    assert e2.query()
+
+
+def _timed_matmuls(start, end):
+    a = torch.randn(512, 512, device="npu")
+    start.record()
+    for _ in range(4):
+        a = (a @ a).clamp_(-1, 1)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def test_event_elapsed_time_to_native_event():
+    start = torch.npu.Event(enable_timing=True)
+    end = torch.Event("npu", enable_timing=True)
+    elapsed = _timed_matmuls(start, end)
+    assert isinstance(elapsed, float) and elapsed > 0
+
+
+@pytest.mark.xfail(not hasattr(torch_npu._C, "_npu_eventElapsedTime"), strict=True,
+                   reason="needs torch_npu._C._npu_eventElapsedTime (requested in _C.pyi)")
+def test_event_elapsed_time_around_matmul():
+    a = torch.randn(512, 512, device="npu")
+    start = torch.npu.Event(enable_timing=True)
+    end = torch.npu.Event(enable_timing=True)
+    start.record()
+    for _ in range(4):
+        a = (a @ a).clamp_(-1, 1)
+    end.record()
+    end.synchronize()
+    elapsed = start.elapsed_time(end)
+    assert isinstance(elapsed, float)
+    assert elapsed > 0
+    with pytest.raises(TypeError, match="end_event"):
+        start.elapsed_time(1.0)
+
+
+def test_event_record_on_explicit_stream_and_device():
+    s = torch.npu.Stream(device=1)
+    e = torch.npu.Event(enable_timing=True)
+    with torch.npu.device(1):
+        torch.ones(4, device="npu")
+    e.record(s)
+    e.synchronize()
+    assert e.device == torch.device("npu", 1)
+    with pytest.raises(TypeError, match="argument 'stream'"):
+        e.record("s")
+
+
+def test_torch_event_native():
+    e = torch.Event("npu", enable_timing=True)
+    e.record(torch.npu.current_stream())
+    e.synchronize()
+    assert e.query()
+
+
+def test_external_stream():
+    if not hasattr(torch_npu._C, "_npu_getStreamFromExternal"):
+        with pytest.raises(RuntimeError, match="not supported by this build"):
+            torch.npu.ExternalStream(torch.npu.current_stream().npu_stream)
+        return
+    s = torch.npu.Stream()
+    ext = torch.npu.ExternalStream(s.npu_stream)
+    assert ext.npu_stream == s.npu_stream
+    with torch.npu.stream(ext):
+        t = torch.ones(8, device="npu") * 3
+    ext.synchronize()
+    assert t.sum().item() == 24

@@ -1,0 +1,251 @@
+r"""``torch.npu``: the device module of Ascend NPUs (registered as ``torch.npu``).
+
+Mirrors ``torch.cuda``'s API with torch_npu's names: device selection and
+properties (:mod:`.utils`), streams and events (:mod:`.streams`), the caching
+allocator (:mod:`.memory`), random number generators (:mod:`.random`), mixed
+precision (:mod:`.amp`) and runtime options (:mod:`.config`).
+"""
+
+import os
+import threading
+import traceback
+from typing import Callable, List, Tuple
+
+import torch
+
+from torch_npu import _C
+
+from . import utils
+from .utils import (
+    _get_device_index,
+    can_device_access_peer,
+    current_blas_handle,
+    current_device,
+    device,
+    device_count,
+    device_of,
+    get_cann_version,
+    get_device_capability,
+    get_device_name,
+    get_device_properties,
+    get_soc_version,
+    is_available,
+    is_bf16_supported,
+    is_support_inf_nan,
+    mem_get_info,
+    set_device,
+    synchronize,
+    utilization,
+)
+from . import streams
+from .streams import (
+    Event,
+    ExternalStream,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
+    get_sync_debug_mode,
+    set_stream,
+    set_sync_debug_mode,
+    stream,
+)
+from . import memory
+from .memory import (
+    OutOfMemoryError,
+    caching_allocator_alloc,
+    caching_allocator_delete,
+    empty_cache,
+    get_per_process_memory_fraction,
+    max_memory_allocated,
+    max_memory_cached,
+    max_memory_reserved,
+    memory_allocated,
+    memory_cached,
+    memory_reserved,
+    memory_snapshot,
+    memory_stats,
+    memory_stats_as_nested_dict,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_max_memory_allocated,
+    reset_max_memory_cached,
+    reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
+from . import random
+from .random import (
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from . import config
+from .config import (
+    conv,
+    get_mm_bmm_format_nd,
+    get_option,
+    is_jit_compile_false,
+    matmul,
+    set_compile_mode,
+    set_mm_bmm_format_nd,
+    set_option,
+)
+from . import amp
+
+__all__ = [
+    # device
+    "is_available", "device_count", "set_device", "current_device", "synchronize", "device",
+    "device_of", "get_device_name", "get_device_properties", "get_device_capability",
+    "can_device_access_peer", "utilization", "mem_get_info", "is_initialized", "init",
+    "get_soc_version", "is_support_inf_nan", "current_blas_handle", "get_cann_version",
+    # streams / events
+    "Stream", "Event", "ExternalStream", "StreamContext", "stream", "set_stream",
+    "current_stream", "default_stream", "set_sync_debug_mode", "get_sync_debug_mode",
+    # memory
+    "OutOfMemoryError", "caching_allocator_alloc", "caching_allocator_delete", "empty_cache",
+    "memory_stats", "memory_stats_as_nested_dict", "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
+    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
+    "memory_cached", "max_memory_cached", "memory_snapshot", "memory_summary",
+    "set_per_process_memory_fraction", "get_per_process_memory_fraction",
+    # random
+    "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed",
+    "manual_seed_all", "seed", "seed_all", "initial_seed", "default_generators",
+    # amp
+    "amp", "get_amp_supported_dtype", "is_bf16_supported", "is_autocast_enabled",
+    "set_autocast_enabled", "get_autocast_dtype", "set_autocast_dtype",
+    # config
+    "config", "matmul", "conv", "set_option", "get_option", "set_compile_mode",
+    "is_jit_compile_false", "set_mm_bmm_format_nd", "get_mm_bmm_format_nd",
+]
+
+# ----------------------------------------------------------------------------------
+# Initialisation. The C++ runtime (hooks, allocator, generators) is set up by
+# _C._npu_init(); _lazy_init() does it once per process and then runs the calls
+# queued before it (e.g. torch.npu.manual_seed at import time of a user module).
+
+#: Default generator of each device (filled by :func:`_lazy_init`).
+default_generators: Tuple[torch.Generator, ...] = ()
+
+_initialized = False
+_in_bad_fork = False
+_original_pid = None
+_tls = threading.local()
+_initialization_lock = threading.Lock()
+_queued_calls: List[Tuple[Callable[[], None], List[str]]] = []
+_queued_seed = None
+_queued_seed_all = None
+
+
+class _DeferredNpuCallError(Exception):
+    pass
+
+
+def is_initialized() -> bool:
+    r"""Return whether the NPU runtime of this process has been initialised."""
+    return _initialized and not _is_in_bad_fork()
+
+
+def _is_in_bad_fork() -> bool:
+    return _in_bad_fork or bool(_C._npu_isInBadFork())
+
+
+def _lazy_call(cb: Callable[[], None], seed: bool = False, seed_all: bool = False) -> None:
+    global _queued_seed, _queued_seed_all
+    if is_initialized():
+        cb()
+        return
+    stack = traceback.format_stack()
+    # Only the last seeding call matters; keep it in its own slot.
+    if seed_all:
+        _queued_seed_all = (cb, stack)
+    elif seed:
+        _queued_seed = (cb, stack)
+    else:
+        _queued_calls.append((cb, stack))
+
+
+def init() -> None:
+    r"""Initialise the NPU runtime of this process (done on demand by every NPU API)."""
+    _lazy_init()
+
+
+def _lazy_init() -> None:
+    global _initialized, _original_pid, default_generators, _queued_seed, _queued_seed_all
+    if _initialized or hasattr(_tls, "is_initializing"):
+        return
+    with _initialization_lock:
+        if _initialized:
+            return
+        if _is_in_bad_fork():
+            raise RuntimeError("Cannot re-initialize NPU in forked subprocess. To use NPU with "
+                               "multiprocessing, you must use the 'spawn' start method")
+        _C._npu_init()
+        default_generators = tuple(_C._npu_getDefaultGenerator(i)
+                                   for i in range(device_count()))
+        _original_pid = os.getpid()
+        _tls.is_initializing = True
+        try:
+            calls = [c for c in (_queued_seed_all, _queued_seed) if c is not None]
+            calls += _queued_calls
+            for cb, stack in calls:
+                try:
+                    cb()
+                except Exception as err:
+                    raise _DeferredNpuCallError(
+                        f"NPU call failed lazily at initialization with error: {err}\n\n"
+                        f"NPU call was originally invoked at:\n\n{''.join(stack)}") from err
+            _queued_calls.clear()
+            _queued_seed = _queued_seed_all = None
+        finally:
+            delattr(_tls, "is_initializing")
+        _initialized = True
+
+
+def _after_fork_in_child() -> None:
+    global _initialized, _in_bad_fork
+    if _initialized and _original_pid != os.getpid():
+        _initialized = False
+        _in_bad_fork = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+# ----------------------------------------------------------------------------------
+# AMP hooks used by torch.autocast("npu") and torch.npu.amp.
+
+
+def get_amp_supported_dtype() -> List[torch.dtype]:
+    r"""Return the dtypes ``torch.autocast("npu")`` accepts."""
+    return [torch.float16, torch.bfloat16, torch.float32]
+
+
+def is_autocast_enabled() -> bool:
+    r"""Return whether NPU autocast is enabled in this thread."""
+    return torch.is_autocast_enabled("npu")
+
+
+def set_autocast_enabled(enabled: bool) -> None:
+    r"""Enable or disable NPU autocast in this thread (prefer ``torch.npu.amp.autocast``)."""
+    torch.set_autocast_enabled("npu", bool(enabled))
+
+
+def get_autocast_dtype() -> torch.dtype:
+    r"""Return the dtype NPU autocast casts to."""
+    return torch.get_autocast_dtype("npu")
+
+
+def set_autocast_dtype(dtype: torch.dtype) -> None:
+    r"""Set the dtype NPU autocast casts to (one of :func:`get_amp_supported_dtype`)."""
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"set_autocast_dtype(): argument 'dtype' must be a torch.dtype, got "
+                        f"{type(dtype).__name__}")
+    torch.set_autocast_dtype("npu", dtype)

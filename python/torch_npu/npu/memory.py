@@ -1,0 +1,347 @@
+"""Memory management API of ``torch.npu``: the caching allocator's statistics and controls.
+
+The allocator itself lives in C++ (block pools, splitting, stream-ordered reuse,
+``PYTORCH_NPU_ALLOC_CONF``); these functions read and drive it through
+``torch_npu._C`` and give the results the shapes of ``torch.cuda``'s memory API,
+with torch_npu's names ("NPU reserved memory", "npuMalloc retries").
+"""
+
+import collections
+import warnings
+from typing import Any, Dict
+
+import torch
+
+from torch_npu import _C
+from .utils import _valid_device_index, _lazy_init
+
+__all__ = [
+    "OutOfMemoryError",
+    "caching_allocator_alloc",
+    "caching_allocator_delete",
+    "set_per_process_memory_fraction",
+    "get_per_process_memory_fraction",
+    "empty_cache",
+    "memory_stats",
+    "memory_stats_as_nested_dict",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+    "reset_max_memory_allocated",
+    "reset_max_memory_cached",
+    "memory_allocated",
+    "max_memory_allocated",
+    "memory_reserved",
+    "max_memory_reserved",
+    "memory_cached",
+    "max_memory_cached",
+    "memory_snapshot",
+    "memory_summary",
+    "mem_get_info",
+]
+
+OutOfMemoryError = torch.OutOfMemoryError
+
+from .utils import mem_get_info  # noqa: E402  (re-exported here, as torch.cuda.memory does)
+
+
+def caching_allocator_alloc(size: int, device=None, stream=None) -> int:
+    r"""Allocate ``size`` bytes from the NPU caching allocator and return the address.
+
+    Args:
+        size (int): number of bytes.
+        device (torch.device or int, optional): the device; the current one if ``None``.
+        stream (torch.npu.Stream or int, optional): the stream the memory is used on
+            (an ``aclrtStream`` address if an int); the current stream of the device if
+            ``None``.
+
+    Free it with :func:`caching_allocator_delete`.
+    """
+    from .streams import StreamContext, current_stream
+
+    if isinstance(size, bool) or not isinstance(size, int):
+        raise TypeError("caching_allocator_alloc(): argument 'size' must be an int, "
+                        f"got {type(size).__name__}")
+    if size < 0:
+        raise ValueError(f"caching_allocator_alloc(): argument 'size' must be >= 0, got {size}")
+    _lazy_init()
+    idx = _valid_device_index(device, fn="caching_allocator_alloc")
+    if stream is None:
+        stream = current_stream(idx)
+    stream_obj = None
+    if isinstance(stream, torch.Stream):
+        if stream.device.type != "npu":
+            raise ValueError("caching_allocator_alloc(): argument 'stream' must be a stream of "
+                             f"an npu device, got one of {stream.device}")
+        stream_obj = stream
+        stream = int(_C._npu_streamRawHandle(stream.stream_id, stream.device_index))
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError("caching_allocator_alloc(): argument 'stream' must be a torch.npu.Stream "
+                        f"or an int (an aclrtStream address), got {type(stream).__name__}")
+    from .utils import device as _device
+
+    # The block is tied to the current stream of the device: make the requested one current.
+    with _device(idx), StreamContext(stream_obj):
+        return int(_C._npu_cachingAllocator_raw_alloc(size, stream))
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    r"""Free memory obtained from :func:`caching_allocator_alloc`."""
+    if isinstance(mem_ptr, bool) or not isinstance(mem_ptr, int):
+        raise TypeError("caching_allocator_delete(): argument 'mem_ptr' must be an int, "
+                        f"got {type(mem_ptr).__name__}")
+    _C._npu_cachingAllocator_raw_delete(mem_ptr)
+
+
+_memory_fraction: Dict[int, float] = {}
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    r"""Limit the caching allocator of ``device`` to ``fraction`` of its memory.
+
+    Allocations beyond the limit raise :class:`OutOfMemoryError`.
+
+    Args:
+        fraction (float): in ``[0, 1]``.
+        device (torch.device or int, optional): the device; the current one if ``None``.
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise TypeError("set_per_process_memory_fraction(): argument 'fraction' must be a float, "
+                        f"got {type(fraction).__name__}")
+    fraction = float(fraction)
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError("set_per_process_memory_fraction(): argument 'fraction' must be in "
+                         f"[0, 1], got {fraction}")
+    _lazy_init()
+    idx = _valid_device_index(device, fn="set_per_process_memory_fraction")
+    _C._npu_setMemoryFraction(fraction, idx)
+    _memory_fraction[idx] = fraction
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    r"""Return the fraction set by :func:`set_per_process_memory_fraction` (1.0 by default)."""
+    idx = _valid_device_index(device, fn="get_per_process_memory_fraction")
+    return _memory_fraction.get(idx, 1.0)
+
+
+def empty_cache() -> None:
+    r"""Release the cached, unused blocks of the caching allocator back to the device.
+
+    Memory held by tensors is not freed; ``memory_reserved()`` drops to what is in use.
+    """
+    from . import is_initialized
+
+    if is_initialized():
+        _C._npu_emptyCache()
+
+
+def memory_stats_as_nested_dict(device=None) -> Dict[str, Any]:
+    r"""Return :func:`memory_stats` as a nested dictionary."""
+    _lazy_init()
+    idx = _valid_device_index(device, fn="memory_stats")
+    return _C._npu_memoryStats(idx)
+
+
+def memory_stats(device=None) -> "collections.OrderedDict[str, int]":
+    r"""Return the caching allocator statistics of an NPU, as a flat, sorted dict.
+
+    Keys are ``"<stat>.<pool>.<metric>"`` as in ``torch.cuda.memory_stats``:
+    stats ``allocated_bytes``, ``reserved_bytes``, ``active_bytes``,
+    ``inactive_split_bytes``, ``requested_bytes``, ``allocation``, ``segment``,
+    ``active``, ``inactive_split``; pools ``all``, ``large_pool``, ``small_pool``;
+    metrics ``current``, ``peak``, ``allocated``, ``freed``. Plus event counters
+    such as ``num_alloc_retries`` and ``num_ooms``.
+
+    Args:
+        device (torch.device or int, optional): the device; the current one if ``None``.
+    """
+    flat = []
+
+    def flatten(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for key, sub in value.items():
+                flatten(f"{prefix}.{key}" if prefix else str(key), sub)
+        else:
+            flat.append((prefix, value))
+
+    flatten("", memory_stats_as_nested_dict(device))
+    flat.sort()
+    return collections.OrderedDict(flat)
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    r"""Reset the accumulated ("allocated"/"freed", retry and OOM) counters of :func:`memory_stats`."""
+    _lazy_init()
+    _C._npu_resetAccumulatedMemoryStats(_valid_device_index(device, fn="reset_accumulated_memory_stats"))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    r"""Reset the "peak" values of :func:`memory_stats` to the current ones."""
+    _lazy_init()
+    _C._npu_resetPeakMemoryStats(_valid_device_index(device, fn="reset_peak_memory_stats"))
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    r"""Deprecated: calls :func:`reset_peak_memory_stats`, which resets all peaks."""
+    warnings.warn("torch.npu.reset_max_memory_allocated now calls torch.npu.reset_peak_memory_stats, "
+                  "which resets /all/ peak memory stats.", FutureWarning)
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device=None) -> None:
+    r"""Deprecated: calls :func:`reset_peak_memory_stats`, which resets all peaks."""
+    warnings.warn("torch.npu.reset_max_memory_cached now calls torch.npu.reset_peak_memory_stats, "
+                  "which resets /all/ peak memory stats.", FutureWarning)
+    reset_peak_memory_stats(device)
+
+
+def memory_allocated(device=None) -> int:
+    r"""Return the bytes of device memory occupied by tensors (rounded allocation sizes)."""
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
+
+
+def max_memory_allocated(device=None) -> int:
+    r"""Return the peak of :func:`memory_allocated` since start or the last peak reset."""
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+
+def memory_reserved(device=None) -> int:
+    r"""Return the bytes of device memory held by the caching allocator."""
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+
+
+def max_memory_reserved(device=None) -> int:
+    r"""Return the peak of :func:`memory_reserved` since start or the last peak reset."""
+    return memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+
+def memory_cached(device=None) -> int:
+    r"""Deprecated name of :func:`memory_reserved`."""
+    warnings.warn("torch.npu.memory_cached has been renamed to torch.npu.memory_reserved",
+                  FutureWarning)
+    return memory_reserved(device)
+
+
+def max_memory_cached(device=None) -> int:
+    r"""Deprecated name of :func:`max_memory_reserved`."""
+    warnings.warn("torch.npu.max_memory_cached has been renamed to torch.npu.max_memory_reserved",
+                  FutureWarning)
+    return max_memory_reserved(device)
+
+
+def memory_snapshot() -> list:
+    r"""Return the segments of the caching allocator, on all devices.
+
+    Each segment is a dict with ``device``, ``address``, ``total_size``,
+    ``allocated_size``, ``active_size``, ``requested_size``, ``stream``,
+    ``segment_type`` (``"small"``/``"large"``) and ``blocks`` (each with
+    ``address``, ``size``, ``requested_size`` and ``state``), like
+    ``torch.cuda.memory_snapshot()``.
+    """
+    return _snapshot()["segments"]
+
+
+def _snapshot() -> Dict[str, Any]:
+    """The whole allocator snapshot: ``{"segments": [...], "device_traces": [...]}``."""
+    _lazy_init()
+    return _C._npu_memorySnapshot()
+
+
+# ----------------------------------------------------------------------------------
+# memory_summary: the table of torch.cuda.memory_summary with torch_npu's labels.
+
+_SUMMARY_WIDTH = 75
+
+
+def _format_size(size: int, pref: int) -> str:
+    units = ["B ", "KB", "MB", "GB", "TB", "PB"]
+    unit = units[0]
+    for bigger in units[1:]:
+        if pref < 768 * 1024:
+            break
+        unit = bigger
+        size //= 1024
+        pref /= 1024
+    return f"{size:7d} {unit}"
+
+
+def _format_count(count: int, pref: int) -> str:
+    units = [" ", "K", "M"]
+    unit = units[0]
+    for bigger in units[1:]:
+        if pref < 750 * 1000:
+            break
+        unit = bigger
+        count //= 1000
+        pref /= 1000
+    return f"{count:7d} {unit} "
+
+
+_SUMMARY_ROWS = [
+    ("allocated_bytes", "Allocated memory", _format_size),
+    ("active_bytes", "Active memory", _format_size),
+    ("requested_bytes", "Requested memory", _format_size),
+    ("reserved_bytes", "NPU reserved memory", _format_size),
+    ("inactive_split_bytes", "Non-releasable memory", _format_size),
+    ("allocation", "Allocations", _format_count),
+    ("active", "Active allocs", _format_count),
+    ("segment", "NPU reserved segments", _format_count),
+    ("inactive_split", "Non-releasable allocs", _format_count),
+]
+
+_OVERSIZE_ROWS = [
+    ("oversize_allocations", "Oversize allocations", _format_count),
+    ("oversize_segments", "Oversize NPU segments", _format_count),
+]
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    r"""Return a human-readable table of the caching allocator statistics of an NPU.
+
+    Useful to print periodically during training or after an out-of-memory error.
+
+    Args:
+        device (torch.device or int, optional): the device; the current one if ``None``.
+        abbreviated (bool, optional): only the "all pools" rows (default ``False``).
+    """
+    _lazy_init()
+    idx = _valid_device_index(device, fn="memory_summary")
+    stats = memory_stats(idx)
+
+    def stat(key: str) -> int:
+        return int(stats.get(key, 0))
+
+    bar = "=" * _SUMMARY_WIDTH
+    rule = "-" * _SUMMARY_WIDTH
+    lines = [
+        bar,
+        " {:16} PyTorch NPU memory summary, device ID {:<18d} ".format("", idx),
+        rule,
+        "  {:9} NPU OOMs: {:<13d} | {:6} npuMalloc retries: {:<9d}  ".format(
+            "", stat("num_ooms"), "", stat("num_alloc_retries")),
+        bar,
+        "        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  ",
+    ]
+    metrics = ("current", "peak", "allocated", "freed")
+    for key, label, fmt in _SUMMARY_ROWS:
+        if not any(k.startswith(key + ".") for k in stats) and key == "requested_bytes":
+            continue  # an allocator without requested-size tracking
+        lines.append(rule)
+        pools = [("all", label)]
+        if not abbreviated:
+            pools += [("large_pool", "      from large pool"), ("small_pool", "      from small pool")]
+        prefs = None
+        for pool, name in pools:
+            values = [stat(f"{key}.{pool}.{m}") for m in metrics]
+            if prefs is None:
+                prefs = values  # units are chosen by the "all" row, as torch.cuda does
+            cells = " | ".join(fmt(v, p) for v, p in zip(values, prefs))
+            lines.append(f" {name:<21} | {cells} ")
+    for key, label, fmt in _OVERSIZE_ROWS:
+        if not any(k.startswith(key + ".") for k in stats):
+            continue
+        lines.append(rule)
+        values = [stat(f"{key}.{m}") for m in metrics]
+        cells = " | ".join(fmt(v, v) for v in values)
+        lines.append(f" {label:<21} | {cells} ")
+    lines.append(bar)
+    return "|" + "|\n|".join(lines) + "|\n"

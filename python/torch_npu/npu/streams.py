@@ -1,0 +1,315 @@
+"""NPU streams and events: ``torch.npu.Stream``/``Event`` and the current-stream API.
+
+``Stream`` and ``Event`` subclass PyTorch's device-generic ``torch.Stream`` and
+``torch.Event``; the work (stream pools, recording, waiting, timing) happens in the
+C++ device guard registered for PrivateUse1, so ``torch.Stream("npu")`` and
+``torch.npu.Stream()`` are interchangeable. This module adds torch_npu's
+constructor signatures, the raw ``npu_stream`` handle and the stream context
+managers.
+"""
+
+import ctypes
+from typing import Any, Optional
+
+import torch
+
+from torch_npu import _C
+from .utils import _valid_device_index, _lazy_init
+
+__all__ = [
+    "Stream",
+    "Event",
+    "ExternalStream",
+    "StreamContext",
+    "stream",
+    "set_stream",
+    "current_stream",
+    "default_stream",
+    "set_sync_debug_mode",
+    "get_sync_debug_mode",
+]
+
+
+def _check_npu_stream(obj, *, fn: str, arg: str = "stream") -> None:
+    if not isinstance(obj, torch.Stream):
+        raise TypeError(f"{fn}(): argument '{arg}' must be a torch.npu.Stream (or a torch.Stream "
+                        f"on an npu device), got {type(obj).__name__}")
+    if obj.device.type != "npu":
+        raise ValueError(f"{fn}(): argument '{arg}' must be a stream of an npu device, "
+                         f"got a stream of {obj.device}")
+
+
+class Stream(torch.Stream):
+    r"""Wrapper around an NPU stream: an ordered queue of work on one device.
+
+    Args:
+        device (torch.device, str or int, optional): device on which to create the
+            stream; the current device if ``None``.
+        priority (int, optional): priority of the stream, lower is higher. Default 0.
+
+    It can be used as a context manager (``with torch.npu.Stream() as s:``) to make it
+    the current stream for the block.
+    """
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        if "stream_id" in kwargs:
+            # Re-wrap an existing stream: Stream(stream_id=, device_index=, device_type=).
+            missing = {"device_index", "device_type"} - kwargs.keys()
+            if missing:
+                raise TypeError(f"torch.npu.Stream(stream_id=...) also needs {sorted(missing)}")
+            return super().__new__(cls, priority=priority, **kwargs)
+        if kwargs:
+            raise TypeError(f"torch.npu.Stream() got unexpected keyword arguments {sorted(kwargs)}")
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise TypeError(f"torch.npu.Stream(): argument 'priority' must be an int, "
+                            f"got {type(priority).__name__}")
+        _lazy_init()
+        idx = _valid_device_index(device, fn="torch.npu.Stream")
+        return super().__new__(cls, torch.device("npu", idx), priority=priority)
+
+    def wait_event(self, event) -> None:
+        r"""Make all future work submitted to this stream wait for ``event``."""
+        event.wait(self)
+
+    def wait_stream(self, stream) -> None:
+        r"""Make all future work submitted to this stream wait for the work
+        submitted so far to ``stream``."""
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event=None):
+        r"""Record ``event`` (a new :class:`Event` if ``None``) on this stream and return it."""
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        r"""Return whether all work submitted to this stream has completed."""
+        return super().query()
+
+    def synchronize(self) -> None:
+        r"""Wait until all work submitted to this stream has completed."""
+        super().synchronize()
+
+    @property
+    def npu_stream(self) -> int:
+        r"""Address of the underlying ``aclrtStream``."""
+        return int(_C._npu_streamRawHandle(self.stream_id, self.device_index))
+
+    @property
+    def _as_parameter_(self):
+        return ctypes.c_void_p(self.npu_stream)
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, torch.Stream):
+            return super().__eq__(other)
+        return False
+
+    def __hash__(self) -> int:
+        return hash((self.stream_id, self.device_index, self.device_type))
+
+    def __repr__(self) -> str:
+        return f"<torch_npu.npu.Stream device={self.device} npu_stream={self.npu_stream:#x}>"
+
+
+class ExternalStream(Stream):
+    r"""Wrapper around an ``aclrtStream`` created outside PyTorch.
+
+    The caller keeps the stream alive while this object is used.
+
+    Args:
+        stream_ptr (int): address of the ``aclrtStream``.
+        device (torch.device or int, optional): device the stream was created on.
+    """
+
+    def __new__(cls, stream_ptr, device=None, **kwargs):
+        if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
+            raise TypeError("torch.npu.ExternalStream(): argument 'stream_ptr' must be an int "
+                            f"(an aclrtStream address), got {type(stream_ptr).__name__}")
+        wrap = getattr(_C, "_npu_getStreamFromExternal", None)
+        if wrap is None:
+            raise RuntimeError("torch.npu.ExternalStream is not supported by this build of "
+                               "torch_npu._C (no _npu_getStreamFromExternal)")
+        _lazy_init()
+        idx = _valid_device_index(device, fn="torch.npu.ExternalStream")
+        stream_id, device_index, device_type = wrap(stream_ptr, idx)
+        return super().__new__(cls, stream_id=stream_id, device_index=device_index,
+                               device_type=device_type, **kwargs)
+
+
+class Event(torch.Event):
+    r"""Wrapper around an NPU event: a marker in a stream to synchronise on or time.
+
+    Args:
+        enable_timing (bool, optional): record timestamps for :meth:`elapsed_time`.
+        blocking (bool, optional): make :meth:`synchronize` block the thread
+            (instead of spinning).
+        interprocess (bool, optional): allow sharing the event between processes.
+
+    The event belongs to the device of the first stream it is recorded on.
+    """
+
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
+        return super().__new__(cls, torch.device("npu"), enable_timing=bool(enable_timing),
+                               blocking=bool(blocking), interprocess=bool(interprocess))
+
+    def record(self, stream=None) -> None:
+        r"""Record the event on ``stream`` (the current stream if ``None``)."""
+        if stream is None:
+            stream = current_stream()
+        else:
+            _check_npu_stream(stream, fn="Event.record")
+        super().record(stream)
+
+    def wait(self, stream=None) -> None:
+        r"""Make all future work submitted to ``stream`` (the current stream if
+        ``None``) wait for this event."""
+        if stream is None:
+            stream = current_stream()
+        else:
+            _check_npu_stream(stream, fn="Event.wait")
+        super().wait(stream)
+
+    def query(self) -> bool:
+        r"""Return whether the work captured by the event has completed."""
+        return super().query()
+
+    def elapsed_time(self, end_event) -> float:
+        r"""Return the milliseconds between this event and ``end_event``.
+
+        Both events need ``enable_timing=True`` and must have completed.
+        """
+        if not isinstance(end_event, torch.Event):
+            raise TypeError("Event.elapsed_time(): argument 'end_event' must be a "
+                            f"torch.npu.Event, got {type(end_event).__name__}")
+        if type(end_event) is torch.Event:
+            return super().elapsed_time(end_event)
+        # torch.Event.elapsed_time() rejects subclasses of torch.Event as its argument
+        # (exact type check in torch/csrc/Event.cpp): time the raw events instead.
+        timer = getattr(_C, "_npu_eventElapsedTime", None)
+        if timer is None:
+            raise RuntimeError("torch.npu.Event.elapsed_time() between two torch.npu.Event "
+                               "objects needs torch_npu._C._npu_eventElapsedTime, which this "
+                               "build lacks; record the end with a torch.Event('npu', "
+                               "enable_timing=True) meanwhile")
+        device = self.device.index if self.device.index is not None else -1
+        return float(timer(self.event_id, end_event.event_id, device))
+
+    def synchronize(self) -> None:
+        r"""Wait until the work captured by the event has completed."""
+        super().synchronize()
+
+    @property
+    def npu_event(self) -> int:
+        r"""Address of the underlying ``aclrtEvent`` (0 before the first record)."""
+        return int(self.event_id)
+
+    @property
+    def _as_parameter_(self):
+        return ctypes.c_void_p(self.npu_event)
+
+    def __repr__(self) -> str:
+        if self.npu_event:
+            return f"<torch_npu.npu.Event {self.npu_event:#x}>"
+        return "<torch_npu.npu.Event uninitialized>"
+
+
+def _stream_of(data) -> Stream:
+    stream_id, device_index, device_type = data
+    return Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
+
+
+def current_stream(device=None) -> Stream:
+    r"""Return the current :class:`Stream` of ``device`` (the current device if ``None``)."""
+    _lazy_init()
+    idx = _valid_device_index(device, fn="current_stream")
+    return _stream_of(_C._npu_getCurrentStream(idx))
+
+
+def default_stream(device=None) -> Stream:
+    r"""Return the default :class:`Stream` of ``device`` (the current device if ``None``)."""
+    _lazy_init()
+    idx = _valid_device_index(device, fn="default_stream")
+    return _stream_of(_C._npu_getDefaultStream(idx))
+
+
+def set_stream(stream) -> None:
+    r"""Make ``stream`` the current stream of its device. ``None`` is a no-op.
+
+    Prefer the :func:`stream` context manager.
+    """
+    if stream is None:
+        return
+    _check_npu_stream(stream, fn="set_stream")
+    _lazy_init()
+    _C._npu_setStream(stream.stream_id, stream.device_index, stream.device_type)
+
+
+class StreamContext:
+    r"""Context manager that makes ``stream`` the current stream (no-op for ``None``).
+
+    If the stream is on another device than the current one, the current stream of
+    that device is changed too (and restored), while the current device is kept.
+    """
+
+    def __init__(self, stream: Optional[torch.Stream]):
+        if stream is not None:
+            _check_npu_stream(stream, fn="torch.npu.stream")
+        self.stream = stream
+        self.src_prev_stream = None
+        self.dst_prev_stream = None
+
+    def __enter__(self):
+        cur = self.stream
+        if cur is None:
+            return self
+        self.src_prev_stream = current_stream()
+        if self.src_prev_stream.device != cur.device:
+            self.dst_prev_stream = current_stream(cur.device)
+        set_stream(cur)
+        return self
+
+    def __exit__(self, exc_type: Any, exc_value: Any, traceback: Any):
+        cur = self.stream
+        if cur is None:
+            return False
+        if self.dst_prev_stream is not None:
+            set_stream(self.dst_prev_stream)
+        set_stream(self.src_prev_stream)
+        return False
+
+
+def stream(stream: Optional[torch.Stream]) -> StreamContext:
+    r"""Context manager that selects ``stream`` as the current stream (see :class:`StreamContext`)."""
+    return StreamContext(stream)
+
+
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+_sync_debug_mode = 0
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    r"""Set the debug mode for synchronising operations.
+
+    Args:
+        debug_mode (str or int): ``"default"``/0, ``"warn"``/1 or ``"error"``/2.
+
+    The simulator records the mode; it does not yet warn on synchronising ops.
+    """
+    global _sync_debug_mode
+    if isinstance(debug_mode, str):
+        if debug_mode not in _SYNC_DEBUG_MODES:
+            raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, "
+                               f"`error`, got {debug_mode!r}")
+        debug_mode = _SYNC_DEBUG_MODES[debug_mode]
+    elif isinstance(debug_mode, bool) or not isinstance(debug_mode, int):
+        raise TypeError("set_sync_debug_mode(): argument 'debug_mode' must be a str or an int, "
+                        f"got {type(debug_mode).__name__}")
+    elif debug_mode not in (0, 1, 2):
+        raise RuntimeError(f"invalid value of debug_mode, expected 0, 1 or 2, got {debug_mode}")
+    _sync_debug_mode = debug_mode
+
+
+def get_sync_debug_mode() -> int:
+    r"""Return the debug mode for synchronising operations (0, 1 or 2)."""
+    return _sync_debug_mode

@@ -1,0 +1,344 @@
+"""Device functions of ``torch.npu``: selection, synchronisation, properties.
+
+Everything here is a thin, argument-checking layer over ``torch_npu._C``. The
+device index helpers (:func:`_get_device_index`) are shared by the other
+``torch.npu`` submodules so that every API accepts the same spellings of a device
+(``1``, ``"npu:1"``, ``torch.device("npu", 1)``, ``None`` for the current one) and
+rejects everything else with the same kind of message.
+"""
+
+import os
+import re
+import warnings
+from typing import Any, Optional
+
+import torch
+
+from torch_npu import _C
+
+__all__ = [
+    "synchronize",
+    "device_count",
+    "is_available",
+    "can_device_access_peer",
+    "set_device",
+    "current_device",
+    "get_device_name",
+    "get_device_properties",
+    "get_device_capability",
+    "mem_get_info",
+    "utilization",
+    "device",
+    "device_of",
+    "is_bf16_supported",
+    "is_support_inf_nan",
+    "get_soc_version",
+    "current_blas_handle",
+    "get_cann_version",
+]
+
+
+class _InvalidDeviceError(AssertionError, RuntimeError, ValueError):
+    """An NPU device index that does not name a visible device.
+
+    Huawei's torch_npu raises ``AssertionError("Invalid device id")`` from the
+    query functions and a ``RuntimeError`` from ``set_device``; ``torch.cuda`` uses
+    both as well. This class is all three, so user code catching any of them keeps
+    working, while the message says which argument was wrong and what is valid.
+    """
+
+
+def _lazy_init():
+    # Late import: torch_npu.npu imports this module.
+    from torch_npu.npu import _lazy_init as init
+
+    init()
+
+
+def device_count() -> int:
+    r"""Return the number of NPUs visible to this process (``ASCEND_RT_VISIBLE_DEVICES``)."""
+    return int(_C._npu_getDeviceCount())
+
+
+def is_available() -> bool:
+    r"""Return whether at least one NPU can be used."""
+    return device_count() > 0
+
+
+def _fn_label(fn: Optional[str]) -> str:
+    return f"{fn}(): " if fn else ""
+
+
+def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = False,
+                      *, fn: Optional[str] = None, arg: str = "device") -> int:
+    r"""Return the device index named by ``device``.
+
+    ``device`` may be an ``int``, a string (``"npu"``, ``"npu:1"``, ``"1"``), a
+    ``torch.device``, a :class:`torch.npu.device` context manager or ``None``.
+    ``None`` and ``"npu"`` without index mean the current device when ``optional``
+    is true. With ``allow_cpu``, a cpu device gives ``-1``. ``fn`` and ``arg`` only
+    make the error messages name the caller and the argument.
+    """
+    where = _fn_label(fn)
+    if isinstance(device, bool):
+        raise TypeError(f"{where}argument '{arg}' must be an int, a str or a torch.device, "
+                        f"got bool ({device!r})")
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        text = device.strip()
+        if re.fullmatch(r"-?\d+", text):
+            return int(text)
+        try:
+            device = torch.device(text)
+        except RuntimeError as err:
+            raise ValueError(f"{where}argument '{arg}' is not a valid device string: {device!r} "
+                             f"(expected e.g. 'npu', 'npu:0' or an index)") from err
+    if isinstance(device, torch.device):
+        if device.type == "cpu" and allow_cpu:
+            return -1
+        if device.type != "npu":
+            expected = "an npu or cpu device" if allow_cpu else "an npu device"
+            raise ValueError(f"{where}argument '{arg}' must be {expected}, got {device}")
+        if device.index is not None:
+            return device.index
+        if optional:
+            return current_device()
+        raise ValueError(f"{where}argument '{arg}' must be an npu device with an index, "
+                         f"got {device}")
+    if isinstance(device, _DeviceContext):
+        return device.idx
+    if device is None:
+        if optional:
+            return current_device()
+        raise ValueError(f"{where}argument '{arg}' must be an npu device with an index or an "
+                         f"int, got None")
+    raise TypeError(f"{where}argument '{arg}' must be an int, a str or a torch.device, "
+                    f"got {type(device).__name__}")
+
+
+def _check_device_index(idx: int, *, fn: Optional[str] = None, arg: str = "device") -> int:
+    count = device_count()
+    if idx < 0 or idx >= count:
+        raise _InvalidDeviceError(
+            f"Invalid device id: {_fn_label(fn)}argument '{arg}' is {idx}, but this process "
+            f"sees {count} NPU device(s), so it must be in [0, {count - 1}] "
+            f"(ASCEND_RT_VISIBLE_DEVICES selects which devices are visible)")
+    return idx
+
+
+def _valid_device_index(device: Any, *, fn: str, arg: str = "device") -> int:
+    """Index of ``device`` (``None`` = current), checked against ``device_count()``."""
+    return _check_device_index(_get_device_index(device, optional=True, fn=fn, arg=arg),
+                               fn=fn, arg=arg)
+
+
+def set_device(device) -> None:
+    r"""Set the current NPU device of this thread.
+
+    Args:
+        device (int, str or torch.device): the device, e.g. ``1``, ``"npu:1"`` or
+            ``torch.device("npu", 1)``. A negative index is a no-op.
+    """
+    idx = _get_device_index(device, optional=True, fn="set_device")
+    if idx < 0:
+        return
+    _check_device_index(idx, fn="set_device")
+    _C._npu_setDevice(idx)
+
+
+def current_device() -> int:
+    r"""Return the index of the current NPU device of this thread."""
+    _lazy_init()
+    return int(_C._npu_getDevice())
+
+
+def synchronize(device=None) -> None:
+    r"""Wait for all kernels in all streams of an NPU device to complete.
+
+    Args:
+        device (torch.device or int, optional): the device; the current one if ``None``.
+    """
+    _lazy_init()
+    idx = _valid_device_index(device, fn="synchronize")
+    _C._npu_synchronize(idx)
+
+
+def can_device_access_peer(device, peer_device) -> bool:
+    r"""Return whether ``device`` can access the memory of ``peer_device``.
+
+    All simulated devices live in one host address space, so any two distinct
+    devices can; like ``aclrtDeviceCanAccessPeer``/CUDA, a device is not its own peer.
+    """
+    idx = _valid_device_index(device, fn="can_device_access_peer", arg="device")
+    peer = _valid_device_index(peer_device, fn="can_device_access_peer", arg="peer_device")
+    return idx != peer
+
+
+def get_device_name(device=None) -> str:
+    r"""Return the SoC name of an NPU, e.g. ``"Ascend910B1"``."""
+    idx = _valid_device_index(device, fn="get_device_name")
+    return _C._npu_getDeviceName(idx)
+
+
+# Hardware facts of the SoCs the simulator can profile (public Ascend data sheets):
+# AI cube cores, vector cores, L2 cache. Anything else falls back to 910B1 numbers.
+_SOC_FACTS = {
+    "Ascend910B1": (24, 48, 192 * 1024 * 1024),
+    "Ascend910B2": (24, 48, 192 * 1024 * 1024),
+    "Ascend910B3": (20, 40, 192 * 1024 * 1024),
+    "Ascend910B4": (20, 40, 96 * 1024 * 1024),
+}
+
+
+class _NPUDeviceProperties:
+    """Properties of one NPU, with the attribute names of torch_npu's ``_NPUDeviceProperties``."""
+
+    __slots__ = ("name", "total_memory", "cube_core_num", "vector_core_num", "L2_cache_size",
+                 "multi_processor_count", "major", "minor", "is_integrated",
+                 "is_multi_gpu_board", "index")
+
+    def __init__(self, index: int, name: str, total_memory: int):
+        cube, vector, l2 = _SOC_FACTS.get(name, _SOC_FACTS["Ascend910B1"])
+        self.index = index
+        self.name = name
+        self.total_memory = int(total_memory)
+        self.cube_core_num = cube
+        self.vector_core_num = vector
+        self.L2_cache_size = l2
+        self.multi_processor_count = cube
+        # An NPU has no CUDA compute capability; see get_device_capability().
+        self.major = 0
+        self.minor = 0
+        self.is_integrated = False
+        self.is_multi_gpu_board = False
+
+    def __repr__(self) -> str:
+        return (f"_NPUDeviceProperties(name='{self.name}', "
+                f"total_memory={self.total_memory // (1024 * 1024)}MB)")
+
+
+def get_device_properties(device=None) -> _NPUDeviceProperties:
+    r"""Return the properties of an NPU (``name``, ``total_memory``, core counts, ...)."""
+    _lazy_init()
+    idx = _valid_device_index(device, fn="get_device_properties")
+    return _NPUDeviceProperties(idx, _C._npu_getDeviceName(idx),
+                                _C._npu_getDeviceTotalMemory(idx))
+
+
+def get_device_capability(device=None):
+    r"""Return ``None``: NPUs have no CUDA compute capability.
+
+    For code that insists on a tuple, set ``TORCH_NPU_DEVICE_CAPABILITY="major.minor"``
+    (as with torch_npu); the value is then returned as ``(major, minor)``.
+    """
+    if device is not None:
+        _valid_device_index(device, fn="get_device_capability")
+    note = ("The return value of get_device_capability is only for compatibility with PyTorch "
+            "and does not describe the NPU.")
+    env = os.environ.get("TORCH_NPU_DEVICE_CAPABILITY")
+    if not env:
+        warnings.warn("torch.npu.get_device_capability() returns None; set "
+                      f"TORCH_NPU_DEVICE_CAPABILITY='major.minor' to change it. {note}")
+        return None
+    match = re.fullmatch(r"(\d+)\.(\d+)", env.strip())
+    if match is None:
+        warnings.warn(f"Cannot parse TORCH_NPU_DEVICE_CAPABILITY={env!r}: expected "
+                      "'major.minor' with non-negative integers, e.g. '8.0'. Returning None.")
+        return None
+    warnings.warn(note)
+    return int(match.group(1)), int(match.group(2))
+
+
+def mem_get_info(device=None):
+    r"""Return ``(free, total)`` device memory in bytes, as ``aclrtGetMemInfo`` reports it."""
+    _lazy_init()
+    idx = _valid_device_index(device, fn="mem_get_info")
+    free, total = _C._npu_getMemInfo(idx)
+    return int(free), int(total)
+
+
+def utilization(device=None) -> int:
+    r"""Return the percentage of time over the last sample period the device was busy."""
+    _lazy_init()
+    idx = _valid_device_index(device, fn="utilization")
+    query = getattr(_C, "_npu_getDeviceUtilizationRate", None)
+    if query is None:
+        raise RuntimeError("torch.npu.utilization() is not supported by this build of "
+                           "torch_npu._C (no _npu_getDeviceUtilizationRate)")
+    return int(query(idx))
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    r"""Return ``True``: the Ascend910B family computes in bfloat16."""
+    return True
+
+
+def is_support_inf_nan() -> bool:
+    r"""Return ``True``: Ascend910B and later propagate inf/NaN (no global overflow flag)."""
+    return True
+
+
+def get_soc_version() -> str:
+    r"""Return the SoC name of the current device (e.g. ``"Ascend910B1"``)."""
+    return get_device_name()
+
+
+def current_blas_handle():
+    r"""Return ``None``: NPUs have no BLAS handle (same as torch_npu, with its warning)."""
+    warnings.warn("NPU does not use blas handle.")
+    return None
+
+
+def get_cann_version(module: str = "CANN") -> str:
+    r"""Return the (simulated) CANN version; see :func:`torch_npu.utils.get_cann_version`."""
+    from torch_npu.utils import get_cann_version as _get
+
+    return _get(module)
+
+
+class _DeviceContext:
+    r"""Context manager that changes the current NPU device.
+
+    Args:
+        device (torch.device, str, int or None): device to select. ``None`` means the
+            current device; a negative index makes the context manager a no-op.
+    """
+
+    def __init__(self, device):
+        self.idx = _get_device_index(device, optional=True, fn="torch.npu.device")
+        if self.idx >= 0:
+            _check_device_index(self.idx, fn="torch.npu.device")
+        self.prev_idx = -1
+
+    def __enter__(self):
+        if self.idx < 0:
+            return self
+        _lazy_init()
+        self.prev_idx = int(_C._npu_getDevice())
+        if self.prev_idx != self.idx:
+            _C._npu_setDevice(self.idx)
+        return self
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        if self.idx >= 0 and self.prev_idx >= 0 and self.prev_idx != self.idx:
+            _C._npu_setDevice(self.prev_idx)
+        return False
+
+    def __repr__(self):
+        return f"torch.npu.device(idx={self.idx})"
+
+
+class device(_DeviceContext):
+    r"""Context manager that changes the current NPU device (as ``torch.cuda.device``)."""
+
+
+class device_of(device):
+    r"""Context manager that selects the device of a tensor or storage.
+
+    A no-op if the object is not on an NPU.
+    """
+
+    def __init__(self, obj):
+        idx = obj.get_device() if getattr(obj, "is_npu", False) else -1
+        super().__init__(idx)

@@ -1,0 +1,270 @@
+"""Helpers for operator tests written for Huawei's torch_npu (``torch_npu.testing.common_utils``).
+
+``create_common_tensor`` makes a CPU reference tensor and its NPU copy from the
+same random data; the decorators skip tests the current machine cannot run.
+"""
+
+import functools
+import os
+import unittest
+from itertools import product
+from typing import Iterable, List, Sequence, Union
+
+import numpy as np
+import torch
+from torch.testing._utils import freeze_rng_state as _torch_freeze_rng_state
+
+import torch_npu
+
+__all__ = [
+    "freeze_rng_state",
+    "iter_indices",
+    "is_iterable",
+    "get_npu_device",
+    "set_npu_device",
+    "create_common_tensor",
+    "create_dtype_tensor",
+    "test_2args_broadcast",
+    "check_operators_in_prof",
+    "SupportedDevices",
+    "SkipIfNoLapack",
+    "SkipIfNoLatestTorch",
+    "skipIfUnsupportMultiNPU",
+    "PERF_TEST_ENABLE",
+    "IS_WINDOWS",
+]
+
+IS_WINDOWS = os.name == "nt"
+PERF_TEST_ENABLE = os.getenv("PERF_TEST_ENABLE", "").upper() in ("ON", "1", "YES", "TRUE", "Y")
+
+#: The newest torch release this build matrix supports (see versions/ of the monorepo).
+LATEST_TORCH_VERSION = (2, 14)
+
+
+def freeze_rng_state():
+    """Context manager: restore the CPU and NPU random number generator states on exit."""
+    return _torch_freeze_rng_state()
+
+
+def iter_indices(tensor: torch.Tensor):
+    """Iterate over every index of ``tensor`` (ints for 1-D, tuples otherwise)."""
+    if tensor.dim() == 0:
+        return range(0)
+    if tensor.dim() == 1:
+        return range(tensor.size(0))
+    return product(*(range(s) for s in tensor.size()))
+
+
+def is_iterable(obj) -> bool:
+    try:
+        iter(obj)
+        return True
+    except TypeError:
+        return False
+
+
+def get_npu_device() -> str:
+    """Return the device tests run on: ``"npu:<SET_NPU_DEVICE>"``, ``"npu:0"`` by default."""
+    index = os.environ.get("SET_NPU_DEVICE")
+    if index is None or index == "":
+        return "npu:0"
+    if not index.strip().isdigit():
+        raise ValueError(f"SET_NPU_DEVICE must be a device index, got {index!r}")
+    return f"npu:{int(index)}"
+
+
+def set_npu_device() -> str:
+    """Make :func:`get_npu_device` the current device and return it."""
+    device = get_npu_device()
+    torch.npu.set_device(device)
+    return device
+
+
+_NUMPY_OF_TORCH = {
+    torch.bool: np.bool_, torch.uint8: np.uint8, torch.int8: np.int8, torch.int16: np.int16,
+    torch.int32: np.int32, torch.int64: np.int64, torch.float16: np.float16,
+    torch.float32: np.float32, torch.float64: np.float64,
+}
+
+
+def _cast_to_format(npu_tensor: torch.Tensor, npu_format: int) -> torch.Tensor:
+    if npu_format == -1:
+        return npu_tensor
+    cast = getattr(torch_npu, "npu_format_cast", None)
+    if cast is None:
+        # No private storage formats in this build: tensors stay ND, which every
+        # format-agnostic operator test accepts.
+        return npu_tensor
+    return cast(npu_tensor, npu_format)
+
+
+def create_common_tensor(item: Sequence, minValue, maxValue, device=None):
+    """Return ``(cpu_tensor, npu_tensor)`` holding the same uniform random data.
+
+    Args:
+        item: ``[dtype, npu_format, shape]``; ``dtype`` a numpy dtype (``np.float32``) or a
+            torch dtype, ``npu_format`` an ACL format number (-1 keeps the default ND),
+            ``shape`` a sequence of ints or an int.
+        minValue, maxValue: the range of the values.
+        device: the NPU to put the copy on; :func:`get_npu_device` by default.
+    """
+    if not isinstance(item, (list, tuple)) or len(item) != 3:
+        raise TypeError("create_common_tensor(): argument 'item' must be [dtype, npu_format, shape], "
+                        f"got {item!r}")
+    dtype, npu_format, shape = item
+    bfloat16 = dtype is torch.bfloat16
+    if isinstance(dtype, torch.dtype):
+        if bfloat16:
+            np_dtype = np.float32
+        elif dtype in _NUMPY_OF_TORCH:
+            np_dtype = _NUMPY_OF_TORCH[dtype]
+        else:
+            raise TypeError(f"create_common_tensor(): dtype {dtype} has no numpy equivalent")
+    else:
+        np_dtype = dtype
+    if isinstance(shape, int):
+        shape = (shape,)
+    if device is None:
+        device = get_npu_device()
+    data = np.random.uniform(minValue, maxValue, shape).astype(np_dtype)
+    cpu_input = torch.from_numpy(data)
+    if bfloat16:
+        cpu_input = cpu_input.to(torch.bfloat16)
+    npu_input = _cast_to_format(cpu_input.to(device), npu_format)
+    return cpu_input, npu_input
+
+
+def create_dtype_tensor(shape, dtype, npu_format=-1, min_value=-5, max_value=5, no_zero=False,
+                        device=None):
+    """Like :func:`create_common_tensor` with a torch dtype: bools, halves, floats, else int32."""
+    if device is None:
+        device = get_npu_device()
+    if dtype == torch.bool:
+        data = np.random.randint(0, 2, size=shape).astype(bool)
+    elif dtype == torch.half:
+        data = np.random.uniform(min_value, max_value, shape).astype(np.float16)
+    elif dtype == torch.float:
+        data = np.random.uniform(min_value, max_value, shape).astype(np.float32)
+    else:
+        data = np.random.randint(min_value, max_value + 1, size=shape).astype(np.int32)
+    if no_zero:
+        data = np.where(data != 0, data, np.ones_like(data))
+    cpu_input = torch.from_numpy(data)
+    npu_input = cpu_input.to(device)
+    if dtype in (torch.float, torch.half):
+        npu_input = _cast_to_format(npu_input, npu_format)
+    return cpu_input, npu_input
+
+
+def test_2args_broadcast(fn):
+    """Run ``fn(x, y)`` on broadcasting pairs on CPU and NPU; return ``[[cpu_out, npu_out], ...]`` (numpy)."""
+    device = get_npu_device()
+    outputs = []
+    for x_shape, y_shape in (((2, 3, 4, 5), (1, 1, 1)), ((2, 3, 4, 5), (4, 5))):
+        x = torch.from_numpy(np.random.rand(*x_shape).astype(np.float32))
+        y = torch.from_numpy(np.random.rand(*y_shape).astype(np.float32))
+        cpu_out = fn(x, y).numpy()
+        npu_out = fn(x.to(device), y.to(device)).to("cpu").numpy()
+        outputs.append([cpu_out, npu_out])
+    return outputs
+
+
+test_2args_broadcast.__test__ = False  # not a pytest test
+
+
+def check_operators_in_prof(expected_operators: List[str], prof, unexpected_operators=None) -> bool:
+    """Return whether a profile ran all ``expected_operators`` and none of ``unexpected_operators``."""
+    unexpected = set(unexpected_operators or [])
+    expected = list(expected_operators)
+    averages = prof.key_averages()
+    if not averages:
+        return False
+    for item in averages:
+        key = item.key.replace("cached_", "")
+        if key in unexpected:
+            return False
+        if key in expected:
+            expected.remove(key)
+    return not expected
+
+
+class SupportedDevices:
+    """Decorator: run the test only on the listed SoCs, e.g. ``@SupportedDevices(["Ascend910B"])``.
+
+    The first 10 characters of ``get_device_name(0)`` are compared (``"Ascend910B"``
+    for an ``"Ascend910B1"``), as in torch_npu.
+    """
+
+    def __init__(self, supported_devices: Union[str, Iterable[str]]):
+        if isinstance(supported_devices, str):
+            supported_devices = [supported_devices]
+        self.supported_devices = list(supported_devices)
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if not torch.npu.is_available():
+                raise unittest.SkipTest("no NPU available")
+            name = torch.npu.get_device_name(0)[:10]
+            if name not in self.supported_devices:
+                raise unittest.SkipTest(f"Only run on {self.supported_devices!r}, current device "
+                                        f"is {name}.")
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class SkipIfNoLapack:
+    """Decorator: skip the test if PyTorch was built without LAPACK."""
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if not torch._C.has_lapack:
+                raise unittest.SkipTest("PyTorch compiled without Lapack")
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def _torch_release() -> tuple:
+    parts = torch.__version__.split("+")[0].split(".")
+    return tuple(int(p) for p in parts[:2] if p.isdigit())
+
+
+class SkipIfNoLatestTorch:
+    """Decorator: skip the test unless torch is the newest release of the build matrix.
+
+    For tests of APIs that only the newest supported torch has.
+    """
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            if _torch_release() < LATEST_TORCH_VERSION:
+                raise unittest.SkipTest(
+                    f"needs torch >= {'.'.join(map(str, LATEST_TORCH_VERSION))}, "
+                    f"have {torch.__version__}")
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def skipIfUnsupportMultiNPU(npu_number_needed: int):
+    """Decorator: skip the test unless at least ``npu_number_needed`` NPUs are visible."""
+    if isinstance(npu_number_needed, bool) or not isinstance(npu_number_needed, int):
+        raise TypeError("skipIfUnsupportMultiNPU(): argument 'npu_number_needed' must be an int, "
+                        f"got {type(npu_number_needed).__name__}")
+
+    def decorator(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            count = torch.npu.device_count() if torch.npu.is_available() else 0
+            if count < npu_number_needed:
+                raise unittest.SkipTest(f"Need at least {npu_number_needed} NPU devices, "
+                                        f"have {count}")
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorator

@@ -1,0 +1,159 @@
+"""``TestCase`` and ``run_tests`` for tests written for Huawei's torch_npu.
+
+``TestCase`` is PyTorch's ``torch.testing._internal.common_utils.TestCase`` with
+torch_npu's conventions on top:
+
+* ``assertEqual(x, y, prec=None, message='', ...)``: a third positional argument is a
+  tolerance (a number) or a message (a string); dtypes need not match
+  (``exact_dtype = False``) and a CPU tensor compares with an NPU tensor.
+* ``assertRtolEqual(x, y, prec=1e-4, prec16=1e-3)``: the relative/absolute check of
+  torch_npu's operator tests, for tensors, numpy arrays, numbers and sequences.
+* ``setUpClass`` selects the test device (``SET_NPU_DEVICE``), ``setUp`` seeds the RNGs
+  with ``SEED`` (default 666).
+"""
+
+import os
+import random
+from collections.abc import Sequence
+from numbers import Number
+
+import numpy as np
+import torch
+from torch.testing._internal import common_utils as _torch_common_utils
+
+from .common_utils import set_npu_device
+
+__all__ = ["TestCase", "run_tests"]
+
+
+def run_tests(argv=None):
+    """Run the tests of ``__main__`` (PyTorch's runner: unittest, or pytest with --use-pytest)."""
+    _torch_common_utils.run_tests(argv)
+
+
+_FP16_MIN = 6e-8
+_MIN = 1e-9
+_NUMERIC = (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16,
+            np.float32, np.float64)
+
+
+class TestCase(_torch_common_utils.TestCase):
+    _precision = 1e-5
+    exact_dtype = False
+    maxDiff = None
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.npu_device = set_npu_device()
+
+    def setUp(self):
+        super().setUp()
+        seed = int(os.getenv("SEED", "666"))
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+
+    # -- equality -----------------------------------------------------------------------
+    def assertEqual(self, x, y, prec=None, message="", allow_inf=False, exact_dtype=None,
+                    **kwargs):
+        """Assert ``x`` and ``y`` are equal up to a tolerance.
+
+        ``prec`` (or a number in third position) is the absolute tolerance; a string in
+        third position is the message. Other keyword arguments (``atol``, ``rtol``,
+        ``msg``, ``exact_device``, ...) are those of PyTorch's ``TestCase.assertEqual``.
+        """
+        __tracebackhide__ = True
+        if isinstance(prec, str) and not message:
+            message, prec = prec, None
+        msg = kwargs.pop("msg", None) or message or None
+        if exact_dtype is None:
+            exact_dtype = self.exact_dtype
+        if prec is not None:
+            if not isinstance(prec, Number):
+                raise TypeError(f"assertEqual(): argument 'prec' must be a number or a message "
+                                f"string, got {type(prec).__name__}")
+            kwargs.setdefault("atol", float(prec))
+            kwargs.setdefault("rtol", 0.0)
+        if allow_inf:
+            kwargs.setdefault("equal_nan", True)
+        super().assertEqual(x, y, msg, exact_dtype=exact_dtype, **kwargs)
+
+    def assertRtolEqual(self, x, y, prec=1.e-4, prec16=1.e-3, auto_trans_dtype=False,
+                        message=None):
+        """Assert ``x`` and ``y`` agree elementwise, relatively or absolutely.
+
+        An element agrees when ``|x - y| <= prec`` or ``|x - y| / max(|x|, |y|) <= prec``
+        (``prec16`` for float16 and bfloat16); a result passes if the disagreeing
+        elements are at most ``prec`` of all elements. NaNs must be at the same places.
+        Shapes and dtypes must match (``auto_trans_dtype`` casts ``x`` to ``y``'s dtype).
+        Tensors may be on any device.
+        """
+        __tracebackhide__ = True
+        self._rtol_equal(x, y, prec, prec16, auto_trans_dtype, message)
+
+    def _rtol_fail(self, what: str, message):
+        self.fail(f"{what}" + (f"\n{message}" if message else ""))
+
+    def _rtol_equal(self, x, y, prec, prec16, auto_trans_dtype, message):
+        if isinstance(x, Sequence) and isinstance(y, Sequence) and not isinstance(x, str):
+            if len(x) != len(y):
+                self._rtol_fail(f"length error: {len(x)} vs {len(y)}", message)
+            for x_item, y_item in zip(x, y):
+                self._rtol_equal(x_item, y_item, prec, prec16, auto_trans_dtype, message)
+            return
+        if isinstance(x, torch.Tensor) and isinstance(y, Sequence):
+            y = torch.as_tensor(y, dtype=x.dtype)
+        elif isinstance(x, Sequence) and isinstance(y, torch.Tensor):
+            x = torch.as_tensor(x, dtype=y.dtype)
+        low_precision = False
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if auto_trans_dtype:
+                x = x.to(y.dtype)
+            if x.dtype != y.dtype:
+                self._rtol_fail(f"dtype error: {x.dtype} vs {y.dtype}", message)
+            if x.dtype == torch.bfloat16:
+                low_precision = True
+                x, y = x.float(), y.float()
+            x = x.detach().cpu().numpy()
+            y = y.detach().cpu().numpy()
+        elif isinstance(x, Number) and isinstance(y, Number):
+            x, y = np.array(x), np.array(y)
+        elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            # A tensor against a numpy array: compare as numpy.
+            x = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+            y = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape:
+            self._rtol_fail(f"shape error: {x.shape} vs {y.shape}", message)
+        if x.dtype != y.dtype:
+            self._rtol_fail(f"dtype error: {x.dtype} vs {y.dtype}", message)
+        if x.dtype.type not in _NUMERIC:
+            self._rtol_fail(f"dtype error: {x.dtype} is not a supported numeric dtype", message)
+        if x.dtype == np.bool_:
+            if not np.array_equal(x, y):
+                self._rtol_fail(f"result error: {int(np.sum(x != y))} of {x.size} booleans differ",
+                                message)
+            return
+        if x.dtype == np.float16:
+            low_precision = True
+        tol, minimum = (prec16, _FP16_MIN) if low_precision else (prec, _MIN)
+        xf, yf = x.astype(np.float64), y.astype(np.float64)
+        nan_x, nan_y = np.isnan(xf), np.isnan(yf)
+        if not np.array_equal(nan_x, nan_y):
+            self._rtol_fail("result error: NaNs at different positions", message)
+        finite = ~nan_x
+        both_inf = np.isinf(xf) & np.isinf(yf) & (np.sign(xf) == np.sign(yf))
+        diff = np.where(finite & ~both_inf, np.abs(xf - yf), 0.0)
+        scale = np.maximum(np.abs(xf), np.abs(yf))
+        with np.errstate(invalid="ignore"):
+            rel = np.where(finite & ~both_inf, diff / (scale + minimum), 0.0)
+        bad = (diff > tol) & (rel > tol)
+        if np.isnan(diff).any():
+            bad |= np.isnan(diff)
+        if bad.sum() > x.size * tol:
+            worst = np.unravel_index(int(np.argmax(np.where(bad, diff, -1.0))), x.shape)
+            self._rtol_fail(
+                f"result error: {int(bad.sum())} of {x.size} elements differ by more than "
+                f"{tol} (absolute and relative); worst at index {tuple(int(i) for i in worst)}: "
+                f"{x[worst]!r} vs {y[worst]!r}", message)

@@ -1,0 +1,58 @@
+"""Small utilities of torch_npu: CANN version queries."""
+
+import re
+from typing import Tuple
+
+__all__ = ["get_cann_version"]
+
+# The CANN components torch_npu can be asked about. The simulator is one package
+# at one CANN level, so all of them report that level.
+_CANN_MODULES = ("CANN", "RUNTIME", "COMPILER", "HCCL", "TOOLKIT", "OPP", "OPP_KERNEL", "DRIVER")
+
+
+def _simulated_cann_version() -> str:
+    import torch_npu
+
+    c_ext = getattr(torch_npu, "_C", None)
+    version = getattr(c_ext, "__cann_version__", None)
+    if version:
+        return str(version)
+    from torch_npu import version as build
+
+    return str(build.cann_version)
+
+
+def get_cann_version(module: str = "CANN") -> str:
+    r"""Return the version of a CANN component, e.g. ``"8.5.0"``.
+
+    Args:
+        module (str): one of ``"CANN"`` (default), ``"RUNTIME"``, ``"COMPILER"``,
+            ``"HCCL"``, ``"TOOLKIT"``, ``"OPP"``, ``"OPP_KERNEL"``, ``"DRIVER"``. The
+            simulated CANN is a single package, so all components have its version.
+    """
+    if not isinstance(module, str):
+        raise TypeError(f"get_cann_version(): argument 'module' must be a str, got "
+                        f"{type(module).__name__}")
+    if module.upper() not in _CANN_MODULES:
+        raise ValueError(f"get_cann_version(): argument 'module' must be one of "
+                         f"{list(_CANN_MODULES)}, got {module!r}")
+    return _simulated_cann_version()
+
+
+def _version_key(version: str) -> Tuple:
+    """Order CANN versions: "8.0.RC2" < "8.0.0" < "8.1.RC1" < "8.5.0" < "9.1.0"."""
+    parts = []
+    for piece in re.split(r"[.\-]", version.strip()):
+        match = re.fullmatch(r"(?i)(rc|alpha|beta|t)?(\d+)", piece)
+        if match is None:
+            raise ValueError(f"not a CANN version: {version!r}")
+        tag, number = match.group(1), int(match.group(2))
+        # A release candidate sorts below the final release of the same minor version.
+        rank = {"alpha": 0, "beta": 1, "t": 1, "rc": 2}.get((tag or "").lower(), 3)
+        parts.append((rank, number))
+    return tuple(parts)
+
+
+def _is_gte_cann_version(version: str, module: str = "CANN") -> bool:
+    r"""Return whether the CANN component ``module`` is at least ``version``."""
+    return _version_key(get_cann_version(module)) >= _version_key(version)
