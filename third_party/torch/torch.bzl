@@ -35,6 +35,9 @@ def _torch_repo_impl(ctx):
         'WHEEL_VERSION = "%s.post%s"' % (info["torch_version"], info["post"]),
         'PY_TAG = "%s"' % info["py_tag"],
         'PYTHON = "%s"' % info["python"],
+        # For C++ test binaries: CUDA builds of torch pull libtorch_cuda.so and friends,
+        # which Bazel's solib folder does not hold.
+        'TORCH_LIB = "%s"' % info["torch_lib"],
         'CXX11_ABI = "%s"' % info["cxx11_abi"],
         "",
     ]))
