@@ -129,9 +129,22 @@ at::Tensor AliasMap::to_npu(const at::Tensor& cpu) {
   return at::Tensor(std::move(impl));
 }
 
-void AliasMap::sync_back(const at::Tensor& npu, const at::Tensor& cpu) {
-  auto* npu_storage = npu.storage().unsafeGetStorageImpl();
-  auto* cpu_storage = cpu.storage().unsafeGetStorageImpl();
+at::Tensor twin(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(t.storage()),
+                                                   c10::DispatchKeySet(t.device().type() == kNPU
+                                                                           ? c10::DispatchKey::PrivateUse1
+                                                                           : c10::DispatchKey::CPU),
+                                                   t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  impl->_set_conj(t.is_conj());
+  impl->_set_neg(t.is_neg());
+  return at::Tensor(std::move(impl));
+}
+
+void AliasMap::sync_back(const WrittenArg& w) {
+  auto* npu_storage = w.npu_storage.unsafeGetStorageImpl();
+  auto* cpu_storage = w.alias.storage().unsafeGetStorageImpl();
   if (cpu_storage->data() != npu_storage->data() || cpu_storage->nbytes() != npu_storage->nbytes()) {
     // The kernel resized an out= argument: its alias got a new (NPU) buffer.
     c10::DataPtr dp;
@@ -146,8 +159,12 @@ void AliasMap::sync_back(const at::Tensor& npu, const at::Tensor& cpu) {
     npu_storage->set_data_ptr_noswap(std::move(dp));
     npu_storage->set_nbytes(cpu_storage->nbytes());
   }
-  if (npu.sizes() != cpu.sizes() || npu.strides() != cpu.strides() || npu.storage_offset() != cpu.storage_offset()) {
-    npu.unsafeGetTensorImpl()->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
+  if (auto original = w.original.lock()) {
+    const at::Tensor& a = w.alias;
+    if (original->sizes() != a.sizes() || original->strides() != a.strides() ||
+        original->storage_offset() != a.storage_offset()) {
+      original->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
+    }
   }
 }
 
@@ -200,6 +217,71 @@ struct CallScan {
   std::optional<c10::Device> cpu_mixed;
 };
 
+// Rewrites the arguments on the stack for the CPU kernel: npu tensors become aliases,
+// npu devices become cpu, generators become the CPU generators standing in for them.
+void to_cpu_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& s, size_t begin,
+                      c10::DeviceIndex device, AliasMap& aliases, std::vector<WrittenArg>& written) {
+  const auto& args = schema.arguments();
+  auto alias = [&](const at::Tensor& t, bool is_written) {
+    at::Tensor a = aliases.alias(t);
+    if (is_written) written.push_back({a, t.storage(), c10::weak_intrusive_ptr<c10::TensorImpl>(t.getIntrusivePtr())});
+    return a;
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::IValue& v = s[begin + i];
+    const bool is_written = args[i].alias_info() && args[i].alias_info()->isWrite();
+    if (v.isTensor()) {
+      if (is_npu(v.toTensor())) v = alias(v.toTensor(), is_written);
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(is_npu(t) ? alias(t, is_written) : t);
+      v = std::move(out);
+    } else if (v.isList() && is_optional_tensor_list(args[i])) {
+      auto generic = v.toList();
+      c10::List<std::optional<at::Tensor>> out;
+      out.reserve(generic.size());
+      for (const c10::IValue& e : generic) {
+        if (e.isTensor()) {
+          const at::Tensor& t = e.toTensor();
+          out.push_back(is_npu(t) ? alias(t, false) : t);
+        } else {
+          out.push_back(std::nullopt);
+        }
+      }
+      v = std::move(out);
+    } else if (v.isDevice() && v.toDevice().type() == kNPU) {
+      v = c10::Device(c10::DeviceType::CPU);
+    } else if (v.isGenerator()) {
+      v = cpu_generator_for(v.toGenerator(), device);
+    } else if (v.isNone() && is_optional_generator(args[i])) {
+      v = cpu_generator_for(std::nullopt, device);
+    }
+  }
+}
+
+// The argument a written (a!) return aliases, or -1.
+int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+  const auto* info = ret.alias_info();
+  if (!info || !info->isWrite()) return -1;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* a = args[i].alias_info();
+    if (a && a->isWrite() && a->beforeSets() == info->beforeSets()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// A kernel waiting on a stream: the aliased arguments and what it writes.
+struct QueuedKernel {
+  QueuedKernel(const c10::OperatorHandle& op, c10::DeviceIndex device) : op(op), device(device) {}
+  c10::OperatorHandle op;
+  c10::DeviceIndex device;
+  torch::jit::Stack stack;
+  std::vector<WrittenArg> written;
+};
+
 void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto& arguments = schema.arguments();
@@ -226,141 +308,73 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       scan.has_generator = true;
     }
   }
-  c10::DeviceIndex device = scan.device >= 0 ? scan.device : device_arg.value_or(current_device());
+  const c10::DeviceIndex device = scan.device >= 0 ? scan.device : device_arg.value_or(current_device());
   if (scan.cpu_mixed && scan.device >= 0) {
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, npu:",
                 static_cast<int>(device), " and ", *scan.cpu_mixed, "! (when checking arguments of ",
                 schema.name(), ")");
   }
 
-  // Asynchronous when every result is an argument written in place (in-place and out=
-  // forms, which is where structured ops' functional forms land) and nothing ties
-  // the kernel to host state (generators, CPU tensors, data-dependent resizes).
-  bool async = task_queue_enabled() && !in_kernel() && !scan.has_generator && !scan.has_cpu_tensor;
-  std::vector<int> return_arg;  // for async: which argument each return is
-  if (async) {
-    for (const auto& ret : schema.returns()) {
-      const auto* info = ret.alias_info();
-      int found = -1;
-      if (info && info->isWrite()) {
-        for (size_t i = 0; i < num_args; ++i) {
-          const auto* ainfo = arguments[i].alias_info();
-          if (ainfo && ainfo->isWrite() && ainfo->beforeSets() == info->beforeSets()) {
-            found = static_cast<int>(i);
-            break;
-          }
-        }
-      }
-      if (found < 0) {
-        async = false;
-        break;
-      }
-      const c10::IValue& v = (*stack)[args_begin + found];
-      if (!v.isTensor() || v.toTensor().numel() == 0) {  // out=empty(0): resized by the kernel
-        async = false;
-        break;
-      }
-      return_arg.push_back(found);
-    }
+  // Results that are written arguments (in-place and out= forms) are the caller's tensors.
+  const auto& returns = schema.returns();
+  c10::SmallVector<int, 4> return_arg;
+  bool all_written = true;
+  for (const auto& ret : returns) {
+    return_arg.push_back(written_argument(schema, ret));
+    all_written &= return_arg.back() >= 0 && (*stack)[args_begin + return_arg.back()].isTensor();
   }
+  c10::SmallVector<c10::IValue, 4> results;
+  for (int i : return_arg) results.push_back(i >= 0 ? (*stack)[args_begin + i] : c10::IValue());
 
-  // The body: aliases, CPU kernel, results mapped back.
-  auto run = [op, device, num_args](torch::jit::Stack& s, bool keep_returns) {
-    KernelScope scope(device);
-    AliasMap aliases(device);
-    const auto& args_schema = op.schema().arguments();
-    const size_t begin = s.size() - num_args;
-    std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (npu, alias) of mutable args
-    for (size_t i = 0; i < num_args; ++i) {
-      c10::IValue& v = s[begin + i];
-      const bool is_written = args_schema[i].alias_info() && args_schema[i].alias_info()->isWrite();
-      if (v.isTensor()) {
-        const at::Tensor& t = v.toTensor();
-        if (is_npu(t)) {
-          at::Tensor a = aliases.alias(t);
-          if (is_written) written.emplace_back(t, a);
-          v = std::move(a);
-        }
-      } else if (v.isTensorList()) {
-        auto list = v.toTensorList();
-        c10::List<at::Tensor> out;
-        out.reserve(list.size());
-        for (const at::Tensor& t : list) {
-          if (is_npu(t)) {
-            at::Tensor a = aliases.alias(t);
-            if (is_written) written.emplace_back(t, a);
-            out.push_back(a);
-          } else {
-            out.push_back(t);
-          }
-        }
-        v = std::move(out);
-      } else if (v.isList() && is_optional_tensor_list(args_schema[i])) {
-        auto generic = v.toList();
-        c10::List<std::optional<at::Tensor>> out;
-        out.reserve(generic.size());
-        for (const c10::IValue& e : generic) {
-          if (e.isTensor()) {
-            const at::Tensor& t = e.toTensor();
-            out.push_back(is_npu(t) ? aliases.alias(t) : t);
-          } else {
-            out.push_back(std::nullopt);
-          }
-        }
-        v = std::move(out);
-      } else if (v.isDevice() && v.toDevice().type() == kNPU) {
-        v = c10::Device(c10::DeviceType::CPU);
-      } else if (v.isGenerator()) {
-        v = cpu_generator_for(v.toGenerator(), device);
-      } else if (v.isNone() && is_optional_generator(args_schema[i])) {
-        v = cpu_generator_for(std::nullopt, device);
-      }
-    }
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
-    for (auto& [npu, alias] : written) aliases.sync_back(npu, alias);
-    if (!keep_returns) return;
-    const size_t num_returns = op.schema().returns().size();
-    for (size_t i = s.size() - num_returns; i < s.size(); ++i) {
-      c10::IValue& v = s[i];
-      if (v.isTensor()) {
-        v = aliases.to_npu(v.toTensor());
-      } else if (v.isTensorList()) {
-        auto list = v.toTensorList();
-        c10::List<at::Tensor> out;
-        out.reserve(list.size());
-        for (const at::Tensor& t : list) out.push_back(aliases.to_npu(t));
-        v = std::move(out);
-      }
-    }
-  };
+  // Asynchronous when every result is such an argument (where structured ops'
+  // functional forms land) and nothing ties the kernel to host state: generators, CPU
+  // tensors, an out=empty(0) the kernel will resize.
+  bool async = all_written && task_queue_enabled() && !in_kernel() && !scan.has_generator && !scan.has_cpu_tensor;
+  for (size_t r = 0; async && r < results.size(); ++r) async = results[r].toTensor().numel() > 0;
 
+  AliasMap aliases(device);
+  std::vector<WrittenArg> written;
+  to_cpu_arguments(schema, *stack, args_begin, device, aliases, written);
   NPUStream stream = getCurrentNPUStream(device);
+
   if (async) {
-    // Results are the written arguments: known now, filled in when the kernel runs.
-    std::vector<c10::IValue> results;
-    results.reserve(return_arg.size());
-    for (int i : return_arg) results.push_back((*stack)[args_begin + i]);
-    auto captured = std::make_shared<torch::jit::Stack>(stack->begin() + args_begin, stack->end());
+    // The aliases point at memory the caching allocator hands out in stream order, so
+    // the CPU kernel can run later on the stream's worker.
+    auto queued = std::make_shared<QueuedKernel>(op, device);
+    queued->stack.assign(std::make_move_iterator(stack->begin() + args_begin),
+                         std::make_move_iterator(stack->end()));
+    queued->written = std::move(written);
     stack->erase(stack->begin() + args_begin, stack->end());
-    launch(stream, schema.name().c_str(), [captured, run]() mutable { run(*captured, false); });
+    launch(stream, schema.name().c_str(), [queued] {
+      KernelScope scope(queued->device);
+      queued->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &queued->stack);
+      AliasMap aliases(queued->device);
+      for (const auto& w : queued->written) aliases.sync_back(w);
+    });
     for (auto& r : results) stack->push_back(std::move(r));
     return;
   }
+
   if (!in_kernel()) wait_stream(stream);
-  // Mutable args' original npu values are the results of in-place/out= forms.
-  std::vector<c10::IValue> originals(stack->begin() + args_begin, stack->end());
-  run(*stack, true);
-  const auto& returns = schema.returns();
+  {
+    KernelScope scope(device);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+  for (const auto& w : written) aliases.sync_back(w);
+  // Other results map back to npu by storage: views of arguments, fresh NPU buffers.
   const size_t first_ret = stack->size() - returns.size();
   for (size_t r = 0; r < returns.size(); ++r) {
-    const auto* info = returns[r].alias_info();
-    if (!info || !info->isWrite()) continue;
-    for (size_t i = 0; i < num_args; ++i) {
-      const auto* ainfo = arguments[i].alias_info();
-      if (ainfo && ainfo->isWrite() && ainfo->beforeSets() == info->beforeSets()) {
-        (*stack)[first_ret + r] = originals[i];
-        break;
-      }
+    c10::IValue& v = (*stack)[first_ret + r];
+    if (return_arg[r] >= 0 && results[r].isTensor()) {
+      v = std::move(results[r]);
+    } else if (v.isTensor()) {
+      v = aliases.to_npu(v.toTensor());
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(aliases.to_npu(t));
+      v = std::move(out);
     }
   }
 }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <initializer_list>
@@ -24,6 +25,23 @@ thread_local Stream* tl_worker_stream = nullptr;
 std::atomic<int> g_stream_serial{0};
 // Emptied queue chunks kept per stream (256 tasks each) beyond which they are freed.
 constexpr int kKeepBlocks = 16;
+
+// How long an idle worker polls its queue before sleeping. A host launching small
+// kernels back to back would otherwise pay a futex wake-up (2-5 us) per launch.
+// ASCEND_SIM_WORKER_SPIN_US overrides it (0: sleep at once).
+std::chrono::microseconds WorkerSpin() {
+  static const std::chrono::microseconds spin = [] {
+    const char* s = getenv("ASCEND_SIM_WORKER_SPIN_US");
+    return std::chrono::microseconds(s && *s ? atol(s) : 50);
+  }();
+  return spin;
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 }  // namespace
 
 Stream* CurrentWorkerStream() { return tl_worker_stream; }
@@ -108,6 +126,16 @@ void Stream::WorkerMain() {
   char errbuf[1024];
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
+    if (head_ == nullptr && !stop_ && WorkerSpin().count() > 0) {
+      const uint64_t seen = enqueued_.load(std::memory_order_acquire);
+      lk.unlock();
+      const auto deadline = std::chrono::steady_clock::now() + WorkerSpin();
+      for (int i = 1; enqueued_.load(std::memory_order_acquire) == seen; ++i) {
+        CpuRelax();
+        if ((i & 63) == 0 && std::chrono::steady_clock::now() >= deadline) break;
+      }
+      lk.lock();
+    }
     while (head_ == nullptr && !stop_) {
       sleeping_ = true;
       work_cv_.wait(lk);

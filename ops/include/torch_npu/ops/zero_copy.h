@@ -25,6 +25,14 @@ class KernelScope {
   c10::DeviceIndex prev_;
 };
 
+// An argument a kernel writes (in-place self, out=): its CPU alias, the npu storage
+// behind it, and the caller's tensor, weakly (a queued kernel must not keep it alive).
+struct WrittenArg {
+  at::Tensor alias;
+  c10::Storage npu_storage;
+  c10::weak_intrusive_ptr<c10::TensorImpl> original;
+};
+
 // One alias storage per distinct npu storage in a call, so overlap checks behave
 // as on CPU (x.add_(x)).
 class AliasMap {
@@ -34,9 +42,9 @@ class AliasMap {
   at::Tensor alias(const at::Tensor& npu);
   // The npu tensor for a CPU kernel's output.
   at::Tensor to_npu(const at::Tensor& cpu);
-  // After a kernel: propagate resizes the kernel made to an alias (out= args) to the
-  // npu tensor it stands for.
-  void sync_back(const at::Tensor& npu, const at::Tensor& cpu_alias);
+  // After a kernel: propagate a resize the kernel made to an alias (out= arguments) to
+  // the npu storage and tensor it stands for.
+  void sync_back(const WrittenArg& written);
 
  private:
   struct Entry {
@@ -47,6 +55,12 @@ class AliasMap {
   c10::SmallVector<Entry, 8> entries_;
   c10::Storage npu_storage_for(const c10::Storage& cpu);
 };
+
+// A TensorImpl over the same storage with the same sizes, strides, offset and dtype,
+// owned by no Python object and carrying no autograd state. Queued kernels capture
+// twins, never the user's tensors: dropping the last reference to a tensor that owns a
+// Python object would take the GIL on the stream's worker thread.
+at::Tensor twin(const at::Tensor& t);
 
 // Installs the CPU allocator that serves KernelScope (idempotent).
 void install_kernel_allocator();
