@@ -6,6 +6,8 @@
 
 #include <acl/acl_rt.h>
 
+#include "check.h"
+
 #include <c10/core/Allocator.h>
 #include <c10/util/Exception.h>
 
@@ -22,33 +24,6 @@
 namespace alloc = torch_npu::NPUCachingAllocator;
 
 namespace {
-
-int g_passed = 0;
-int g_failed = 0;
-
-#define CHECK(cond)                                                              \
-  do {                                                                           \
-    if (cond) {                                                                  \
-      ++g_passed;                                                                \
-    } else {                                                                     \
-      ++g_failed;                                                                \
-      std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                            \
-  } while (0)
-
-#define CHECK_EQ(a, b)                                                             \
-  do {                                                                             \
-    const auto va_ = (a);                                                          \
-    const auto vb_ = (b);                                                          \
-    if (va_ == vb_) {                                                              \
-      ++g_passed;                                                                  \
-    } else {                                                                       \
-      ++g_failed;                                                                  \
-      std::fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %s (%lld vs %lld)\n",    \
-                   __FILE__, __LINE__, #a, #b, static_cast<long long>(va_),         \
-                   static_cast<long long>(vb_));                                    \
-    }                                                                              \
-  } while (0)
 
 // Runs `fn`, expecting an exception of type E whose message contains `needle`.
 template <typename E>
@@ -823,7 +798,7 @@ int main() {
       {"invalid", test_invalid},
   };
   for (const auto& [name, fn] : tests) {
-    const int failed_before = g_failed;
+    const int failed_before = g_failed.load();
     try {
       fn();
     } catch (const std::exception& e) {
@@ -832,6 +807,5 @@ int main() {
     }
     std::printf("%-28s %s\n", name, g_failed == failed_before ? "ok" : "FAILED");
   }
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return Finish();
 }

@@ -23,6 +23,20 @@ static std::atomic<int> g_passed{0}, g_failed{0};
     }                                                                            \
   } while (0)
 
+#define CHECK_EQ(a, b)                                                             \
+  do {                                                                             \
+    const auto va_ = (a);                                                          \
+    const auto vb_ = (b);                                                          \
+    if (va_ == vb_) {                                                              \
+      ++g_passed;                                                                  \
+    } else {                                                                       \
+      ++g_failed;                                                                  \
+      fprintf(stderr, "%s:%d: CHECK_EQ failed: %s == %s (%lld vs %lld)\n",    \
+                   __FILE__, __LINE__, #a, #b, static_cast<long long>(va_),         \
+                   static_cast<long long>(vb_));                                    \
+    }                                                                              \
+  } while (0)
+
 // Expects `expr` to return `code`; prints the recent error message otherwise.
 #define CHECK_RC(expr, code)                                                     \
   do {                                                                           \
