@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -15,10 +16,27 @@ BlockingHook g_blocking_hook = nullptr;
 struct Task {
   std::function<void()> fn;
   c10::Stream stream;
+  Task* next = nullptr;
 };
 
+// Finished tasks are destroyed by the host thread, not the worker: what a kernel
+// captured (CPU aliases, storages, small buffers) was allocated on the host, and
+// freeing it there avoids cross-thread frees contending with the host's next launch.
+std::atomic<Task*> g_finished{nullptr};
+
+void retire(Task* task) {
+  Task* head = g_finished.load(std::memory_order_relaxed);
+  do {
+    task->next = head;
+  } while (!g_finished.compare_exchange_weak(head, task, std::memory_order_release, std::memory_order_relaxed));
+}
+
 int run_task(void* user, char* err, size_t err_len) {
-  std::unique_ptr<Task> task(static_cast<Task*>(user));
+  struct Retire {
+    Task* task;
+    ~Retire() { retire(task); }
+  } retire_after{static_cast<Task*>(user)};
+  Task* task = retire_after.task;
   try {
     NPUStream s(task->stream);
     aclrtSetDevice(s.device_index());
@@ -46,6 +64,15 @@ void call_blocking(void (*fn)(void*), void* arg) {
 }
 
 }  // namespace
+
+void collect_finished_kernels() {
+  Task* t = g_finished.exchange(nullptr, std::memory_order_acquire);
+  while (t) {
+    Task* next = t->next;
+    delete t;
+    t = next;
+  }
+}
 
 bool task_queue_enabled() {
   static const bool enabled = [] {
@@ -81,6 +108,7 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     fn();
     return;
   }
+  collect_finished_kernels();
   auto* task = new Task{std::move(fn), stream.unwrap()};
   aclError err = aclsimLaunchKernel(stream.stream(), run_task, task, name);
   if (err != ACL_SUCCESS) {
@@ -98,6 +126,7 @@ void wait_stream(const NPUStream& stream) {
     auto* a = static_cast<Arg*>(p);
     a->err = aclrtSynchronizeStream(a->s);
   }, &arg);
+  if (!in_kernel()) collect_finished_kernels();
   NPU_CHECK(arg.err);
 }
 
@@ -115,6 +144,7 @@ void wait_device(c10::DeviceIndex device) {
     a->err = aclrtSynchronizeDevice();
     aclrtSetDevice(prev);
   }, &arg);
+  if (!in_kernel()) collect_finished_kernels();
   NPU_CHECK(arg.err);
 }
 

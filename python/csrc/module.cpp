@@ -51,6 +51,7 @@ py::dict stat_array_dict(const c10::CachingAllocator::StatArray& a) {
 
 py::dict memory_stats(c10::DeviceIndex device) {
   check_device_index(device);
+  collect_finished_kernels();  // what finished kernels held is free memory
   const auto s = NPUCachingAllocator::getDeviceStats(device);
   py::dict d;
   d["num_alloc_retries"] = s.num_alloc_retries;
@@ -74,6 +75,7 @@ py::dict memory_stats(c10::DeviceIndex device) {
 }
 
 py::dict memory_snapshot() {
+  collect_finished_kernels();
   py::list segments;
   for (const auto& seg : NPUCachingAllocator::snapshot()) {
     py::dict s;
@@ -167,7 +169,10 @@ PYBIND11_MODULE(_C, m) {
     check_device_index(static_cast<c10::DeviceIndex>(d));
     NPUCachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(d));
   });
-  m.def("_npu_emptyCache", [] { NPUCachingAllocator::emptyCache(); });
+  m.def("_npu_emptyCache", [] {
+    collect_finished_kernels();
+    NPUCachingAllocator::emptyCache();
+  });
   m.def("_npu_memorySnapshot", &memory_snapshot);
   m.def("_npu_setMemoryFraction", [](double fraction, int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));

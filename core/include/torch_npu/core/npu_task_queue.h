@@ -25,6 +25,10 @@ void wait_device(c10::DeviceIndex device);
 using BlockingHook = void (*)(void (*fn)(void*), void* arg);
 void set_blocking_hook(BlockingHook hook);
 
+// Destroys kernels that finished running (what they captured is released on the
+// calling host thread). Launches and waits do this; memory queries call it too.
+void collect_finished_kernels();
+
 // True while the calling thread executes an npu kernel (stream worker or inline).
 bool in_kernel();
 
