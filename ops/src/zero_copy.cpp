@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <unordered_map>
 
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_generator.h"
@@ -189,6 +190,33 @@ bool is_optional_generator(const c10::Argument& arg) {
          type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
 }
 
+// What the fallback needs to know of an operator's schema, computed once per schema.
+struct OpTraits {
+  static constexpr uint8_t kWritten = 1;                // Tensor(a!) / Tensor(a!)[]
+  static constexpr uint8_t kOptionalTensorList = 2;     // Tensor?[]
+  static constexpr uint8_t kOptionalGenerator = 4;      // Generator?
+  c10::SmallVector<uint8_t, 8> arg;                     // flags per argument
+  c10::SmallVector<int, 4> return_arg;                  // per return: the written argument, or -1
+};
+
+int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret);
+
+const OpTraits& traits_of(const c10::FunctionSchema& schema) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpTraits> cache;
+  auto it = cache.find(&schema);
+  if (it != cache.end()) return it->second;
+  OpTraits t;
+  for (const auto& arg : schema.arguments()) {
+    uint8_t f = 0;
+    if (arg.alias_info() && arg.alias_info()->isWrite()) f |= OpTraits::kWritten;
+    if (is_optional_tensor_list(arg)) f |= OpTraits::kOptionalTensorList;
+    if (is_optional_generator(arg)) f |= OpTraits::kOptionalGenerator;
+    t.arg.push_back(f);
+  }
+  for (const auto& ret : schema.returns()) t.return_arg.push_back(written_argument(schema, ret));
+  return cache.emplace(&schema, std::move(t)).first->second;
+}
+
 // Finds the npu device of a call and rejects mixed devices as CUDA does.
 struct CallScan {
   c10::DeviceIndex device = -1;
@@ -219,17 +247,16 @@ struct CallScan {
 
 // Rewrites the arguments on the stack for the CPU kernel: npu tensors become aliases,
 // npu devices become cpu, generators become the CPU generators standing in for them.
-void to_cpu_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& s, size_t begin,
-                      c10::DeviceIndex device, AliasMap& aliases, std::vector<WrittenArg>& written) {
-  const auto& args = schema.arguments();
+void to_cpu_arguments(const OpTraits& traits, torch::jit::Stack& s, size_t begin, c10::DeviceIndex device,
+                      AliasMap& aliases, std::vector<WrittenArg>& written) {
   auto alias = [&](const at::Tensor& t, bool is_written) {
     at::Tensor a = aliases.alias(t);
     if (is_written) written.push_back({a, t.storage(), c10::weak_intrusive_ptr<c10::TensorImpl>(t.getIntrusivePtr())});
     return a;
   };
-  for (size_t i = 0; i < args.size(); ++i) {
+  for (size_t i = 0; i < traits.arg.size(); ++i) {
     c10::IValue& v = s[begin + i];
-    const bool is_written = args[i].alias_info() && args[i].alias_info()->isWrite();
+    const bool is_written = traits.arg[i] & OpTraits::kWritten;
     if (v.isTensor()) {
       if (is_npu(v.toTensor())) v = alias(v.toTensor(), is_written);
     } else if (v.isTensorList()) {
@@ -238,7 +265,7 @@ void to_cpu_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& s, s
       out.reserve(list.size());
       for (const at::Tensor& t : list) out.push_back(is_npu(t) ? alias(t, is_written) : t);
       v = std::move(out);
-    } else if (v.isList() && is_optional_tensor_list(args[i])) {
+    } else if (v.isList() && (traits.arg[i] & OpTraits::kOptionalTensorList)) {
       auto generic = v.toList();
       c10::List<std::optional<at::Tensor>> out;
       out.reserve(generic.size());
@@ -255,7 +282,7 @@ void to_cpu_arguments(const c10::FunctionSchema& schema, torch::jit::Stack& s, s
       v = c10::Device(c10::DeviceType::CPU);
     } else if (v.isGenerator()) {
       v = cpu_generator_for(v.toGenerator(), device);
-    } else if (v.isNone() && is_optional_generator(args[i])) {
+    } else if (v.isNone() && (traits.arg[i] & OpTraits::kOptionalGenerator)) {
       v = cpu_generator_for(std::nullopt, device);
     }
   }
@@ -284,8 +311,8 @@ struct QueuedKernel {
 
 void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
-  const auto& arguments = schema.arguments();
-  const size_t num_args = arguments.size();
+  const OpTraits& traits = traits_of(schema);
+  const size_t num_args = traits.arg.size();
   const size_t args_begin = stack->size() - num_args;
 
   CallScan scan;
@@ -296,7 +323,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       scan.tensor(v.toTensor(), op, false);
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList()) scan.tensor(t, op, false);
-    } else if (v.isList() && is_optional_tensor_list(arguments[i])) {
+    } else if (v.isList() && (traits.arg[i] & OpTraits::kOptionalTensorList)) {
       for (const c10::IValue& e : v.toListRef()) {
         if (e.isTensor()) scan.tensor(e.toTensor(), op, true);
       }
@@ -304,7 +331,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       scan.has_generator = true;
     } else if (v.isDevice() && v.toDevice().type() == kNPU) {
       device_arg = v.toDevice().has_index() ? v.toDevice().index() : current_device();
-    } else if (v.isNone() && is_optional_generator(arguments[i])) {
+    } else if (v.isNone() && (traits.arg[i] & OpTraits::kOptionalGenerator)) {
       scan.has_generator = true;
     }
   }
@@ -316,13 +343,9 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   }
 
   // Results that are written arguments (in-place and out= forms) are the caller's tensors.
-  const auto& returns = schema.returns();
-  c10::SmallVector<int, 4> return_arg;
+  const auto& return_arg = traits.return_arg;
   bool all_written = true;
-  for (const auto& ret : returns) {
-    return_arg.push_back(written_argument(schema, ret));
-    all_written &= return_arg.back() >= 0 && (*stack)[args_begin + return_arg.back()].isTensor();
-  }
+  for (int i : return_arg) all_written &= i >= 0 && (*stack)[args_begin + i].isTensor();
   c10::SmallVector<c10::IValue, 4> results;
   for (int i : return_arg) results.push_back(i >= 0 ? (*stack)[args_begin + i] : c10::IValue());
 
@@ -334,7 +357,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   AliasMap aliases(device);
   std::vector<WrittenArg> written;
-  to_cpu_arguments(schema, *stack, args_begin, device, aliases, written);
+  to_cpu_arguments(traits, *stack, args_begin, device, aliases, written);
   NPUStream stream = getCurrentNPUStream(device);
 
   if (async) {
@@ -362,8 +385,8 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   }
   for (const auto& w : written) aliases.sync_back(w);
   // Other results map back to npu by storage: views of arguments, fresh NPU buffers.
-  const size_t first_ret = stack->size() - returns.size();
-  for (size_t r = 0; r < returns.size(); ++r) {
+  const size_t first_ret = stack->size() - return_arg.size();
+  for (size_t r = 0; r < return_arg.size(); ++r) {
     c10::IValue& v = (*stack)[first_ret + r];
     if (return_arg[r] >= 0 && results[r].isTensor()) {
       v = std::move(results[r]);
