@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <exception>
 #include <unordered_map>
 
 #include "torch_npu/core/npu_caching_allocator.h"
@@ -221,11 +222,13 @@ const OpTraits& traits_of(const c10::FunctionSchema& schema) {
 struct CallScan {
   c10::DeviceIndex device = -1;
   bool has_generator = false;
-  bool has_cpu_tensor = false;  // a CPU tensor argument beyond 0-dim scalars / index lists
+  bool has_cpu_tensor = false;  // CPU index tensors (Tensor?[]): read by the kernel, may be large
+  int64_t max_numel = 0;        // of the npu tensors: small kernels never enter OpenMP
 
   void tensor(const at::Tensor& t, const c10::OperatorHandle& op, bool index_list) {
     if (!t.defined()) return;
     if (t.device().type() == kNPU) {
+      max_numel = std::max(max_numel, t.numel());
       if (device < 0) {
         device = t.device().index();
       } else {
@@ -235,9 +238,9 @@ struct CallScan {
                     op.schema().name(), ")");
       }
     } else if (t.device().type() == c10::DeviceType::CPU) {
-      if (t.dim() == 0 || index_list) {
-        has_cpu_tensor = true;  // allowed, but CPU memory the host may change: run synchronously
-      } else {
+      if (index_list) {
+        has_cpu_tensor = true;
+      } else if (t.dim() != 0) {  // 0-dim CPU tensors are scalars (Python numbers arrive so)
         cpu_mixed = t.device();
       }
     }
@@ -300,6 +303,35 @@ int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret
   return -1;
 }
 
+// Tensors up to this many elements are processed by one thread (ATen's grain size).
+constexpr int64_t kInlineNumel = 32768;
+
+// Runs the CPU kernel now and returns when it is done. Small kernels on an idle
+// stream run on the calling thread. Others run on the stream's worker while the caller
+// waits: OpenMP keeps a thread team per thread that enters a parallel region, and a
+// second team (the host's) would fight the worker's for the cores.
+void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
+                    const NPUStream& stream, int64_t max_numel) {
+  const bool on_worker = task_queue_enabled() && !in_kernel() && (max_numel > kInlineNumel || !stream.query());
+  if (!on_worker) {
+    if (!in_kernel()) wait_stream(stream);
+    KernelScope scope(device);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    return;
+  }
+  std::exception_ptr error;
+  launch(stream, op.schema().name().c_str(), [&op, stack, device, &error] {
+    try {
+      KernelScope scope(device);
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    } catch (...) {
+      error = std::current_exception();  // rethrown to the caller with its own type
+    }
+  });
+  wait_stream(stream);
+  if (error) std::rethrow_exception(error);
+}
+
 // A kernel waiting on a stream: the aliased arguments and what it writes.
 struct QueuedKernel {
   QueuedKernel(const c10::OperatorHandle& op, c10::DeviceIndex device) : op(op), device(device) {}
@@ -354,11 +386,23 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   // tensors, an out=empty(0) the kernel will resize.
   bool async = all_written && task_queue_enabled() && !in_kernel() && !scan.has_generator && !scan.has_cpu_tensor;
   for (size_t r = 0; async && r < results.size(); ++r) async = results[r].toTensor().numel() > 0;
+  NPUStream stream = getCurrentNPUStream(device);
+  // A small kernel on an idle stream costs less run right here than handed to the
+  // worker and back; the result is the same (nothing is queued before it).
+  if (async && scan.max_numel <= kInlineNumel && stream.query()) async = false;
 
+  if (async) {
+    for (size_t i = args_begin; i < stack->size(); ++i) {
+      // A 0-dim CPU tensor the caller owns could change before the kernel runs: copy it.
+      c10::IValue& v = (*stack)[i];
+      if (v.isTensor() && v.toTensor().device().is_cpu() && !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+        v = v.toTensor().clone();
+      }
+    }
+  }
   AliasMap aliases(device);
   std::vector<WrittenArg> written;
   to_cpu_arguments(traits, *stack, args_begin, device, aliases, written);
-  NPUStream stream = getCurrentNPUStream(device);
 
   if (async) {
     // The aliases point at memory the caching allocator hands out in stream order, so
@@ -366,6 +410,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     auto queued = std::make_shared<QueuedKernel>(op, device);
     queued->stack.assign(std::make_move_iterator(stack->begin() + args_begin),
                          std::make_move_iterator(stack->end()));
+
     queued->written = std::move(written);
     stack->erase(stack->begin() + args_begin, stack->end());
     launch(stream, schema.name().c_str(), [queued] {
@@ -378,11 +423,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     return;
   }
 
-  if (!in_kernel()) wait_stream(stream);
-  {
-    KernelScope scope(device);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-  }
+  run_cpu_kernel(op, stack, device, stream, scan.max_numel);
   for (const auto& w : written) aliases.sync_back(w);
   // Other results map back to npu by storage: views of arguments, fresh NPU buffers.
   const size_t first_ret = stack->size() - return_arg.size();
@@ -405,5 +446,12 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&npu_fallback>()); }
+
+// Functional forms that must reach the CPU kernel as such: through PyTorch's generic
+// structured wrapper, mse_loss(reduction="mean") would call mse_loss.out with a 0-dim
+// output that the CPU kernel resizes, warning on every call.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+}
 
 }  // namespace torch_npu::ops

@@ -128,13 +128,31 @@ def test_wait_stream_orders_streams():
 
 
 def test_kernel_error_surfaces_at_sync_and_stream_recovers():
+    a = torch.randn(1024, 1024, device="npu")
+    busy = torch.empty(1024, 1024, device="npu")
     x = torch.zeros(4, device="npu")
     idx = torch.tensor([0, 9], device="npu")
-    with pytest.raises(RuntimeError, match="index"):
-        x.index_add_(0, idx, torch.ones(2, device="npu"))
+    torch.matmul(a, a, out=busy)       # keeps the stream busy: what follows is queued
+    x.index_add_(0, idx, torch.ones(2, device="npu"))
+    with pytest.raises(RuntimeError, match="index_add"):
         torch.npu.synchronize()
     y = torch.ones(3, device="npu") * 2
     assert y.sum().item() == 6.0
+    # On an idle stream the same error is raised by the call itself, with torch's type.
+    with pytest.raises(IndexError, match="index out of range"):
+        x.index_add_(0, idx, torch.ones(2, device="npu"))
+
+
+def test_large_ops_with_python_scalars_match_cpu():
+    torch.manual_seed(0)
+    a, b = torch.randn(300, 700), torch.randn(300, 700)
+    na, nb = a.npu(), b.npu()
+    out = (na * 2 + nb).mul_(0.5).sub(1).relu_()
+    torch.testing.assert_close(out.cpu(), (a * 2 + b).mul_(0.5).sub(1).relu_())
+    s = torch.tensor(3.0)                 # a 0-dim CPU tensor operand, changed right after
+    r = na * s
+    s.fill_(100.0)
+    torch.testing.assert_close(r.cpu(), a * 3.0)
 
 
 def test_mixed_devices_are_rejected():
