@@ -1,0 +1,160 @@
+"""The benchmark cases: each builds its state on one device and returns a ``run(n)``.
+
+``run(n)`` performs ``n`` iterations of the measured work and, on npu, ends with
+``torch.npu.synchronize()`` so that queued kernels are part of the time (on cpu there
+is nothing to wait for). The harness divides the elapsed time by ``n``.
+
+Every case is built from the same seed on both devices, so cpu and npu do the same
+arithmetic on the same data.
+"""
+import copy
+from dataclasses import dataclass
+from typing import Callable, List
+
+import torch
+
+
+def _sync(device: str) -> Callable[[], None]:
+    if device == "npu":
+        return torch.npu.synchronize
+    return lambda: None
+
+
+@dataclass
+class Case:
+    name: str            # short id, also used on the command line (--only)
+    title: str           # what the table shows
+    target: float        # npu/cpu ratio to stay at or under
+    n: int               # iterations per timed measurement
+    repeats: int         # timed measurements per device (interleaved cpu/npu)
+    warmup: int          # untimed iterations per device before the first measurement
+    build: Callable[[str], Callable[[int], None]]
+    prewarm: int = 0     # untimed iterations right before every measurement (cache re-warm)
+    unit: str = "us"     # how the per-iteration time is shown: "us" or "ms"
+    note: str = ""
+
+
+# ---- 1. large elementwise ------------------------------------------------------------
+N_LARGE = 4 * 1024 * 1024
+
+
+def _build_add(device: str):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(N_LARGE, generator=g).to(device)
+    b = torch.randn(N_LARGE, generator=g).to(device)
+    sync = _sync(device)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            a + b
+        sync()
+    return run
+
+
+def _build_add_inplace(device: str):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(N_LARGE, generator=g).to(device)
+    b = torch.randn(N_LARGE, generator=g).mul_(1e-6).to(device)
+    sync = _sync(device)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            a.add_(b)
+        sync()
+    return run
+
+
+# ---- 2. matmul ------------------------------------------------------------------------
+def _build_matmul(device: str):
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(1024, 1024, generator=g).to(device)
+    b = torch.randn(1024, 1024, generator=g).to(device)
+    sync = _sync(device)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            a @ b
+        sync()
+    return run
+
+
+# ---- 3. tiny ops (host-side cost per op) ------------------------------------------------
+def _build_tiny_add_(device: str):
+    x = torch.zeros(1, device=device)
+    sync = _sync(device)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            x.add_(1)
+        sync()
+    return run
+
+
+def _build_tiny_add(device: str):
+    x = torch.ones(1, device=device)
+    y = torch.ones(1, device=device)
+    sync = _sync(device)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            x + y
+        sync()
+    return run
+
+
+# ---- 4. empty of a cached size ------------------------------------------------------------
+def _build_empty(device: str):
+    sync = _sync(device)
+    empty = torch.empty
+    f32 = torch.float32
+    dev = torch.device(device)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            empty((1024,), dtype=f32, device=dev)  # freed at once: the cached block is reused
+        sync()
+    return run
+
+
+# ---- 5. transformer training step ----------------------------------------------------------
+D_MODEL, HEADS, FF, LAYERS, BATCH, SEQ = 256, 4, 1024, 2, 8, 128
+
+
+def _build_transformer(device: str):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(D_MODEL, HEADS, FF, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False).to(device)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(BATCH, SEQ, D_MODEL, generator=g).to(device)
+    target = torch.randn(BATCH, SEQ, D_MODEL, generator=g).to(device)
+    mse = torch.nn.functional.mse_loss
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            loss = mse(model(x), target)
+            loss.backward()
+            opt.step()
+            loss.item()  # synchronises the npu every step, as a training loop logging the loss does
+    return run
+
+
+CASES: List[Case] = [
+    Case("add", "add 4M f32 (a + b)", 1.10, n=10, repeats=41, warmup=5, prewarm=5, build=_build_add,
+         note="out-of-place: includes allocating (cpu: malloc; npu: caching allocator) the 16 MiB result"),
+    Case("add_", "add_ 4M f32 (a.add_(b))", 1.10, n=10, repeats=41, warmup=5, prewarm=5, build=_build_add_inplace),
+    Case("matmul", "matmul 1024x1024 f32", 1.10, n=2, repeats=15, warmup=2, prewarm=1, build=_build_matmul, unit="ms"),
+    Case("tiny_add_", "tiny x.add_(1) (1 elem)", 2.0, n=10000, repeats=21, warmup=2000, prewarm=200, build=_build_tiny_add_),
+    Case("tiny_add", "tiny x + y (1 elem)", 2.0, n=10000, repeats=21, warmup=2000, prewarm=200, build=_build_tiny_add),
+    Case("empty", "torch.empty((1024,)) cached", 2.0, n=10000, repeats=21, warmup=2000, prewarm=200, build=_build_empty),
+    Case("transformer", "transformer train step", 1.15, n=1, repeats=21, warmup=3, build=_build_transformer,
+         unit="ms",
+         note=f"TransformerEncoder {LAYERS} layers, d_model={D_MODEL}, {HEADS} heads, ff={FF}, "
+              f"batch {BATCH} x seq {SEQ}, AdamW defaults, MSE loss, loss.item() each step. With the "
+              f"defaults AdamW takes its foreach implementation on npu (npu is a foreach device) and "
+              f"the per-parameter loop on cpu"),
+]
+
+BY_NAME = {c.name: c for c in CASES}
