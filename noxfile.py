@@ -7,11 +7,9 @@
   nox -s benchmarks    run benchmarks/ and write docs/BENCHMARKS.md
 Select pairs with `-- v2.13.0-8.5.0 ...` (default: all).
 """
-import glob
 import json
 import os
 import shutil
-import subprocess
 
 import nox
 
@@ -56,6 +54,14 @@ def _build_wheel(session, pair):
     return dst
 
 
+def _install(session, pair):
+    """Builds the pair's wheel, installs it into the pair's venv; returns that venv's python."""
+    wheel = _build_wheel(session, pair)
+    python = _venv(session, pair)
+    session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel, external=True)
+    return python
+
+
 @nox.session(python=False)
 def wheels(session):
     for pair in _pairs(session):
@@ -67,10 +73,8 @@ def test_matrix(session):
     for pair in _pairs(session):
         spec = _spec(pair)
         session.log(f"=== pair {pair} (torch {spec['torch']}, CANN {spec['cann']}) ===")
-        wheel = _build_wheel(session, pair)
+        python = _install(session, pair)
         session.run("bazel", "test", "//core/...", f"--config={spec['bazel_config']}", external=True)
-        python = _venv(session, pair)
-        session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel, external=True)
         # Run from outside the tree so `import torch_npu` is the installed wheel.
         session.chdir(os.path.join(ROOT, "python", "tests"))
         session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", ".", external=True)
@@ -79,17 +83,13 @@ def test_matrix(session):
 
 @nox.session(python=False)
 def quickstart(session):
-    wheel = _build_wheel(session, DEFAULT_PAIR)
-    python = _venv(session, DEFAULT_PAIR)
-    session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel, external=True)
+    python = _install(session, DEFAULT_PAIR)
     session.chdir(os.path.join(ROOT, "examples"))
     session.run(python, "quickstart.py", external=True)
 
 
 @nox.session(python=False)
 def benchmarks(session):
-    wheel = _build_wheel(session, DEFAULT_PAIR)
-    python = _venv(session, DEFAULT_PAIR)
-    session.run(python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", wheel, external=True)
+    python = _install(session, DEFAULT_PAIR)
     session.chdir(os.path.join(ROOT, "benchmarks"))
     session.run(python, "run_all.py", "--write", os.path.join(ROOT, "docs", "BENCHMARKS.md"), external=True)
