@@ -193,6 +193,7 @@ bool is_optional_generator(const c10::Argument& arg) {
 
 // What the fallback needs to know of an operator's schema, computed once per schema.
 struct OpTraits {
+  c10::OperatorName name;                               // guards against a reused schema address
   static constexpr uint8_t kWritten = 1;                // Tensor(a!) / Tensor(a!)[]
   static constexpr uint8_t kOptionalTensorList = 2;     // Tensor?[]
   static constexpr uint8_t kOptionalGenerator = 4;      // Generator?
@@ -205,8 +206,8 @@ int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret
 const OpTraits& traits_of(const c10::FunctionSchema& schema) {
   thread_local std::unordered_map<const c10::FunctionSchema*, OpTraits> cache;
   auto it = cache.find(&schema);
-  if (it != cache.end()) return it->second;
-  OpTraits t;
+  if (it != cache.end() && it->second.name == schema.operator_name()) return it->second;
+  OpTraits t{schema.operator_name()};
   for (const auto& arg : schema.arguments()) {
     uint8_t f = 0;
     if (arg.alias_info() && arg.alias_info()->isWrite()) f |= OpTraits::kWritten;
@@ -215,7 +216,7 @@ const OpTraits& traits_of(const c10::FunctionSchema& schema) {
     t.arg.push_back(f);
   }
   for (const auto& ret : schema.returns()) t.return_arg.push_back(written_argument(schema, ret));
-  return cache.emplace(&schema, std::move(t)).first->second;
+  return cache.insert_or_assign(&schema, std::move(t)).first->second;
 }
 
 // Finds the npu device of a call and rejects mixed devices as CUDA does.
