@@ -471,7 +471,10 @@ class DeviceCachingAllocator {
     return alloc_found_block(params, orig_size, should_split(params.block, params.size()));
   }
 
-  void free(Block* block) {
+  // `mark`: record a free marker (see the header comment). Tensor storages skip it: a
+  // queued kernel holds a reference to every storage it uses, so a storage's block is
+  // never freed while queued work can still touch it.
+  void free(Block* block, bool mark) {
     std::lock_guard<std::mutex> lock(mutex_);
     block->allocated = false;
     const StatTypes types = stat_types_for(*block->pool);
@@ -483,7 +486,7 @@ class DeviceCachingAllocator {
     if (block->size >= config_->max_split_size) stats_.oversize_allocations.decrease(1);
     const auto size = block->size;
     const auto ptr = block->ptr;
-    mark_free(block);
+    if (mark) mark_free(block);
     if (!block->stream_uses.empty()) {
       insert_events(block);
     } else {
@@ -1091,6 +1094,7 @@ class DeviceCachingAllocator {
 // ---------------------------------------------------------------------------------
 
 void local_raw_delete(void* ptr);
+void local_tensor_delete(void* ptr);
 
 class State {
  public:
@@ -1142,7 +1146,7 @@ class State {
     return block->ptr;
   }
 
-  void free(void* ptr) {
+  void free(void* ptr, bool mark) {
     if (!ptr) return;
     Block* block = nullptr;
     {
@@ -1154,7 +1158,7 @@ class State {
       block = it->second;
       allocated_blocks_.erase(it);
     }
-    devices_[static_cast<size_t>(block->device)]->free(block);
+    devices_[static_cast<size_t>(block->device)]->free(block, mark);
   }
 
   Block* find_allocated(void* ptr) {
@@ -1202,7 +1206,8 @@ State& state() {
   return *s;
 }
 
-void local_raw_delete(void* ptr) { state().free(ptr); }
+void local_raw_delete(void* ptr) { state().free(ptr, /*mark=*/true); }
+void local_tensor_delete(void* ptr) { state().free(ptr, /*mark=*/false); }
 
 aclrtStream acl_stream_of(c10::Stream stream) {
   return torch_npu::NPUStream(stream).stream();
@@ -1278,7 +1283,7 @@ void* raw_alloc_with_stream(size_t nbytes, c10::Stream stream) {
   return state().malloc(stream.device_index(), nbytes, acl_stream_of(stream));
 }
 
-void raw_delete(void* ptr) { state().free(ptr); }
+void raw_delete(void* ptr) { state().free(ptr, /*mark=*/true); }
 
 c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device) {
   device = resolve_device(device);
@@ -1288,13 +1293,13 @@ c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device) {
   }
   const auto stream = torch_npu::getCurrentNPUStream(device);
   void* ptr = state().malloc(device, nbytes, stream.stream());
-  return c10::DataPtr(ptr, ptr, &local_raw_delete, dev);
+  return c10::DataPtr(ptr, ptr, &local_tensor_delete, dev);
 }
 
 void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
   if (!ptr.get()) return;
   // Memory not from this allocator (e.g. from_blob) has nothing to delay.
-  if (ptr.get_deleter() != &local_raw_delete) return;
+  if (ptr.get_deleter() != &local_raw_delete && ptr.get_deleter() != &local_tensor_delete) return;
   Block* block = state().find_allocated(ptr.get_context());
   TORCH_CHECK(block != nullptr, "recordStream: no allocated NPU block found for pointer ",
               ptr.get_context());

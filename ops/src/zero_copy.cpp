@@ -5,6 +5,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/op_registration.h>
 #include <c10/core/CPUAllocator.h>
+#include <ATen/ops/add_compositeexplicitautogradnonfunctional_dispatch.h>
+#include <ATen/ops/div_compositeexplicitautogradnonfunctional_dispatch.h>
+#include <ATen/ops/mul_compositeexplicitautogradnonfunctional_dispatch.h>
+#include <ATen/ops/sub_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <torch/library.h>
 
 #include <cstring>
@@ -396,7 +400,8 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     for (size_t i = args_begin; i < stack->size(); ++i) {
       // A 0-dim CPU tensor the caller owns could change before the kernel runs: copy it.
       c10::IValue& v = (*stack)[i];
-      if (v.isTensor() && v.toTensor().device().is_cpu() && !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu() &&
+          !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
         v = v.toTensor().clone();
       }
     }
@@ -448,11 +453,58 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&npu_fallback>()); }
 
-// Functional forms that must reach the CPU kernel as such: through PyTorch's generic
-// structured wrapper, mse_loss(reduction="mean") would call mse_loss.out with a 0-dim
-// output that the CPU kernel resizes, warning on every call.
+namespace {
+
+// The hottest functional ops. PyTorch's structured wrapper would infer the output
+// (a TensorIterator build), allocate it and queue the .out form, where the CPU kernel
+// infers it again. Small operands on an idle stream instead run the CPU functional
+// kernel right away through the fallback: shape inference once.
+bool small_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
+  if (!task_queue_enabled() || in_kernel()) return false;
+  const at::Tensor& t = is_npu(a) ? a : b;
+  if (!is_npu(t) || a.numel() > kInlineNumel || b.numel() > kInlineNumel) return false;
+  return getCurrentNPUStream(t.device().index()).query();
+}
+
+template <typename... Args>
+at::Tensor run_fallback(const char* name, const char* overload, Args&&... args) {
+  static thread_local std::unordered_map<const char*, c10::OperatorHandle> ops;
+  auto it = ops.find(name);
+  if (it == ops.end()) it = ops.emplace(name, c10::Dispatcher::singleton().findSchemaOrThrow(name, overload)).first;
+  torch::jit::Stack stack;
+  stack.reserve(sizeof...(Args));
+  (stack.emplace_back(std::forward<Args>(args)), ...);
+  npu_fallback(it->second, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
+  return stack.back().toTensor();
+}
+
+at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  if (small_on_idle_stream(self, other)) return run_fallback("aten::add", "Tensor", self, other, alpha);
+  return at::compositeexplicitautogradnonfunctional::add(self, other, alpha);
+}
+at::Tensor sub_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  if (small_on_idle_stream(self, other)) return run_fallback("aten::sub", "Tensor", self, other, alpha);
+  return at::compositeexplicitautogradnonfunctional::sub(self, other, alpha);
+}
+at::Tensor mul_tensor(const at::Tensor& self, const at::Tensor& other) {
+  if (small_on_idle_stream(self, other)) return run_fallback("aten::mul", "Tensor", self, other);
+  return at::compositeexplicitautogradnonfunctional::mul(self, other);
+}
+at::Tensor div_tensor(const at::Tensor& self, const at::Tensor& other) {
+  if (small_on_idle_stream(self, other)) return run_fallback("aten::div", "Tensor", self, other);
+  return at::compositeexplicitautogradnonfunctional::div(self, other);
+}
+
+}  // namespace
+
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // Through PyTorch's generic structured wrapper, mse_loss(reduction="mean") would call
+  // mse_loss.out with a 0-dim output that the CPU kernel resizes, warning on every call.
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+  m.impl("add.Tensor", TORCH_FN(add_tensor));
+  m.impl("sub.Tensor", TORCH_FN(sub_tensor));
+  m.impl("mul.Tensor", TORCH_FN(mul_tensor));
+  m.impl("div.Tensor", TORCH_FN(div_tensor));
 }
 
 }  // namespace torch_npu::ops
