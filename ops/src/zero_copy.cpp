@@ -460,7 +460,7 @@ namespace {
 // infers it again. Small operands on an idle stream instead run the CPU functional
 // kernel right away through the fallback: shape inference once.
 bool small_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
-  if (!task_queue_enabled() || in_kernel()) return false;
+  if (in_kernel()) return false;
   const at::Tensor& t = is_npu(a) ? a : b;
   if (!is_npu(t) || a.numel() > kInlineNumel || b.numel() > kInlineNumel) return false;
   return getCurrentNPUStream(t.device().index()).query();
