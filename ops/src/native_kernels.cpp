@@ -132,9 +132,11 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
   });
 }
 
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  const bool src_npu = self.device().type() == kNPU;
+at::Tensor copy_from(const at::Tensor& source, const at::Tensor& dst, bool non_blocking) {
+  const bool src_npu = source.device().type() == kNPU;
   const bool dst_npu = dst.device().type() == kNPU;
+  // Shapes are checked now, at the call, not when the copy runs on the stream.
+  const at::Tensor self = source.expand_as(dst);
   if (dst.numel() == 0) return dst;
   if (src_npu && dst_npu) {
     copy_d2d(self, dst);

@@ -165,6 +165,16 @@ def test_mixed_devices_are_rejected():
     assert (a + torch.tensor(1.0)).cpu().tolist() == [2.0, 2.0]  # 0-dim CPU scalars are fine
 
 
+def test_copy_shape_mismatch_is_reported_at_the_call():
+    dst = torch.ones(2, device="npu:0")
+    with pytest.raises(RuntimeError, match="size"):
+        dst.copy_(torch.ones(3, device="npu:1"))
+    with pytest.raises(RuntimeError, match="size"):
+        dst.copy_(torch.ones(3))
+    dst.copy_(torch.tensor(5.0))  # broadcasting still works
+    assert dst.cpu().tolist() == [5.0, 5.0]
+
+
 def test_invalid_device_index():
     with pytest.raises((RuntimeError, IndexError, ValueError), match="npu"):
         torch.ones(1, device="npu:64")
