@@ -74,7 +74,7 @@ void* bytes(const at::Tensor& t) { return static_cast<char*>(t.storage().mutable
 void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   const auto device = dst.device().index();
   NPUStream stream = getCurrentNPUStream(device);
-  at::Tensor host = src.expand_as(dst).to(dst.scalar_type()).contiguous();
+  at::Tensor host = src.to(dst.scalar_type()).contiguous();  // src is already expanded to dst
   launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = twin(dst), device] {
     if (dst.is_contiguous() && !dst.is_conj() && !dst.is_neg()) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), host.nbytes(), host.const_data_ptr(), host.nbytes(), ACL_MEMCPY_HOST_TO_DEVICE));
