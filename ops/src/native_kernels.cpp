@@ -234,20 +234,21 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 // ---- ops the boxed fallback cannot serve -------------------------------------------
+// `fn(aliases)` run through run_now(); returns its result.
 template <typename Fn>
-auto run_cpu(c10::DeviceIndex device, Fn&& fn) {
-  NPUStream stream = getCurrentNPUStream(device);
-  if (!in_kernel()) wait_stream(stream);
-  KernelScope scope(device);
+auto run_cpu(const char* name, const at::Tensor& input, int64_t max_numel, Fn&& fn) {
+  const auto device = input.device().index();
   AliasMap aliases(device);
-  return fn(aliases);
+  std::invoke_result_t<Fn, AliasMap&> result;
+  run_now(name, device, max_numel, [&] { result = fn(aliases); });
+  return result;
 }
 
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                                     c10::IntArrayRef output_padding, int64_t groups) {
-  return run_cpu(input.device().index(), [&](AliasMap& a) {
+  return run_cpu("aten::convolution_overrideable", input, std::max(input.numel(), weight.numel()), [&](AliasMap& a) {
     std::optional<at::Tensor> b;
     if (bias.has_value() && bias->defined()) b = a.alias(*bias);
     return a.to_npu(at::convolution(a.alias(input), a.alias(weight), b, stride, padding, dilation, transposed,
@@ -259,7 +260,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> output_mask) {
-  return run_cpu(input.device().index(), [&](AliasMap& a) {
+  const int64_t max_numel = std::max({grad_output.numel(), input.numel(), weight.numel()});
+  return run_cpu("aten::convolution_backward_overrideable", input, max_numel, [&](AliasMap& a) {
     std::optional<std::vector<int64_t>> bias_sizes;
     if (output_mask[2]) bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
     auto [gi, gw, gb] = at::convolution_backward(a.alias(grad_output), a.alias(input), a.alias(weight),

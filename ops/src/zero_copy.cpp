@@ -53,6 +53,33 @@ KernelAllocator& kernel_allocator() {
 
 void release_npu_storage(void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); }
 
+// A tensor over `storage` with `like`'s dtype, sizes, strides, offset and conj/neg bits.
+at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  impl->_set_conj(like.is_conj());
+  impl->_set_neg(like.is_neg());
+  return at::Tensor(std::move(impl));
+}
+
+// The npu buffer for what a CPU kernel left in `cpu`: its own buffer when it is NPU
+// memory of `device` (a KernelScope allocation), else a copy in NPU memory (a buffer
+// allocated on an OpenMP worker thread misses the thread-local scope). The CPU storage
+// keeps pointing at the bytes, without owning them.
+c10::DataPtr take_buffer(c10::StorageImpl* cpu, c10::DeviceIndex device) {
+  const size_t nbytes = cpu->nbytes();
+  if (cpu->data() != nullptr && aclsimPointerDevice(cpu->data()) == device &&
+      cpu->data_ptr().get_deleter() != &release_npu_storage) {
+    c10::DataPtr dp = cpu->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
+    dp.unsafe_set_device(c10::Device(kNPU, device));
+    cpu->set_data_ptr_noswap(c10::DataPtr(dp.get(), c10::Device(c10::DeviceType::CPU)));
+    return dp;
+  }
+  c10::DataPtr dp = NPUCachingAllocator::allocate(nbytes, device);
+  if (nbytes > 0) std::memcpy(dp.get(), cpu->data(), nbytes);
+  return dp;
+}
+
 }  // namespace
 
 void install_kernel_allocator() {
@@ -72,22 +99,9 @@ c10::Storage AliasMap::npu_storage_for(const c10::Storage& cpu) {
   for (auto& e : entries_) {
     if (e.from == impl) return e.npu;
   }
-  // A fresh buffer made by the kernel: adopt it when it is NPU memory, else copy it in
-  // (a buffer allocated on an OpenMP worker thread misses the thread-local scope).
-  c10::DataPtr dp;
-  const size_t nbytes = impl->nbytes();
-  if (impl->data() != nullptr && aclsimPointerDevice(impl->data()) == device_ &&
-      impl->data_ptr().get_deleter() != &release_npu_storage) {
-    dp = impl->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
-    dp.unsafe_set_device(c10::Device(kNPU, device_));
-    // The CPU tensor keeps pointing at the (now npu-owned) bytes until it dies.
-    impl->set_data_ptr_noswap(c10::DataPtr(dp.get(), c10::Device(c10::DeviceType::CPU)));
-  } else {
-    dp = NPUCachingAllocator::allocate(nbytes, device_);
-    if (nbytes > 0) std::memcpy(dp.get(), impl->data(), nbytes);
-  }
-  c10::Storage npu(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
-                                                         std::move(dp), NPUCachingAllocator::get(),
+  // A fresh buffer made by the kernel.
+  c10::Storage npu(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), impl->nbytes(),
+                                                         take_buffer(impl, device_), NPUCachingAllocator::get(),
                                                          /*resizable=*/true));
   entries_.push_back({impl, npu});
   return npu;
@@ -114,38 +128,19 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
                                                              /*resizable=*/true));
     entries_.push_back({cpu.unsafeGetStorageImpl(), npu});
   }
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(cpu), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                   t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  impl->_set_conj(t.is_conj());
-  impl->_set_neg(t.is_neg());
-  return at::Tensor(std::move(impl));
+  return tensor_over(std::move(cpu), c10::DispatchKey::CPU, t);
 }
 
 at::Tensor AliasMap::to_npu(const at::Tensor& cpu) {
   if (!cpu.defined()) return cpu;
   if (cpu.device().type() == kNPU) return cpu;
   TORCH_INTERNAL_ASSERT(cpu.layout() == c10::kStrided, "CPU kernel returned a ", cpu.layout(), " tensor");
-  c10::Storage npu = npu_storage_for(cpu.storage());
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(npu), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                   cpu.dtype());
-  impl->set_sizes_and_strides(cpu.sizes(), cpu.strides(), cpu.storage_offset());
-  impl->_set_conj(cpu.is_conj());
-  impl->_set_neg(cpu.is_neg());
-  return at::Tensor(std::move(impl));
+  return tensor_over(npu_storage_for(cpu.storage()), c10::DispatchKey::PrivateUse1, cpu);
 }
 
 at::Tensor twin(const at::Tensor& t) {
   if (!t.defined()) return t;
-  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(t.storage()),
-                                                   c10::DispatchKeySet(t.device().type() == kNPU
-                                                                           ? c10::DispatchKey::PrivateUse1
-                                                                           : c10::DispatchKey::CPU),
-                                                   t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  impl->_set_conj(t.is_conj());
-  impl->_set_neg(t.is_neg());
-  return at::Tensor(std::move(impl));
+  return tensor_over(t.storage(), t.device().type() == kNPU ? c10::DispatchKey::PrivateUse1 : c10::DispatchKey::CPU, t);
 }
 
 void AliasMap::sync_back(const WrittenArg& w) {
@@ -153,16 +148,7 @@ void AliasMap::sync_back(const WrittenArg& w) {
   auto* cpu_storage = w.alias.storage().unsafeGetStorageImpl();
   if (cpu_storage->data() != npu_storage->data() || cpu_storage->nbytes() != npu_storage->nbytes()) {
     // The kernel resized an out= argument: its alias got a new (NPU) buffer.
-    c10::DataPtr dp;
-    if (cpu_storage->data() != nullptr && aclsimPointerDevice(cpu_storage->data()) == device_) {
-      dp = cpu_storage->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
-      dp.unsafe_set_device(c10::Device(kNPU, device_));
-      cpu_storage->set_data_ptr_noswap(c10::DataPtr(dp.get(), c10::Device(c10::DeviceType::CPU)));
-    } else {
-      dp = NPUCachingAllocator::allocate(cpu_storage->nbytes(), device_);
-      if (cpu_storage->nbytes() > 0) std::memcpy(dp.get(), cpu_storage->data(), cpu_storage->nbytes());
-    }
-    npu_storage->set_data_ptr_noswap(std::move(dp));
+    npu_storage->set_data_ptr_noswap(take_buffer(cpu_storage, device_));
     npu_storage->set_nbytes(cpu_storage->nbytes());
   }
   if (auto original = w.original.lock()) {
@@ -172,6 +158,28 @@ void AliasMap::sync_back(const WrittenArg& w) {
       original->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
     }
   }
+}
+
+void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel) {
+  NPUStream stream = getCurrentNPUStream(device);
+  const bool on_worker = task_queue_enabled() && !in_kernel() && (max_numel > kInlineNumel || !stream.query());
+  if (!on_worker) {
+    if (!in_kernel()) wait_stream(stream);
+    KernelScope scope(device);
+    kernel();
+    return;
+  }
+  std::exception_ptr error;
+  launch(stream, name, [&kernel, device, &error] {
+    try {
+      KernelScope scope(device);
+      kernel();
+    } catch (...) {
+      error = std::current_exception();  // rethrown to the caller with its own type
+    }
+  });
+  wait_stream(stream);
+  if (error) std::rethrow_exception(error);
 }
 
 // ------------------------------------------------------------------------------------
@@ -308,34 +316,6 @@ int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret
   return -1;
 }
 
-// Tensors up to this many elements are processed by one thread (ATen's grain size).
-constexpr int64_t kInlineNumel = 32768;
-
-// Runs the CPU kernel now and returns when it is done. Small kernels on an idle
-// stream run on the calling thread. Others run on the stream's worker while the caller
-// waits: OpenMP keeps a thread team per thread that enters a parallel region, and a
-// second team (the host's) would fight the worker's for the cores.
-void run_cpu_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
-                    const NPUStream& stream, int64_t max_numel) {
-  const bool on_worker = task_queue_enabled() && !in_kernel() && (max_numel > kInlineNumel || !stream.query());
-  if (!on_worker) {
-    if (!in_kernel()) wait_stream(stream);
-    KernelScope scope(device);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-    return;
-  }
-  std::exception_ptr error;
-  launch(stream, op.schema().name().c_str(), [&op, stack, device, &error] {
-    try {
-      KernelScope scope(device);
-      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-    } catch (...) {
-      error = std::current_exception();  // rethrown to the caller with its own type
-    }
-  });
-  wait_stream(stream);
-  if (error) std::rethrow_exception(error);
-}
 
 // A kernel waiting on a stream: the aliased arguments and what it writes.
 struct QueuedKernel {
@@ -429,7 +409,8 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     return;
   }
 
-  run_cpu_kernel(op, stack, device, stream, scan.max_numel);
+  run_now(schema.name().c_str(), device, scan.max_numel,
+          [&op, stack] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
   for (const auto& w : written) aliases.sync_back(w);
   // Other results map back to npu by storage: views of arguments, fresh NPU buffers.
   const size_t first_ret = stack->size() - return_arg.size();

@@ -10,6 +10,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/SmallVector.h>
 
+#include <functional>
+
 namespace torch_npu::ops {
 
 // While alive, CPU allocations made on this thread are served from NPU memory of
@@ -61,6 +63,16 @@ class AliasMap {
 // twins, never the user's tensors: dropping the last reference to a tensor that owns a
 // Python object would take the GIL on the stream's worker thread.
 at::Tensor twin(const at::Tensor& t);
+
+// Tensors up to this many elements are processed by one thread (ATen's grain size).
+constexpr int64_t kInlineNumel = 32768;
+
+// Runs `kernel` (CPU work on aliases of NPU memory of `device`) and returns when it is
+// done. A small kernel on an idle stream runs on the calling thread; others run on the
+// stream's worker while the caller waits: OpenMP keeps a thread team per thread that
+// enters a parallel region, and a second team (the host's) would fight the worker's
+// for the cores. Exceptions reach the caller with their own type.
+void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel);
 
 // Installs the CPU allocator that serves KernelScope (idempotent).
 void install_kernel_allocator();
