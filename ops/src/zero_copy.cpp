@@ -182,6 +182,26 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
   if (error) std::rethrow_exception(error);
 }
 
+void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Tensor> tensors, int64_t work_numel,
+                   std::function<void(const std::vector<at::Tensor>&)> kernel) {
+  AliasMap aliases(device);
+  for (auto& t : tensors) {
+    if (t.defined() && t.device().type() == kNPU) t = aliases.alias(t);
+  }
+  NPUStream stream = getCurrentNPUStream(device);
+  if (!task_queue_enabled() || in_kernel() || (work_numel <= kInlineNumel && stream.query())) {
+    if (!in_kernel()) wait_stream(stream);
+    KernelScope scope(device);
+    kernel(tensors);
+    return;
+  }
+  // The aliases keep the npu storages alive until the kernel has run and is collected.
+  launch(stream, name, [device, tensors = std::move(tensors), kernel = std::move(kernel)] {
+    KernelScope scope(device);
+    kernel(tensors);
+  });
+}
+
 // ------------------------------------------------------------------------------------
 // The boxed fallback.
 namespace {

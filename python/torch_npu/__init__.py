@@ -98,5 +98,7 @@ from torch_npu import _patches  # noqa: E402
 _patches.apply()
 
 import torch_npu.utils  # noqa: E402,F401
+from torch_npu import _fused_ops  # noqa: E402
 
-__all__ = ["npu", "utils", "__version__"]
+# torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name.
+__all__ = ["npu", "utils", "__version__"] + _fused_ops.export(__import__(__name__))

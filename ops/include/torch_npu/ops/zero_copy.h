@@ -11,6 +11,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <functional>
+#include <vector>
 
 namespace torch_npu::ops {
 
@@ -73,6 +74,15 @@ constexpr int64_t kInlineNumel = 32768;
 // enters a parallel region, and a second team (the host's) would fight the worker's
 // for the cores. Exceptions reach the caller with their own type.
 void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel);
+
+// Runs a kernel whose outputs the caller has allocated (fused operators): `kernel`
+// receives CPU aliases of `tensors`, in order (undefined ones stay undefined, CPU
+// tensors pass as they are). It is queued on the current stream of `device` and the
+// call returns at once, unless the task queue is off or the work (`work_numel`
+// elements) is small and the stream idle: then it runs here. An exception thrown by
+// the kernel surfaces at the next synchronisation, so callers check arguments first.
+void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Tensor> tensors, int64_t work_numel,
+                   std::function<void(const std::vector<at::Tensor>&)> kernel);
 
 // Installs the CPU allocator that serves KernelScope (idempotent).
 void install_kernel_allocator();
