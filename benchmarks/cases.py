@@ -9,7 +9,7 @@ arithmetic on the same data.
 """
 import copy
 from dataclasses import dataclass
-from typing import Callable, List
+from typing import Callable, List, Tuple
 
 import torch
 
@@ -32,6 +32,7 @@ class Case:
     prewarm: int = 0     # untimed iterations right before every measurement (cache re-warm)
     unit: str = "us"     # how the per-iteration time is shown: "us" or "ms"
     note: str = ""
+    sides: Tuple[str, str] = ("cpu", "npu")  # (baseline, subject): build() gets one; ratio = subject / baseline
 
 
 # ---- 1. large elementwise ------------------------------------------------------------
@@ -141,6 +142,47 @@ def _build_transformer(device: str):
     return run
 
 
+# ---- 3. fused operators vs their unfused composition (both on npu) ---------------------
+TOKENS, HIDDEN = 1024, 4096
+
+
+def _fused_or_unfused(fused, unfused, make_args):
+    """build(side) for a fused-op case: the same arguments, on npu, for both sides."""
+    def build(side: str):
+        import torch_npu  # noqa: F401  (the fused ops live in torch.ops.npu)
+
+        g = torch.Generator().manual_seed(0)
+        args = [a.npu() for a in make_args(g)]
+        fn = fused if side == "fused" else unfused
+
+        def run(n: int) -> None:
+            for _ in range(n):
+                fn(*args)
+            torch.npu.synchronize()
+        return run
+    return build
+
+
+def _rms_norm_unfused(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _swiglu_unfused(x):
+    a, b = x.chunk(2, dim=-1)
+    return torch.nn.functional.silu(a) * b
+
+
+def _rotary_unfused(x, cos, sin):
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+def _fused(name):
+    return lambda *args: getattr(torch.ops.npu, name)(*args)
+
+
+FUSED_SIDES = ("unfused", "fused")
+
 CASES: List[Case] = [
     Case("add", "add 4M f32 (a + b)", 1.10, n=10, repeats=41, warmup=5, prewarm=5, build=_build_add,
          note="out-of-place: includes allocating (cpu: malloc; npu: caching allocator) the 16 MiB result"),
@@ -155,6 +197,23 @@ CASES: List[Case] = [
               f"batch {BATCH} x seq {SEQ}, AdamW defaults, MSE loss, loss.item() each step. With the "
               f"defaults AdamW takes its foreach implementation on npu (npu is a foreach device) and "
               f"the per-parameter loop on cpu"),
+    Case("rms_norm", f"npu_rms_norm [{TOKENS}, {HIDDEN}] f32", 1 / 1.5, n=5, repeats=15, warmup=2, prewarm=1,
+         sides=FUSED_SIDES, unit="ms",
+         build=_fused_or_unfused(_fused("npu_rms_norm"), _rms_norm_unfused,
+                                 lambda g: [torch.randn(TOKENS, HIDDEN, generator=g), torch.randn(HIDDEN, generator=g)]),
+         note="unfused: x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w, as Hugging Face models write it"),
+    Case("swiglu", f"npu_swiglu [{TOKENS}, 2x{HIDDEN}] f32", 1 / 1.5, n=5, repeats=15, warmup=2, prewarm=1,
+         sides=FUSED_SIDES, unit="ms",
+         build=_fused_or_unfused(_fused("npu_swiglu"), _swiglu_unfused,
+                                 lambda g: [torch.randn(TOKENS, 2 * HIDDEN, generator=g)]),
+         note="unfused: a, b = x.chunk(2, -1); silu(a) * b"),
+    Case("rotary_mul", "npu_rotary_mul [4, 1024, 8, 128] f32", 1 / 1.5, n=5, repeats=15, warmup=2, prewarm=1,
+         sides=FUSED_SIDES, unit="ms",
+         build=_fused_or_unfused(_fused("npu_rotary_mul"), _rotary_unfused,
+                                 lambda g: [torch.randn(4, 1024, 8, 128, generator=g),
+                                            torch.randn(1, 1024, 1, 128, generator=g),
+                                            torch.randn(1, 1024, 1, 128, generator=g)]),
+         note="unfused: x * cos + cat(-x2, x1) * sin (rotate_half), cos/sin broadcast over batch and heads"),
 ]
 
 BY_NAME = {c.name: c for c in CASES}

@@ -1,4 +1,8 @@
-"""Timing: warm up both devices, then interleave cpu and npu measurements.
+"""Timing: warm up both sides of a case, then interleave their measurements.
+
+A case compares two sides: by default the same work on cpu and on npu; fused-operator
+cases compare the fused op with its unfused composition, both on npu. Below, "cpu" and
+"npu" stand for the two sides.
 
 The machine is small and shared, so a single measurement means little. For each case:
 
@@ -36,8 +40,9 @@ def _timed(run, n: int, prewarm: int) -> float:
 def measure(case: Case, scale: float = 1.0) -> Dict:
     n = max(1, int(round(case.n * scale)))
     repeats = max(3, int(round(case.repeats * min(1.0, scale))) | 1)  # odd, for a true median
-    runs = {dev: case.build(dev) for dev in ("cpu", "npu")}
-    times: Dict[str, List[float]] = {"cpu": [], "npu": []}
+    base, subject = case.sides
+    runs = {side: case.build(side) for side in case.sides}
+    times: Dict[str, List[float]] = {side: [] for side in case.sides}
     ratios: List[float] = []
     # One collection up front, then none while timing. A gc.collect() (~80 ms of
     # pointer chasing on the main thread) right before each measurement made the
@@ -47,9 +52,9 @@ def measure(case: Case, scale: float = 1.0) -> Dict:
     gc.collect()
     gc.disable()
     try:
-        for dev in ("cpu", "npu"):
-            runs[dev](max(1, int(round(case.warmup * scale))))
-        _measure_pairs(runs, n, case.prewarm, repeats, times, ratios)
+        for side in case.sides:
+            runs[side](max(1, int(round(case.warmup * scale))))
+        _measure_pairs(runs, case.sides, n, case.prewarm, repeats, times, ratios)
     finally:
         gc.enable()
     del runs
@@ -58,23 +63,24 @@ def measure(case: Case, scale: float = 1.0) -> Dict:
         "name": case.name,
         "n": n,
         "repeats": repeats,
-        "cpu_s": statistics.median(times["cpu"]),
-        "npu_s": statistics.median(times["npu"]),
+        "base_s": statistics.median(times[base]),
+        "subject_s": statistics.median(times[subject]),
         "ratio": statistics.median(ratios),
-        "cpu_all": times["cpu"],
-        "npu_all": times["npu"],
+        "base_all": times[base],
+        "subject_all": times[subject],
         "ratios": ratios,
     }
 
 
-def _measure_pairs(runs, n, prewarm, repeats, times, ratios) -> None:
+def _measure_pairs(runs, sides, n, prewarm, repeats, times, ratios) -> None:
+    base, subject = sides
     for r in range(repeats):
-        order = ("cpu", "npu") if r % 2 == 0 else ("npu", "cpu")
+        order = sides if r % 2 == 0 else sides[::-1]
         pair = {}
-        for dev in order:
-            pair[dev] = _timed(runs[dev], n, prewarm)
-            times[dev].append(pair[dev])
-        ratios.append(pair["npu"] / pair["cpu"])
+        for side in order:
+            pair[side] = _timed(runs[side], n, prewarm)
+            times[side].append(pair[side])
+        ratios.append(pair[subject] / pair[base])
 
 
 def measure_cpu_only(case: Case, scale: float = 1.0) -> Dict:

@@ -59,7 +59,7 @@ def worker(mode: str, only, scale: float) -> None:
     clean = {}
     if info["task_queue_enabled"]:
         # cpu-only pass before the first npu kernel of the process (see measure_cpu_only).
-        for case in selected:
+        for case in (c for c in selected if c.sides[0] == "cpu"):
             clean[case.name] = measure_cpu_only(case, scale)
             print(f"  [{mode}] {case.name:<12} cpu before any npu kernel "
                   f"{fmt_time(clean[case.name]['cpu_clean_s'], case.unit):>10}", file=sys.stderr, flush=True)
@@ -69,8 +69,9 @@ def worker(mode: str, only, scale: float) -> None:
         r.update(clean.get(case.name, {}))
         r["wall_s"] = time.perf_counter() - t0
         info["results"].append(r)
-        print(f"  [{mode}] {case.name:<12} cpu {fmt_time(r['cpu_s'], case.unit):>10}  "
-              f"npu {fmt_time(r['npu_s'], case.unit):>10}  ratio {r['ratio']:.2f}  ({r['wall_s']:.1f}s)",
+        base, subject = case.sides
+        print(f"  [{mode}] {case.name:<12} {base} {fmt_time(r['base_s'], case.unit):>10}  "
+              f"{subject} {fmt_time(r['subject_s'], case.unit):>10}  ratio {r['ratio']:.2f}  ({r['wall_s']:.1f}s)",
               file=sys.stderr, flush=True)
     print(RESULT_TAG + json.dumps(info), flush=True)
 
@@ -149,7 +150,7 @@ def nproc() -> int:
 
 
 def table(runs, cases) -> str:
-    head = "| benchmark | mode | cpu time | npu time | ratio | target | met |\n|---|---|---:|---:|---:|---:|---|\n"
+    head = "| benchmark | mode | baseline | measured | ratio | target | met |\n|---|---|---:|---:|---:|---:|---|\n"
     rows = []
     for case in cases:
         for info in runs:
@@ -158,8 +159,10 @@ def table(runs, cases) -> str:
                 continue
             met = "yes" if r["ratio"] <= case.target else "no"
             label = info["mode"] + (" (TQE=0)" if info["mode"] == "sync" else "")
-            rows.append(f"| {case.title} | {label} | {fmt_time(r['cpu_s'], case.unit)} | "
-                        f"{fmt_time(r['npu_s'], case.unit)} | {r['ratio']:.2f} | <= {case.target:.2f} | {met} |")
+            base, subject = case.sides
+            rows.append(f"| {case.title} | {label} | {base} {fmt_time(r['base_s'], case.unit)} | "
+                        f"{subject} {fmt_time(r['subject_s'], case.unit)} | {r['ratio']:.2f} | <= {case.target:.2f} | "
+                        f"{met} |")
     return head + "\n".join(rows) + "\n"
 
 
@@ -174,7 +177,7 @@ def async_cost_table(runs, cases) -> str:
         if not a or not s:
             continue
         lines.append(f"| {case.title} | {a['ratio']:.2f} | {s['ratio']:.2f} | {a['ratio'] / s['ratio']:.2f} | "
-                     f"{fmt_time(a['npu_s'], case.unit)} | {fmt_time(s['npu_s'], case.unit)} |")
+                     f"{fmt_time(a['subject_s'], case.unit)} | {fmt_time(s['subject_s'], case.unit)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -189,14 +192,14 @@ def clean_cpu_table(runs, cases) -> str:
         r = next((x for x in info["results"] if x["name"] == case.name), None)
         if r is None or "cpu_clean_s" not in r:
             continue
-        lines.append(f"| {case.title} | {fmt_time(r['cpu_clean_s'], case.unit)} | {fmt_time(r['cpu_s'], case.unit)} | "
-                     f"{r['cpu_s'] / r['cpu_clean_s']:.2f} | {fmt_time(r['npu_s'], case.unit)} | "
-                     f"{r['npu_s'] / r['cpu_clean_s']:.2f} |")
+        lines.append(f"| {case.title} | {fmt_time(r['cpu_clean_s'], case.unit)} | {fmt_time(r['base_s'], case.unit)} | "
+                     f"{r['base_s'] / r['cpu_clean_s']:.2f} | {fmt_time(r['subject_s'], case.unit)} | "
+                     f"{r['subject_s'] / r['cpu_clean_s']:.2f} |")
     return "\n".join(lines) + "\n"
 
 
 def spread_table(runs, cases) -> str:
-    lines = ["| benchmark | mode | iterations x repeats | cpu min..max | npu min..max | ratio min..max |",
+    lines = ["| benchmark | mode | iterations x repeats | baseline min..max | measured min..max | ratio min..max |",
              "|---|---|---|---:|---:|---:|"]
     for case in cases:
         for info in runs:
@@ -205,8 +208,8 @@ def spread_table(runs, cases) -> str:
                 continue
             lines.append(
                 f"| {case.title} | {info['mode']} | {r['n']} x {r['repeats']} | "
-                f"{fmt_time(min(r['cpu_all']), case.unit)} .. {fmt_time(max(r['cpu_all']), case.unit)} | "
-                f"{fmt_time(min(r['npu_all']), case.unit)} .. {fmt_time(max(r['npu_all']), case.unit)} | "
+                f"{fmt_time(min(r['base_all']), case.unit)} .. {fmt_time(max(r['base_all']), case.unit)} | "
+                f"{fmt_time(min(r['subject_all']), case.unit)} .. {fmt_time(max(r['subject_all']), case.unit)} | "
                 f"{min(r['ratios']):.2f} .. {max(r['ratios']):.2f} |")
     return "\n".join(lines) + "\n"
 
@@ -218,9 +221,10 @@ def markdown(runs, cases, machine, args, elapsed) -> str:
     notes = "\n".join(f"- **{c.title}**: {c.note}" for c in cases if c.note)
     return f"""# torch_npu benchmarks (simulator npu vs cpu)
 
-Generated by `benchmarks/run_all.py` on {machine['date']} in {elapsed:.0f} s. Ratio = npu time / cpu time,
-measured in the same process with cpu and npu repetitions interleaved (lower is better; the
-targets apply to the default **async** mode).
+Generated by `benchmarks/run_all.py` on {machine['date']} in {elapsed:.0f} s. Ratio = measured time /
+baseline time, both measured in the same process with their repetitions interleaved (lower is
+better; the targets apply to the default **async** mode). The baseline is the same work on cpu
+tensors, or, for fused operators, their unfused composition on npu.
 
 {table(runs, cases)}
 ## Cost of asynchrony (TASK_QUEUE_ENABLE=1 vs 0)

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "fused.h"
+#include "vmath.h"
 
 namespace torch_npu::contrib {
 namespace {
@@ -43,27 +44,28 @@ RmsShape rms_shape(const char* op, const Tensor& x, const Tensor& gamma) {
 template <typename T, typename G>
 void rms_norm_rows(const T* x1, const T* x2, const G* gamma, T* y, float* rstd, T* sum, int64_t rows,
                    int64_t cols, double eps) {
+  using A = vmath::acc_t<T>;
   at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const T* a = x1 + r * cols;
       const T* c = x2 ? x2 + r * cols : nullptr;
       T* s = sum ? sum + r * cols : nullptr;
-      float acc = 0.f;
+      A acc = 0;
       for (int64_t i = 0; i < cols; ++i) {
-        float v = static_cast<float>(a[i]);
+        A v = static_cast<A>(a[i]);
         if (c) {
-          const T t = static_cast<T>(v + static_cast<float>(c[i]));  // rounded as the stored sum
+          const T t = static_cast<T>(v + static_cast<A>(c[i]));  // rounded as the stored sum
           s[i] = t;
-          v = static_cast<float>(t);
+          v = static_cast<A>(t);
         }
         acc += v * v;
       }
-      const float inv = 1.f / std::sqrt(acc / static_cast<float>(cols) + static_cast<float>(eps));
-      rstd[r] = inv;
+      const A inv = A(1) / std::sqrt(acc / static_cast<A>(cols) + static_cast<A>(eps));
+      rstd[r] = static_cast<float>(inv);
       const T* xs = c ? s : a;
       T* out = y + r * cols;
       for (int64_t i = 0; i < cols; ++i) {
-        out[i] = static_cast<T>(static_cast<float>(xs[i]) * inv * static_cast<float>(gamma[i]));
+        out[i] = static_cast<T>(static_cast<A>(xs[i]) * inv * static_cast<A>(gamma[i]));
       }
     }
   });
@@ -126,32 +128,33 @@ std::tuple<Tensor, Tensor, Tensor> npu_add_rms_norm(const Tensor& x1, const Tens
 }
 
 // dx = rstd * (dy*g - xhat * mean(dy*g*xhat)), dgamma = sum over rows of dy * xhat,
-// with xhat = x * rstd. dgamma is accumulated in float per thread, then reduced.
+// with xhat = x * rstd. Each of `parts` row ranges accumulates its own dgamma row in
+// `partial` ([parts, cols]); the partial sums are then added up.
 template <typename T, typename G>
-void rms_norm_backward_rows(const T* dy, const T* x, const G* gamma, const float* rstd, T* dx, float* dgamma_acc,
-                            int64_t rows, int64_t cols) {
-  const int64_t threads = at::get_num_threads();
-  const int64_t chunk = (rows + threads - 1) / std::max<int64_t>(threads, 1);
-  std::fill(dgamma_acc, dgamma_acc + threads * cols, 0.f);
-  at::parallel_for(0, threads, 1, [&](int64_t tb, int64_t te) {
-    for (int64_t th = tb; th < te; ++th) {
-      float* dg = dgamma_acc + th * cols;
-      for (int64_t r = th * chunk; r < std::min(rows, (th + 1) * chunk); ++r) {
+void rms_norm_backward_rows(const T* dy, const T* x, const G* gamma, const float* rstd, T* dx,
+                            vmath::acc_t<T>* partial, int64_t parts, int64_t rows, int64_t cols) {
+  using A = vmath::acc_t<T>;
+  const int64_t chunk = (rows + parts - 1) / parts;
+  std::fill(partial, partial + parts * cols, A(0));
+  at::parallel_for(0, parts, 1, [&](int64_t pb, int64_t pe) {
+    for (int64_t part = pb; part < pe; ++part) {
+      A* dg = partial + part * cols;
+      for (int64_t r = part * chunk; r < std::min(rows, (part + 1) * chunk); ++r) {
         const T* dyr = dy + r * cols;
         const T* xr = x + r * cols;
-        const float inv = rstd[r];
-        float dot = 0.f;
+        const A inv = rstd[r];
+        A dot = 0;
         for (int64_t i = 0; i < cols; ++i) {
-          const float xh = static_cast<float>(xr[i]) * inv;
-          const float d = static_cast<float>(dyr[i]);
-          dot += d * static_cast<float>(gamma[i]) * xh;
+          const A xh = static_cast<A>(xr[i]) * inv;
+          const A d = static_cast<A>(dyr[i]);
+          dot += d * static_cast<A>(gamma[i]) * xh;
           dg[i] += d * xh;
         }
-        const float mean = dot / static_cast<float>(cols);
+        const A mean = dot / static_cast<A>(cols);
         T* dxr = dx + r * cols;
         for (int64_t i = 0; i < cols; ++i) {
-          const float xh = static_cast<float>(xr[i]) * inv;
-          dxr[i] = static_cast<T>(inv * (static_cast<float>(dyr[i]) * static_cast<float>(gamma[i]) - xh * mean));
+          const A xh = static_cast<A>(xr[i]) * inv;
+          dxr[i] = static_cast<T>(inv * (static_cast<A>(dyr[i]) * static_cast<A>(gamma[i]) - xh * mean));
         }
       }
     }
@@ -173,32 +176,31 @@ std::tuple<Tensor, Tensor> npu_rms_norm_backward(const Tensor& dy, const Tensor&
               c10::IntArrayRef(shape.rstd_sizes), "), got shape ", rstd.sizes());
   Tensor dx = at::empty(self.sizes(), self.options());
   Tensor dgamma = at::empty(gamma.sizes(), gamma.options());
-  const int64_t threads = at::get_num_threads();
-  Tensor acc = at::empty({threads, shape.cols}, self.options().dtype(at::kFloat));
-  ops::launch_kernel(op, device, {dense(dy), dense(self), dense(gamma), dense(rstd), dx, dgamma, acc}, self.numel(),
-                     [shape, threads](const std::vector<Tensor>& t) {
-                       float* acc = t[6].mutable_data_ptr<float>();
-                       // parallel_for may use fewer threads than at launch time; the
-                       // partition below is by the launch-time count either way.
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), shape.rows));
+  const auto acc_dtype = self.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  Tensor partial = at::empty({parts, shape.cols}, self.options().dtype(acc_dtype));
+  ops::launch_kernel(op, device, {dense(dy), dense(self), dense(gamma), dense(rstd), dx, dgamma, partial},
+                     self.numel(), [shape, parts](const std::vector<Tensor>& t) {
                        NPU_DISPATCH_FLOAT(t[1].scalar_type(), "npu_rms_norm_backward", [&] {
                          using T = scalar_t;
+                         using A = vmath::acc_t<T>;
+                         A* partial = t[6].mutable_data_ptr<A>();
                          auto run = [&](auto* g) {
                            rms_norm_backward_rows<T>(t[0].const_data_ptr<T>(), t[1].const_data_ptr<T>(), g,
-                                                     t[3].const_data_ptr<float>(), t[4].mutable_data_ptr<T>(), acc,
-                                                     shape.rows, shape.cols);
+                                                     t[3].const_data_ptr<float>(), t[4].mutable_data_ptr<T>(),
+                                                     partial, parts, shape.rows, shape.cols);
                          };
                          if (t[2].scalar_type() == at::kFloat) {
                            run(t[2].const_data_ptr<float>());
                          } else {
                            run(t[2].const_data_ptr<T>());
                          }
-                         // Reduce the per-thread partial sums into dgamma.
                          AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, t[5].scalar_type(), "dgamma", [&] {
                            auto* dg = t[5].mutable_data_ptr<scalar_t>();
                            for (int64_t i = 0; i < shape.cols; ++i) {
-                             float s = 0.f;
-                             for (int64_t th = 0; th < threads; ++th) s += acc[th * shape.cols + i];
-                             dg[i] = static_cast<scalar_t>(s);
+                             A sum = 0;
+                             for (int64_t p = 0; p < parts; ++p) sum += partial[p * shape.cols + i];
+                             dg[i] = static_cast<scalar_t>(sum);
                            }
                          });
                        });

@@ -102,3 +102,18 @@ from torch_npu import _fused_ops  # noqa: E402
 
 # torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name.
 __all__ = ["npu", "utils", "__version__"] + _fused_ops.export(__import__(__name__))
+
+
+def _transfer_to_npu_if_requested() -> None:
+    """``TORCH_TRANSFER_TO_NPU=1``: apply ``torch_npu.contrib.transfer_to_npu`` (CUDA -> NPU)."""
+    import os
+
+    value = os.environ.get("TORCH_TRANSFER_TO_NPU", "0").strip()
+    if value == "1":
+        from torch_npu.contrib import transfer_to_npu  # noqa: F401
+    elif value not in ("0", ""):
+        raise ValueError(f"Invalid value for TORCH_TRANSFER_TO_NPU: {value!r}. "
+                         f"Only '0' or '1' is supported.")
+
+
+_transfer_to_npu_if_requested()

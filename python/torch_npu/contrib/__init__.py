@@ -1,5 +1,7 @@
 """torch_npu.contrib: fused operators and modules (``function``, ``module``, ``transfer_to_npu``).
 
-Empty on purpose: the fused-operator layer (``contrib/`` of the monorepo) fills this
-package in its own issue. Nothing here pretends to exist before it does.
+``transfer_to_npu`` (run CUDA scripts unchanged on NPUs) is imported on request only --
+``from torch_npu.contrib import transfer_to_npu`` or ``TORCH_TRANSFER_TO_NPU=1`` -- since
+importing it changes ``torch`` for the whole process. ``function`` and ``module`` come
+with the fused-operator layer (``contrib/`` of the monorepo) in their own issue.
 """
