@@ -128,3 +128,51 @@ def _npu_confusion_transpose(self, perm, shape, transpose_first):
 @_fake("npu::npu_confusion_transpose_backward")
 def _npu_confusion_transpose_backward(grad, perm, shape, transpose_first):
     return grad.new_empty(list(shape))
+
+
+def _attention_out_shape(query, key, value, head_num, layout):
+    """attention_out's shape: query's, with value's head dim (torch_npu's rule for BSH/SBH)."""
+    if layout in ("BSH", "SBH"):
+        d = query.shape[2] // head_num
+        dv = value.shape[2] // (key.shape[2] // d)
+        return list(query.shape[:2]) + [head_num * dv]
+    return list(query.shape[:-1]) + [value.shape[-1]]
+
+
+@_fake("npu::npu_moe_gating_top_k_softmax")
+def _npu_moe_gating_top_k_softmax(x, finished=None, k=1):
+    shape = list(x.shape[:-1]) + [k]
+    return x.new_empty(shape), x.new_empty(shape, dtype=torch.int32), x.new_empty(shape, dtype=torch.int32)
+
+
+@_fake("npu::npu_moe_init_routing")
+def _npu_moe_init_routing(x, row_idx, expert_idx, active_num):
+    n, k = expert_idx.shape
+    return (x.new_empty((min(active_num, n) * k, x.shape[1])), row_idx.new_empty((n * k,)),
+            expert_idx.new_empty((n * k,)))
+
+
+def _grouped_matmul_fake(x, weight, bias=None, group_list=None, split_item=0, **_):
+    if len(weight) == 1 and weight[0].dim() == 3:
+        weight = list(weight[0].unbind(0))
+    if (split_item or 0) >= 2:
+        rows = x[0].shape[0] if group_list is not None else sum(t.numel() // t.shape[-1] for t in x)
+        return [x[0].new_empty((rows, weight[0].shape[1]))]
+    if group_list is None:
+        return [xi.new_empty(list(xi.shape[:-1]) + [w.shape[1]]) for xi, w in zip(x, weight)]
+    if isinstance(group_list, (list, tuple)):
+        sizes = [b - a for a, b in zip([0] + list(group_list[:-1]), group_list)]
+    else:  # row counts held by a tensor: data-dependent output shapes
+        ctx = torch.library.get_ctx()
+        sizes = [ctx.new_dynamic_size() for _ in weight]
+    return [x[0].new_empty((s, w.shape[1])) for s, w in zip(sizes, weight)]
+
+
+@_fake("npu::npu_grouped_matmul")
+def _npu_grouped_matmul(x, weight, *, bias=None, group_list=None, split_item=0, **kwargs):
+    return _grouped_matmul_fake(x, weight, bias, group_list, split_item)
+
+
+@_fake("npu::npu_grouped_matmul.List")
+def _npu_grouped_matmul_list(x, weight, *, bias=None, group_list=None, split_item=0, **kwargs):
+    return _grouped_matmul_fake(x, weight, bias, group_list, split_item)
