@@ -1,5 +1,6 @@
 // NPU caching allocator: CUDA caching-allocator semantics on top of the simulator's
-// aclrtMalloc/aclrtFree. See npu_caching_allocator.h for the public contract.
+// aclrtMalloc/aclrtFree (or its virtual memory API with expandable segments). See
+// npu_caching_allocator.h for the public contract.
 //
 // Structure (one DeviceCachingAllocator per device, each with its own mutex):
 //  - A *segment* is one aclrtMalloc'ed range. It is carved into *blocks* kept in a
@@ -12,13 +13,23 @@
 //    needed among oversize blocks, then every unsplit cached segment) and retry, then
 //    raise torch.OutOfMemoryError. A found block is split when the remainder is big
 //    enough; frees coalesce with free neighbours.
+//  - expandable_segments:True (CUDA's ExpandableSegment): instead of aclrtMalloc'ed
+//    segments, each stream and pool gets a reserved virtual range (aclrtReserveMemAddress)
+//    that grows by mapping 2 MiB pages of physical memory (aclrtMallocPhysical +
+//    aclrtMapMem) where the request needs them, merging them with the free blocks
+//    around. Releasing cached memory (empty_cache, the OOM retry, gc) unmaps the whole
+//    pages of free blocks, wherever they are, and a later request maps memory again at
+//    the end of a range: free memory is never stranded between allocated segments.
+//    Unmapped ranges are blocks too (mapped == false), in the pool's `unmapped` set.
+//    Reserved bytes are mapped bytes; a "segment" (stats, snapshot) is a mapped run.
 //  - record_stream: at free time an event is recorded on every other stream that used
 //    the block; the block returns to its pool once all of them completed (checked
 //    lazily at the next malloc, or waited for by empty_cache / the OOM path).
 //  - Free markers (no CUDA counterpart): a block freed while its stream still has queued
 //    work gets an event recorded on that stream. The simulator's aclrtFree, unlike
-//    cudaFree, does not synchronise, so segments are only aclrtFree'd once their markers
-//    completed (empty_cache / OOM / gc wait for them). And since kernels here allocate at
+//    cudaFree, does not synchronise (nor does aclrtUnmapMem), so memory is only
+//    aclrtFree'd or unmapped once its markers completed (empty_cache / OOM / gc wait
+//    for them). And since kernels here allocate at
 //    *execution* time on stream workers, not at enqueue time like the host, a worker
 //    allocation only reuses blocks whose marker completed (else a kernel queued before a
 //    host free could be handed memory that later-queued kernels still read). Host
@@ -362,6 +373,7 @@ struct StreamUse {
 // ---------------------------------------------------------------------------------
 
 struct BlockPool;
+class ExpandableSegment;
 
 struct Block {
   c10::DeviceIndex device;
@@ -383,11 +395,20 @@ struct Block {
   uint64_t free_event_seq = 0;
   std::vector<StreamUse> stream_uses;  // streams recorded since allocation
   int64_t gc_count_base = 0;         // pool's get_free_block count when it entered the pool
+  // Blocks of an expandable segment cover its whole address range; the unmapped ranges
+  // are blocks too (mapped == false), kept in the pool's `unmapped` set.
+  ExpandableSegment* expandable = nullptr;
+  bool mapped = true;
 
   Block(c10::DeviceIndex d, aclrtStream s, size_t sz, BlockPool* p, char* pt)
       : device(d), stream(s), size(sz), pool(p), ptr(pt) {}
 
-  bool is_split() const { return prev != nullptr || next != nullptr; }
+  // Shares its mapped range (what the snapshot reports as a segment) with other blocks.
+  bool is_split() const { return (prev && prev->mapped) || (next && next->mapped); }
+  // In the pool, free for reuse or merging.
+  bool is_free() const {
+    return mapped && !allocated && event_count == 0 && stream_uses.empty();
+  }
 };
 
 struct BlockLess {
@@ -400,9 +421,20 @@ struct BlockLess {
   }
 };
 
+// Unmapped blocks by stream, then address.
+struct BlockAddressLess {
+  bool operator()(const Block* a, const Block* b) const {
+    const auto sa = reinterpret_cast<uintptr_t>(a->stream);
+    const auto sb = reinterpret_cast<uintptr_t>(b->stream);
+    if (sa != sb) return sa < sb;
+    return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
+  }
+};
+
 struct BlockPool {
   explicit BlockPool(bool small) : is_small(small) {}
   std::set<Block*, BlockLess> blocks;
+  std::set<Block*, BlockAddressLess> unmapped;  // of expandable segments
   const bool is_small;
   int64_t get_free_blocks_call_count = 0;
 
@@ -427,6 +459,112 @@ struct AllocParams {
   Block* block = nullptr;
   StatTypes stat_types = {false};
   bool on_worker = false;  // allocating at execution time from a stream worker
+};
+
+// ---------------------------------------------------------------------------------
+// Expandable segments (expandable_segments:True)
+// ---------------------------------------------------------------------------------
+
+aclrtPhysicalMemProp physical_prop(c10::DeviceIndex device) {
+  aclrtPhysicalMemProp prop = {};
+  prop.handleType = ACL_MEM_HANDLE_TYPE_NONE;
+  prop.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
+  prop.memAttr = ACL_HBM_MEM_HUGE;
+  prop.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = static_cast<uint32_t>(device);
+  return prop;
+}
+
+// A virtual address range reserved for one stream and pool, backed on demand page by
+// page (aclrtMemGetAllocationGranularity bytes). Each page has its own physical handle
+// so that any free page can be unmapped on its own and its memory mapped again
+// wherever it is needed. The range is 1 1/8 of the device's capacity (as CUDA's), so a
+// segment can keep growing at its end after pages in its middle were unmapped.
+class ExpandableSegment {
+ public:
+  // nullptr when the address space cannot be reserved.
+  static ExpandableSegment* create(c10::DeviceIndex device) {
+    aclrtPhysicalMemProp prop = physical_prop(device);
+    size_t page = 0;
+    NPU_CHECK(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+                                               &page));
+    const size_t capacity = aclsimDeviceCapacity(device);
+    const size_t pages = (capacity + capacity / 8 + page - 1) / page;
+    void* ptr = nullptr;
+    if (aclrtReserveMemAddress(&ptr, pages * page, 0, nullptr, 0) != ACL_SUCCESS) {
+      return nullptr;
+    }
+    return new ExpandableSegment(device, static_cast<char*>(ptr), page, pages);
+  }
+
+  ~ExpandableSegment() { (void)aclrtReleaseMemAddress(ptr_); }  // everything is unmapped
+
+  char* ptr() const { return ptr_; }
+  size_t size() const { return handles_.size() * page_; }
+  size_t round_up(size_t size) const { return (size + page_ - 1) / page_ * page_; }
+
+  // Maps the pages covering [p, p + size) (p page aligned, all unmapped). False (nothing
+  // mapped) when the device is out of memory.
+  bool map(char* p, size_t size) {
+    const size_t first = page_index(p), last = page_index(p + round_up(size));
+    for (size_t i = first; i < last; ++i) {
+      const aclError err = map_page(i);
+      if (err != ACL_SUCCESS) {
+        for (size_t j = first; j < i; ++j) unmap_page(j);
+        if (err == ACL_ERROR_RT_MEMORY_ALLOCATION) return false;
+        NPU_CHECK(err);
+      }
+    }
+    return true;
+  }
+
+  // The pages entirely inside [p, p + size): {first byte, bytes} (bytes 0: none).
+  std::pair<char*, size_t> whole_pages(char* p, size_t size) const {
+    const size_t first = page_index(p + page_ - 1), last = page_index(p + size);
+    return {ptr_ + first * page_, last > first ? (last - first) * page_ : 0};
+  }
+
+  // Unmaps whole_pages(p, size) and frees their memory; returns that range.
+  std::pair<char*, size_t> unmap(char* p, size_t size) {
+    const auto range = whole_pages(p, size);
+    for (size_t i = page_index(range.first); i < page_index(range.first + range.second); ++i) {
+      unmap_page(i);
+    }
+    return range;
+  }
+
+ private:
+  ExpandableSegment(c10::DeviceIndex device, char* ptr, size_t page, size_t pages)
+      : device_(device), ptr_(ptr), page_(page), handles_(pages, nullptr) {}
+
+  size_t page_index(const char* p) const { return static_cast<size_t>(p - ptr_) / page_; }
+
+  aclError map_page(size_t i) {
+    const aclrtPhysicalMemProp prop = physical_prop(device_);
+    aclrtDrvMemHandle h = nullptr;
+    aclError err = aclrtMallocPhysical(&h, page_, &prop, 0);
+    if (err != ACL_SUCCESS) return err;
+    err = aclrtMapMem(ptr_ + i * page_, page_, 0, h, 0);
+    if (err != ACL_SUCCESS) {
+      (void)aclrtFreePhysical(h);
+      return err;
+    }
+    handles_[i] = h;
+    return ACL_SUCCESS;
+  }
+
+  // Like aclrtFree, unmapping does not synchronise: callers only unmap memory no queued
+  // work can touch any more (see the free markers).
+  void unmap_page(size_t i) {
+    NPU_CHECK(aclrtUnmapMem(ptr_ + i * page_));
+    NPU_CHECK(aclrtFreePhysical(handles_[i]));
+    handles_[i] = nullptr;
+  }
+
+  const c10::DeviceIndex device_;
+  char* const ptr_;
+  const size_t page_;
+  std::vector<aclrtDrvMemHandle> handles_;  // one per page, nullptr while unmapped
 };
 
 // ---------------------------------------------------------------------------------
@@ -554,14 +692,17 @@ class DeviceCachingAllocator {
 
   void snapshot(std::vector<SegmentInfo>* out) {
     std::lock_guard<std::mutex> lock(mutex_);
+    // A segment is a mapped run of blocks: a whole aclrtMalloc'ed segment, or a maximal
+    // mapped range of an expandable segment (as CUDA reports them).
+    auto is_head = [](const Block* b) { return b->prev == nullptr || !b->prev->mapped; };
     std::vector<const Block*> heads;
     for (const BlockPool* pool : {&large_, &small_}) {
       for (const Block* b : pool->blocks) {
-        if (b->prev == nullptr) heads.push_back(b);
+        if (is_head(b)) heads.push_back(b);
       }
     }
     for (const Block* b : active_blocks_) {
-      if (b->prev == nullptr) heads.push_back(b);
+      if (is_head(b)) heads.push_back(b);
     }
     std::sort(heads.begin(), heads.end(), [](const Block* a, const Block* b) {
       return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
@@ -572,8 +713,8 @@ class DeviceCachingAllocator {
       seg.address = reinterpret_cast<size_t>(head->ptr);
       seg.stream = head->stream;
       seg.is_large = !head->pool->is_small;
-      seg.is_expandable = false;
-      for (const Block* b = head; b != nullptr; b = b->next) {
+      seg.is_expandable = head->expandable != nullptr;
+      for (const Block* b = head; b != nullptr && b->mapped; b = b->next) {
         BlockInfo bi;
         bi.size = b->size;
         bi.requested_size = b->requested_size;
@@ -642,7 +783,9 @@ class DeviceCachingAllocator {
 
   bool should_split(const Block* block, size_t size) const {
     const size_t remaining = block->size - size;
-    if (block->pool->is_small) return remaining >= kMinBlockSize;
+    // An expandable segment's remainder is never stranded: its pages can be unmapped
+    // and mapped where they are needed, so it is split like a small block (as CUDA's).
+    if (block->pool->is_small || block->expandable) return remaining >= kMinBlockSize;
     return size < config_->max_split_size && remaining > kSmallSize;
   }
 
@@ -724,8 +867,8 @@ class DeviceCachingAllocator {
     }
   }
 
-  // Before returning cached segments with aclrtFree: waits (lock dropped) for pending
-  // record_stream events if `stream_events`, and for the free markers of unsplit
+  // Before returning cached memory to the device: waits (lock dropped) for pending
+  // record_stream events if `stream_events`, and for the free markers of releasable
   // cached blocks selected by `pred`. Stream workers never wait (what they would wait
   // for may be queued behind the kernel they run); they release only what is safe.
   template <typename Pred>
@@ -743,7 +886,7 @@ class DeviceCachingAllocator {
     }
     for (BlockPool* pool : {&large_, &small_}) {
       for (Block* b : pool->blocks) {
-        if (b->free_event && !b->is_split() && pred(b)) waits.push_back(b->free_event);
+        if (b->free_event && releasable(b) && pred(b)) waits.push_back(b->free_event);
       }
     }
     if (waits.empty()) return;
@@ -759,8 +902,9 @@ class DeviceCachingAllocator {
   }
 
   bool alloc_block(AllocParams& p, bool is_retry) {
-    const size_t size = p.alloc_size;
     if (is_retry) stats_.num_alloc_retries += 1;
+    if (config_->expandable_segments) return alloc_expandable_block(p);
+    const size_t size = p.alloc_size;
     if (set_fraction_ && total_reserved_ + size > allowed_memory_maximum_) {
       return false;
     }
@@ -783,6 +927,180 @@ class DeviceCachingAllocator {
     return true;
   }
 
+  // ---- expandable segments -----------------------------------------------------------
+
+  // Finds p.size() bytes of address space in one of the stream's expandable segments of
+  // the pool (a new segment if none has room) and maps what is unmapped there. Newly
+  // mapped pages merge with the free blocks around them, so a request can use memory
+  // that separate segments would leave fragmented. False when out of memory.
+  bool alloc_expandable_block(AllocParams& p) {
+    Block* c = find_expandable_block(p);
+    if (c == nullptr) return false;
+    if (!c->mapped && !map_block(c, std::min(c->size, p.size()))) {
+      if (c->prev == nullptr && c->next == nullptr) release_segment(c);  // a new segment
+      return false;
+    }
+    while (c->size < p.size()) {
+      // c is free, merged with its free neighbours: what follows is unmapped.
+      Block* next = c->next;
+      TORCH_INTERNAL_ASSERT(next != nullptr && !next->mapped);
+      if (!map_block(next, std::min(p.size() - c->size, next->size))) return false;
+      c = next;  // it absorbed c
+    }
+    p.pool->blocks.erase(c);
+    p.block = c;
+    return true;
+  }
+
+  // The first of a run of usable blocks (unmapped, or free) of p.size() bytes in an
+  // expandable segment of the stream's pool, lowest address first; else a new segment.
+  Block* find_expandable_block(const AllocParams& p) {
+    // A kernel allocating at execution time only takes free blocks whose free marker
+    // completed (see get_free_block).
+    auto usable = [&](Block* b) {
+      return b != nullptr && (!b->mapped || (b->is_free() && (!p.on_worker || exec_safe(b))));
+    };
+    auto has_room = [&](Block* b) {
+      size_t bytes = 0;
+      for (; bytes < p.size() && usable(b); b = b->next) bytes += b->size;
+      return bytes >= p.size();
+    };
+    BlockPool& pool = *p.pool;
+    Block key(p.device(), p.stream(), 0, &pool, nullptr);
+    for (auto it = pool.unmapped.lower_bound(&key);
+         it != pool.unmapped.end() && (*it)->stream == p.stream(); ++it) {
+      Block* c = *it;
+      // Mapping c merges it with a free block before it: start there, or skip c if
+      // that block may not be used.
+      if (c->prev != nullptr && c->prev->is_free()) {
+        if (!usable(c->prev)) continue;
+        c = c->prev;
+      }
+      if (has_room(c)) return c;
+    }
+    ExpandableSegment* segment = ExpandableSegment::create(device_);
+    if (segment == nullptr) return nullptr;
+    Block* c = new Block(device_, p.stream(), segment->size(), &pool, segment->ptr());
+    c->expandable = segment;
+    c->mapped = false;
+    pool.unmapped.insert(c);
+    if (c->size < p.size()) {
+      release_segment(c);
+      return nullptr;
+    }
+    return c;
+  }
+
+  // Maps the pages of unmapped `block` that cover its first `size` bytes. The mapped
+  // part becomes a free block merged with its free neighbours; the rest stays unmapped.
+  bool map_block(Block* block, size_t size) {
+    ExpandableSegment* segment = block->expandable;
+    const size_t bytes = segment->round_up(size);
+    if (set_fraction_ && total_reserved_ + bytes > allowed_memory_maximum_) return false;
+    if (!segment->map(block->ptr, bytes)) return false;
+    BlockPool& pool = *block->pool;
+    pool.unmapped.erase(block);
+    if (bytes < block->size) {
+      Block* rest = new Block(device_, block->stream, block->size - bytes, &pool,
+                              block->ptr + bytes);
+      rest->expandable = segment;
+      rest->mapped = false;
+      splice(rest, block, block->next);
+      block->size = bytes;
+      pool.unmapped.insert(rest);
+    }
+    const SplitShare neighbours = split_share({block->prev, block->next});
+    account_mapping(block, bytes, /*mapped=*/true);
+    block->mapped = true;
+    insert_free_block(block, neighbours);
+    return true;
+  }
+
+  // Unmaps the whole pages inside free block `b` of an expandable segment (its free
+  // marker, if any, completed). The partial pages at its ends stay mapped as free
+  // blocks; a segment left with nothing mapped is released. Returns the bytes unmapped.
+  size_t unmap_block(Block* b) {
+    TORCH_INTERNAL_ASSERT(b->is_free() && b->free_event == nullptr);
+    ExpandableSegment* segment = b->expandable;
+    const auto [ptr, bytes] = segment->unmap(b->ptr, b->size);
+    if (bytes == 0) return 0;
+    BlockPool& pool = *b->pool;
+    const SplitShare before = split_share({b});
+    pool.blocks.erase(b);
+    Block* head = nullptr;
+    Block* tail = nullptr;
+    if (ptr > b->ptr) {
+      head = new Block(device_, b->stream, static_cast<size_t>(ptr - b->ptr), &pool, b->ptr);
+      head->expandable = segment;
+      splice(head, b->prev, b);
+    }
+    if (ptr + bytes < b->ptr + b->size) {
+      tail = new Block(device_, b->stream, static_cast<size_t>(b->ptr + b->size - ptr - bytes),
+                       &pool, ptr + bytes);
+      tail->expandable = segment;
+      splice(tail, b, b->next);
+    }
+    b->ptr = ptr;
+    b->size = bytes;
+    b->mapped = false;
+    account_mapping(b, bytes, /*mapped=*/false);
+    for (Block* part : {head, tail}) {
+      if (part != nullptr) pool.insert(part);
+    }
+    update_split_stats(pool, before, split_share({head, tail}));
+    try_merge_blocks(b, b->prev, pool);
+    try_merge_blocks(b, b->next, pool);
+    if (b->prev == nullptr && b->next == nullptr) {
+      release_segment(b);
+    } else {
+      pool.unmapped.insert(b);
+    }
+    return bytes;
+  }
+
+  // Stats of mapping (or unmapping) `bytes` as block `b`. Segments are mapped runs (as
+  // in the snapshot): a run is created, extended or joined (split, shortened or removed).
+  void account_mapping(const Block* b, size_t bytes, bool mapped) {
+    const int64_t runs = 1 - static_cast<int64_t>(b->prev != nullptr && b->prev->mapped) -
+                         static_cast<int64_t>(b->next != nullptr && b->next->mapped);
+    const int64_t segments = mapped ? runs : -runs;
+    if (mapped) {
+      total_reserved_ += bytes;
+      stats_.num_device_alloc += 1;
+    } else {
+      total_reserved_ -= bytes;
+      stats_.num_device_free += 1;
+    }
+    for_each_type(stat_types_for(*b->pool), [&](size_t t) {
+      if (segments > 0) {
+        stats_.segment[t].increase(static_cast<size_t>(segments));
+      } else if (segments < 0) {
+        stats_.segment[t].decrease(static_cast<size_t>(-segments));
+      }
+      if (mapped) {
+        stats_.reserved_bytes[t].increase(bytes);
+      } else {
+        stats_.reserved_bytes[t].decrease(bytes);
+      }
+    });
+  }
+
+  // Releases an expandable segment with nothing mapped; `whole` is its only block.
+  void release_segment(Block* whole) {
+    TORCH_INTERNAL_ASSERT(!whole->mapped && whole->prev == nullptr && whole->next == nullptr);
+    whole->pool->unmapped.erase(whole);
+    delete whole->expandable;
+    delete whole;
+  }
+
+  // Links `b` between `prev` and `next`.
+  static void splice(Block* b, Block* prev, Block* next) {
+    b->prev = prev;
+    b->next = next;
+    if (prev) prev->next = b;
+    if (next) next->prev = b;
+  }
+
   Block* alloc_found_block(AllocParams& p, size_t orig_size, bool split_remainder) {
     const size_t size = p.size();
     BlockPool* pool = p.pool;
@@ -791,6 +1109,7 @@ class DeviceCachingAllocator {
     if (split_remainder) {
       Block* remaining = block;
       block = new Block(device_, p.stream(), size, pool, remaining->ptr);
+      block->expandable = remaining->expandable;
       block->prev = remaining->prev;
       if (block->prev) block->prev->next = block;
       block->next = remaining;
@@ -845,42 +1164,65 @@ class DeviceCachingAllocator {
     TORCH_INTERNAL_ASSERT(!block->allocated && block->event_count == 0 &&
                           block->stream_uses.empty());
     const size_t original_size = block->size;
-    BlockPool& pool = *block->pool;
-    int64_t net_split_blocks = 0;
-    int64_t net_split_bytes = 0;
-    for (Block* candidate : {block->prev, block->next}) {
-      const size_t subsumed = try_merge_blocks(block, candidate, pool);
-      if (subsumed > 0) {
-        net_split_blocks -= 1;
-        net_split_bytes -= static_cast<int64_t>(subsumed);
-      }
-    }
+    const SplitShare neighbours = split_share({block->prev, block->next});
     active_blocks_.erase(block);
-    pool.insert(block);
-    if (block->is_split()) {
-      net_split_blocks += 1;
-      net_split_bytes += static_cast<int64_t>(block->size);
-    }
-    for_each_type(stat_types_for(pool), [&](size_t t) {
-      if (net_split_blocks > 0) {
-        stats_.inactive_split[t].increase(static_cast<size_t>(net_split_blocks));
-      } else if (net_split_blocks < 0) {
-        stats_.inactive_split[t].decrease(static_cast<size_t>(-net_split_blocks));
-      }
-      if (net_split_bytes > 0) {
-        stats_.inactive_split_bytes[t].increase(static_cast<size_t>(net_split_bytes));
-      } else if (net_split_bytes < 0) {
-        stats_.inactive_split_bytes[t].decrease(static_cast<size_t>(-net_split_bytes));
-      }
+    insert_free_block(block, neighbours);
+    for_each_type(stat_types_for(*block->pool), [&](size_t t) {
       stats_.active[t].decrease(1);
       stats_.active_bytes[t].decrease(original_size);
     });
   }
 
-  // Merges free neighbour `src` into `dst`; returns the bytes subsumed (0 if none).
-  size_t try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
-    if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty()) {
-      return 0;
+  // What free blocks contribute to the inactive-split stats.
+  struct SplitShare {
+    int64_t blocks = 0;
+    int64_t bytes = 0;
+  };
+
+  static SplitShare split_share(std::initializer_list<const Block*> blocks) {
+    SplitShare share;
+    for (const Block* b : blocks) {
+      if (b != nullptr && b->is_free() && b->is_split()) {
+        share.blocks += 1;
+        share.bytes += static_cast<int64_t>(b->size);
+      }
+    }
+    return share;
+  }
+
+  void update_split_stats(const BlockPool& pool, SplitShare before, SplitShare after) {
+    const int64_t blocks = after.blocks - before.blocks;
+    const int64_t bytes = after.bytes - before.bytes;
+    for_each_type(stat_types_for(pool), [&](size_t t) {
+      if (blocks > 0) {
+        stats_.inactive_split[t].increase(static_cast<size_t>(blocks));
+      } else if (blocks < 0) {
+        stats_.inactive_split[t].decrease(static_cast<size_t>(-blocks));
+      }
+      if (bytes > 0) {
+        stats_.inactive_split_bytes[t].increase(static_cast<size_t>(bytes));
+      } else if (bytes < 0) {
+        stats_.inactive_split_bytes[t].decrease(static_cast<size_t>(-bytes));
+      }
+    });
+  }
+
+  // Puts free `block` into its pool, merged with its free neighbours, whose split share
+  // before `block` became free (or mapped) is `neighbours`.
+  void insert_free_block(Block* block, SplitShare neighbours) {
+    BlockPool& pool = *block->pool;
+    for (Block* candidate : {block->prev, block->next}) {
+      try_merge_blocks(block, candidate, pool);
+    }
+    pool.insert(block);
+    update_split_stats(pool, neighbours, split_share({block}));
+  }
+
+  // Merges neighbour `src` into `dst` if it is free (or both are unmapped).
+  void try_merge_blocks(Block* dst, Block* src, BlockPool& pool) {
+    if (!src || src->allocated || src->event_count > 0 || !src->stream_uses.empty() ||
+        src->mapped != dst->mapped) {
+      return;
     }
     if (dst->prev == src) {
       dst->ptr = src->ptr;
@@ -891,11 +1233,13 @@ class DeviceCachingAllocator {
       if (dst->next) dst->next->prev = dst;
     }
     merge_marker(dst, src);
-    const size_t subsumed = src->size;
-    dst->size += subsumed;
-    pool.blocks.erase(src);
+    dst->size += src->size;
+    if (src->mapped) {
+      pool.blocks.erase(src);
+    } else {
+      pool.unmapped.erase(src);
+    }
     delete src;
-    return subsumed;
   }
 
   void insert_events(Block* block) {
@@ -958,20 +1302,17 @@ class DeviceCachingAllocator {
         const bool first = cur == pool.blocks.begin();
         if (!first) --it;
         Block* b = *cur;
-        if (!b->is_split() && exec_safe(b)) {
-          released += b->size;
-          release_block(b);
-        }
+        if (releasable(b) && exec_safe(b)) released += release_free_block(b);
         if (first) break;
       }
       return released >= key.size;
     }
-    if ((*it)->is_split() || !exec_safe(*it)) return false;
-    release_block(*it);
+    if (!releasable(*it) || !exec_safe(*it)) return false;
+    release_free_block(*it);
     return true;
   }
 
-  // Returns every unsplit cached segment to the device (after waiting for
+  // Returns every releasable cached block to the device (after waiting for
   // record_stream events). Always returns true (as CUDA's does).
   bool release_cached_blocks(std::unique_lock<std::mutex>& lock) {
     stats_.num_sync_all_streams += 1;
@@ -983,15 +1324,33 @@ class DeviceCachingAllocator {
   }
 
   void release_blocks(BlockPool& pool) {
+    // Unmapping may add blocks (the partial pages around what it unmaps) to the pool;
+    // they are not releasable, so visiting them is harmless.
     for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
       Block* b = *it;
       ++it;
-      if (!b->is_split() && exec_safe(b)) release_block(b);
+      if (releasable(b) && exec_safe(b)) release_free_block(b);
     }
   }
 
+  // Whether returning free block `b` to the device frees memory: a whole aclrtMalloc'ed
+  // segment, or whole pages of an expandable segment.
+  bool releasable(const Block* b) const {
+    if (b->expandable) return b->expandable->whole_pages(b->ptr, b->size).second > 0;
+    return !b->is_split();
+  }
+
+  // Returns releasable `b` to the device; returns the bytes released.
+  size_t release_free_block(Block* b) {
+    if (b->expandable) return unmap_block(b);
+    const size_t size = b->size;
+    release_block(b);
+    return size;
+  }
+
   void release_block(Block* block) {
-    TORCH_INTERNAL_ASSERT(!block->is_split() && block->free_event == nullptr);
+    TORCH_INTERNAL_ASSERT(!block->expandable && !block->is_split() &&
+                          block->free_event == nullptr);
     {
       DeviceSwitch sw(device_);
       NPU_CHECK(aclrtFree(block->ptr));
@@ -1008,8 +1367,8 @@ class DeviceCachingAllocator {
     delete block;
   }
 
-  // Frees the least recently reused unsplit large blocks until reserved memory is back
-  // under garbage_collection_threshold * allowed memory.
+  // Frees the least recently reused releasable large blocks until reserved memory is
+  // back under garbage_collection_threshold * allowed memory.
   void garbage_collect_cached_blocks(std::unique_lock<std::mutex>& lock) {
     const size_t threshold = static_cast<size_t>(
         config_->garbage_collection_threshold * static_cast<double>(allowed_memory_maximum_));
@@ -1020,7 +1379,7 @@ class DeviceCachingAllocator {
     double total_age = 0.0;
     int64_t freeable = 0;
     for (const Block* b : large_.blocks) {
-      if (!b->is_split()) {
+      if (releasable(b)) {
         total_age += static_cast<double>(large_.gc_count(b));
         ++freeable;
       }
@@ -1034,13 +1393,12 @@ class DeviceCachingAllocator {
       for (auto it = large_.blocks.begin(); it != large_.blocks.end();) {
         Block* b = *it;
         ++it;
-        if (!b->is_split() && static_cast<double>(large_.gc_count(b)) >= age_threshold &&
+        if (releasable(b) && static_cast<double>(large_.gc_count(b)) >= age_threshold &&
             exec_safe(b)) {
           freed = true;
-          reclaimed += b->size;
           total_age -= static_cast<double>(large_.gc_count(b));
           --freeable;
-          release_block(b);
+          reclaimed += release_free_block(b);
         }
       }
     }
@@ -1183,15 +1541,7 @@ class State {
   }
 
  private:
-  void install_config(Config c) {
-    if (c.expandable_segments && !config_.expandable_segments) {
-      TORCH_WARN_ONCE(kConfEnv,
-                      ": expandable_segments:True is accepted, but the NPU simulator "
-                      "does not expand segments: memory is reserved in fixed segments "
-                      "as with expandable_segments:False.");
-    }
-    config_ = std::move(c);
-  }
+  void install_config(Config c) { config_ = std::move(c); }
 
   std::once_flag init_flag_;
   std::atomic<bool> initialized_{false};

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -688,7 +689,7 @@ void test_bad_conf() {
       "roundup_power2_divisions:[256:1,512:2,>:4],expandable_segments:False,"
       "base_addr_aligned_kb:16");
   CHECK_EQ(stats().max_split_size, static_cast<int64_t>(128 * kMiB));
-  alloc::setAllocatorSettings("expandable_segments:True");  // warns once, still works
+  alloc::setAllocatorSettings("expandable_segments:True");
   char* p = A(1000);
   CHECK(p != nullptr);
   F(p);
@@ -768,6 +769,333 @@ void test_threads() {
   CHECK_EQ(stats().reserved_bytes[AGG].current, 0);
 }
 
+// ---- expandable segments -----------------------------------------------------------
+
+// Device 0's snapshot agrees with its stats: reserved = mapped bytes, one segment per
+// mapped run, inactive split blocks = free blocks sharing a segment.
+void check_snapshot_matches_stats() {
+  size_t total = 0, allocated = 0, segments = 0, split = 0, split_bytes = 0;
+  for (const auto& seg : alloc::snapshot()) {
+    if (seg.device != 0) continue;
+    ++segments;
+    total += seg.total_size;
+    allocated += seg.allocated_size;
+    for (const auto& b : seg.blocks) {
+      if (!b.allocated && !b.active && seg.blocks.size() > 1) {
+        ++split;
+        split_bytes += b.size;
+      }
+    }
+  }
+  auto s = stats();
+  CHECK_EQ(total, static_cast<size_t>(s.reserved_bytes[AGG].current));
+  CHECK_EQ(allocated, static_cast<size_t>(s.allocated_bytes[AGG].current));
+  CHECK_EQ(segments, static_cast<size_t>(s.segment[AGG].current));
+  CHECK_EQ(split, static_cast<size_t>(s.inactive_split[AGG].current));
+  CHECK_EQ(split_bytes, static_cast<size_t>(s.inactive_split_bytes[AGG].current));
+}
+
+size_t expandable_segments_on_device0() {
+  size_t n = 0;
+  for (const auto& seg : alloc::snapshot()) n += seg.device == 0 && seg.is_expandable;
+  return n;
+}
+
+void test_expandable_growth_and_reuse() {
+  reset_all();
+  const size_t free0 = alloc::memGetInfo(0).first;
+  alloc::setAllocatorSettings("expandable_segments:True");
+  // Large pool: pages are mapped as needed, not a 20 MiB segment per request.
+  char* a = A(4 * kMiB);
+  auto s = stats();
+  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(4 * kMiB));
+  CHECK_EQ(s.segment[LARGE].current, 1);
+  CHECK_EQ(s.num_device_alloc, 1);
+  CHECK_EQ(alloc::memGetInfo(0).first, free0 - 4 * kMiB);
+  CHECK_EQ(aclsimPointerDevice(a + 4 * kMiB - 1), 0);
+  CHECK_EQ(aclsimPointerDevice(a + 4 * kMiB), -1);  // reserved, not mapped
+  // The segment grows in place.
+  char* b = A(6 * kMiB + 1);  // 6 MiB + 512 bytes: 4 more pages
+  CHECK(b == a + 4 * kMiB);
+  s = stats();
+  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(12 * kMiB));
+  CHECK_EQ(s.segment[LARGE].current, 1);
+  CHECK_EQ(s.num_device_alloc, 2);
+  CHECK_EQ(s.inactive_split[LARGE].current, 1);  // the rest of the last page
+  CHECK_EQ(s.inactive_split_bytes[LARGE].current, static_cast<int64_t>(2 * kMiB - 512));
+  std::memset(a, 1, 10 * kMiB + 1);  // one contiguous range of device memory
+  char* c = A(1 * kMiB + 512 * kKiB);  // fits the rest: nothing mapped
+  CHECK(c == b + 6 * kMiB + 512);
+  CHECK_EQ(stats().num_device_alloc, 2);
+  size_t segs = 0;
+  for (const auto& seg : alloc::snapshot()) {
+    if (seg.device != 0) continue;
+    ++segs;
+    CHECK(seg.is_expandable);
+    CHECK(seg.is_large);
+    CHECK_EQ(seg.address, reinterpret_cast<size_t>(a));
+    CHECK_EQ(seg.total_size, 12 * kMiB);
+    CHECK_EQ(seg.blocks.size(), 4u);
+    CHECK(seg.blocks[2].allocated && !seg.blocks[3].allocated);
+  }
+  CHECK_EQ(segs, 1u);
+  check_snapshot_matches_stats();
+  // Reuse: a freed block is handed out again, blocks merge when freed.
+  F(b);
+  char* d = A(5 * kMiB);
+  CHECK(d == b);
+  for (char* x : {d, a, c}) F(x);
+  s = stats();
+  CHECK_EQ(s.allocated_bytes[AGG].current, 0);
+  CHECK_EQ(s.inactive_split[AGG].current, 0);  // one free block, alone in its segment
+  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(12 * kMiB));  // cached
+  char* e = A(12 * kMiB);
+  CHECK(e == a);
+  CHECK_EQ(stats().num_device_alloc, 2);
+  F(e);
+  check_snapshot_matches_stats();
+
+  // Small pool: 2 MiB pages too; a block may straddle two pages.
+  char* x = A(1000);
+  CHECK_EQ(stats().reserved_bytes[SMALL].current, static_cast<int64_t>(2 * kMiB));
+  char* y = A(1 * kMiB);
+  CHECK(y == x + 1024);
+  char* z = A(1 * kMiB);
+  CHECK(z == y + 1 * kMiB);
+  s = stats();
+  CHECK_EQ(s.reserved_bytes[SMALL].current, static_cast<int64_t>(4 * kMiB));
+  CHECK_EQ(s.segment[SMALL].current, 1);
+  CHECK_EQ(expandable_segments_on_device0(), 2u);
+  check_snapshot_matches_stats();
+  for (char* p : {x, y, z}) F(p);
+
+  alloc::emptyCache();
+  s = stats();
+  CHECK_EQ(s.reserved_bytes[AGG].current, 0);
+  CHECK_EQ(s.segment[AGG].current, 0);
+  CHECK_EQ(expandable_segments_on_device0(), 0u);
+  CHECK_EQ(alloc::memGetInfo(0).first, free0);
+  CHECK_EQ(aclsimPointerDevice(a), -1);
+  alloc::setAllocatorSettings("");
+}
+
+// empty_cache unmaps the whole pages of free blocks, wherever they are; a later request
+// maps memory again where its range needs it.
+void test_expandable_empty_cache() {
+  reset_all();
+  const size_t free0 = alloc::memGetInfo(0).first;
+  alloc::setAllocatorSettings("expandable_segments:True");
+  char* p = A(3 * kMiB);
+  char* q = A(3 * kMiB);  // maps one more page, merged with the free MiB after p
+  CHECK(q == p + 3 * kMiB);
+  CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(6 * kMiB));
+  F(p);
+  alloc::emptyCache();  // p's first page goes; its second page is shared with q
+  auto s = stats();
+  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(4 * kMiB));
+  CHECK_EQ(s.segment[AGG].current, 1);
+  CHECK_EQ(alloc::memGetInfo(0).first, free0 - 4 * kMiB);
+  CHECK_EQ(aclsimPointerDevice(p), -1);
+  CHECK_EQ(aclsimPointerDevice(p + 2 * kMiB), 0);
+  for (const auto& seg : alloc::snapshot()) {
+    if (seg.device != 0) continue;
+    CHECK_EQ(seg.address, reinterpret_cast<size_t>(p + 2 * kMiB));
+    CHECK_EQ(seg.total_size, 4 * kMiB);
+    CHECK_EQ(seg.blocks.size(), 2u);
+    CHECK(!seg.blocks[0].allocated && seg.blocks[1].allocated);
+  }
+  check_snapshot_matches_stats();
+  char* r = A(4 * kMiB);  // the hole before q is too small: mapped after q
+  CHECK(r == p + 6 * kMiB);
+  F(q);
+  // The hole is mapped again and joins the free block after it (q's, merged).
+  char* t = A(5 * kMiB);
+  CHECK(t == p);
+  s = stats();
+  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(10 * kMiB));
+  CHECK_EQ(s.segment[AGG].current, 1);
+  check_snapshot_matches_stats();
+  // A free block between two allocated ones: its whole pages go, the segment (the
+  // mapped run) splits in two.
+  char* w = A(4 * kMiB);
+  CHECK(w == p + 10 * kMiB);
+  F(r);  // merged with the free MiB after t: [p + 5 MiB, p + 10 MiB)
+  alloc::emptyCache();
+  s = stats();
+  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(10 * kMiB));
+  CHECK_EQ(s.segment[AGG].current, 2);
+  CHECK_EQ(aclsimPointerDevice(p + 5 * kMiB), 0);  // shares a page with t
+  CHECK_EQ(aclsimPointerDevice(p + 6 * kMiB), -1);
+  check_snapshot_matches_stats();
+  F(t);
+  F(w);
+  alloc::emptyCache();
+  s = stats();
+  CHECK_EQ(s.reserved_bytes[AGG].current, 0);
+  CHECK_EQ(s.segment[AGG].current, 0);
+  CHECK_EQ(s.inactive_split_bytes[AGG].current, 0);
+  CHECK_EQ(alloc::memGetInfo(0).first, free0);
+  alloc::setAllocatorSettings("");
+}
+
+// Free memory between allocated blocks is unmapped and mapped again where a large
+// request needs it; fixed segments leave it stranded.
+void test_expandable_fragmentation() {
+  auto run = [](bool expandable) {
+    reset_all();
+    alloc::setAllocatorSettings(expandable ? "expandable_segments:True" : "");
+    std::vector<char*> v;
+    for (int i = 0; i < 15; ++i) v.push_back(A(256 * kMiB));  // 3.75 of the 4 GiB
+    for (int i = 0; i < 15; i += 2) F(v[i]);  // 2 GiB free, in 256 MiB pieces
+    bool ok = true;
+    try {
+      char* big = A(1536 * kMiB);
+      big[0] = big[1536 * kMiB - 1] = 7;  // one range of device memory
+      auto s = stats();
+      CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(7 * 256 * kMiB + 1536 * kMiB));
+      CHECK_EQ(s.num_alloc_retries, 1);
+      CHECK_EQ(alloc::memGetInfo(0).first,
+               4 * kGiB - static_cast<size_t>(s.reserved_bytes[AGG].current));
+      check_snapshot_matches_stats();
+      F(big);
+    } catch (const c10::OutOfMemoryError&) {
+      ok = false;
+    }
+    for (int i = 1; i < 15; i += 2) F(v[i]);
+    alloc::emptyCache();
+    CHECK_EQ(stats().reserved_bytes[AGG].current, 0);
+    return ok;
+  };
+  CHECK(!run(false));
+  CHECK(run(true));
+  alloc::setAllocatorSettings("");
+}
+
+void test_expandable_memory_fraction() {
+  reset_all();
+  alloc::setAllocatorSettings("expandable_segments:True");
+  alloc::setMemoryFraction(0.25, 0);  // 1 GiB allowed: counts mapped bytes
+  char* a = A(900 * kMiB);
+  std::string msg;
+  CHECK(throws_with<c10::OutOfMemoryError>([] { A(200 * kMiB); }, "1024.00 MiB allowed", &msg));
+  char* b = A(100 * kMiB);
+  CHECK(b == a + 900 * kMiB);
+  CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(1000 * kMiB));
+  F(a);
+  F(b);
+  alloc::setMemoryFraction(1.0, 0);
+  alloc::emptyCache();
+  alloc::setAllocatorSettings("");
+}
+
+// Memory freed while its stream has queued work is not unmapped, nor merged into a
+// kernel's allocation, before that work ran.
+void test_expandable_free_markers() {
+  reset_all();
+  alloc::setAllocatorSettings("expandable_segments:True");
+  auto side = torch_npu::getStreamFromPool(false, 0);
+  c10::Stream ss = side.unwrap();
+  Gate gate;
+  NPU_CHECK(aclsimLaunchKernel(side.stream(), gate_kernel, &gate, "gate"));
+  void* x = alloc::raw_alloc_with_stream(8 * kMiB, ss);
+  F(x);
+  std::atomic<bool> emptied{false};
+  std::thread t([&] {
+    alloc::emptyCache();
+    emptied = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(!emptied.load());
+  CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(8 * kMiB));
+  gate.open = true;
+  t.join();
+  CHECK_EQ(stats().reserved_bytes[AGG].current, 0);
+
+  Gate gate2;
+  NPU_CHECK(aclsimLaunchKernel(side.stream(), gate_kernel, &gate2, "gate2"));
+  char* y = static_cast<char*>(alloc::raw_alloc_with_stream(4 * kMiB, ss));
+  KernelAlloc k{ss, 6 * kMiB};
+  NPU_CHECK(aclsimLaunchKernel(side.stream(), kernel_alloc, &k, "kernel_alloc"));
+  F(y);  // after kernel_alloc in stream order
+  gate2.open = true;
+  NPU_CHECK(aclrtSynchronizeStream(side.stream()));
+  auto* got = static_cast<char*>(k.got);
+  CHECK(got != nullptr);
+  CHECK(got >= y + 4 * kMiB || got + 6 * kMiB <= y);  // y's range was not merged in
+  F(k.got);
+  NPU_CHECK(aclrtSynchronizeStream(side.stream()));
+  alloc::emptyCache();
+  CHECK_EQ(stats().reserved_bytes[AGG].current, 0);
+  alloc::setAllocatorSettings("");
+}
+
+// Random allocations, frees and cache releases on two streams: blocks never overlap,
+// and the stats agree with the snapshot and the device.
+void test_expandable_random() {
+  reset_all();
+  alloc::setAllocatorSettings("expandable_segments:True");
+  const c10::Stream streams[] = {torch_npu::getDefaultNPUStream(0).unwrap(),
+                                 torch_npu::getStreamFromPool(false, 0).unwrap()};
+  std::mt19937_64 rng(12345);
+  struct Live {
+    uint64_t* p;
+    size_t words;
+    uint64_t tag;
+  };
+  std::vector<Live> live;
+  int ooms = 0, corrupt = 0;
+  auto check_tags = [&](const Live& l) {
+    corrupt += l.p[0] != l.tag || l.p[l.words - 1] != l.tag;
+  };
+  for (int i = 0; i < 3000; ++i) {
+    const auto op = rng() % 16;
+    if ((op < 8 && live.size() < 64) || live.empty()) {
+      const auto kind = rng() % 8;
+      size_t n = kind < 4 ? 8 + rng() % kMiB : kind < 7 ? 8 + rng() % (24 * kMiB)
+                                                         : 64 * kMiB + rng() % (768 * kMiB);
+      n &= ~size_t{7};
+      try {
+        auto* p = static_cast<uint64_t*>(alloc::raw_alloc_with_stream(n, streams[rng() % 2]));
+        Live l{p, n / 8, rng()};
+        p[0] = p[l.words - 1] = l.tag;
+        live.push_back(l);
+      } catch (const c10::OutOfMemoryError&) {
+        ++ooms;
+      }
+    } else if (op < 15) {
+      const size_t k = rng() % live.size();
+      check_tags(live[k]);
+      F(live[k].p);
+      live[k] = live.back();
+      live.pop_back();
+    } else {
+      alloc::emptyCache();
+    }
+    if (i % 100 == 0) {
+      for (const Live& l : live) check_tags(l);
+      check_snapshot_matches_stats();
+      CHECK_EQ(alloc::memGetInfo(0).first,
+               4 * kGiB - static_cast<size_t>(stats().reserved_bytes[AGG].current));
+    }
+  }
+  CHECK_EQ(corrupt, 0);
+  std::printf("  expandable_random: %d OOMs\n", ooms);
+  for (const Live& l : live) F(l.p);
+  alloc::emptyCache();
+  auto s = stats();
+  CHECK_EQ(s.reserved_bytes[AGG].current, 0);
+  CHECK_EQ(s.segment[AGG].current, 0);
+  CHECK_EQ(s.inactive_split[AGG].current, 0);
+  CHECK_EQ(expandable_segments_on_device0(), 0u);
+  alloc::setAllocatorSettings("");
+}
+
+void test_expandable_threads() {
+  alloc::setAllocatorSettings("expandable_segments:True");
+  test_threads();
+  alloc::setAllocatorSettings("");
+}
+
 void test_invalid() {
   CHECK(throws_with<c10::Error>([] { alloc::getDeviceStats(7); }, "device"));
   int x = 0;
@@ -797,6 +1125,13 @@ int main() {
       {"garbage_collection", test_garbage_collection},
       {"bad_conf", test_bad_conf},
       {"threads", test_threads},
+      {"expandable_growth_and_reuse", test_expandable_growth_and_reuse},
+      {"expandable_empty_cache", test_expandable_empty_cache},
+      {"expandable_fragmentation", test_expandable_fragmentation},
+      {"expandable_memory_fraction", test_expandable_memory_fraction},
+      {"expandable_free_markers", test_expandable_free_markers},
+      {"expandable_random", test_expandable_random},
+      {"expandable_threads", test_expandable_threads},
       {"invalid", test_invalid},
   };
   for (const auto& [name, fn] : tests) {

@@ -2,10 +2,14 @@
 
 import collections
 import gc
+import json
+import textwrap
 import warnings
 
 import pytest
 import torch
+
+from conftest import run_python
 
 MiB = 1024 ** 2
 GiB = 1024 ** 3
@@ -192,3 +196,65 @@ def test_empty_cache_is_safe_anytime():
         warnings.simplefilter("error")
         torch.npu.empty_cache()
         torch.npu.empty_cache()
+
+
+# On a 256 MiB device, 12 x 20 MiB tensors fill 240 MiB; freeing every other one leaves
+# 136 MiB free, but in pieces of 20 MiB (36 MiB at the end): fixed segments cannot hold
+# 100 MiB, expandable segments unmap the free pieces and map the memory where needed.
+_FRAGMENTATION = textwrap.dedent("""
+    import json, torch, torch_npu
+    MiB = 1024 ** 2
+    keep = [torch.empty(20 * MiB, dtype=torch.uint8, device="npu") for _ in range(12)]
+    del keep[::2]
+    try:
+        big = torch.empty(100 * MiB, dtype=torch.uint8, device="npu")
+        big.fill_(7)
+        ok = int(big[-1].item()) == 7 and int(keep[-1].fill_(3)[0].item()) == 3
+    except torch.OutOfMemoryError:
+        ok = False
+    torch.npu.synchronize()
+    report = {"ok": ok, "reserved": torch.npu.memory_reserved(),
+              "allocated": torch.npu.memory_allocated(),
+              "free": torch.npu.mem_get_info()[0],
+              "segments": [s for s in torch.npu.memory_snapshot() if s["device"] == 0],
+              "stats": dict(torch.npu.memory_stats())}
+    if ok:
+        del big
+        torch.npu.empty_cache()
+        report["reserved_after_empty_cache"] = torch.npu.memory_reserved()
+    print("REPORT", json.dumps(report))
+""")
+
+
+def _fragmentation(conf):
+    result = run_python(_FRAGMENTATION, env={"ASCEND_SIM_HBM_BYTES": "256M",
+                                             "ASCEND_SIM_DEVICE_COUNT": "1",
+                                             "PYTORCH_NPU_ALLOC_CONF": conf})
+    assert result.returncode == 0, result.stderr
+    assert "expandable" not in result.stderr  # accepted silently: it is implemented
+    line = next(l for l in result.stdout.splitlines() if l.startswith("REPORT "))
+    return json.loads(line[len("REPORT "):])
+
+
+def test_fixed_segments_fragment():
+    report = _fragmentation("expandable_segments:False")
+    assert not report["ok"]
+    assert report["stats"]["num_ooms"] == 1
+    assert not any(s["is_expandable"] for s in report["segments"])
+
+
+def test_expandable_segments_avoid_fragmentation():
+    report = _fragmentation("expandable_segments:True")
+    assert report["ok"]
+    assert report["stats"]["num_ooms"] == 0
+    assert report["stats"]["num_alloc_retries"] == 1  # the free pieces were unmapped
+    # Reserved memory is the mapped memory: the 6 kept tensors and the big one.
+    assert report["allocated"] == report["reserved"] == 220 * MiB
+    assert report["free"] == 256 * MiB - report["reserved"]
+    segments = report["segments"]
+    assert segments and all(s["is_expandable"] for s in segments)
+    assert sum(s["total_size"] for s in segments) == report["reserved"]
+    assert len(segments) == report["stats"]["segment.all.current"]
+    for seg in segments:
+        assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
+    assert report["reserved_after_empty_cache"] == 120 * MiB

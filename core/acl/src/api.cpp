@@ -98,6 +98,11 @@ aclError BadDevicePtr(const char* api, const char* which, const void* p, size_t 
                   api, which, p, d->id);
     }
   }
+  if (VmmReserved(p))
+    return Fail(ACL_ERROR_INVALID_PARAM,
+                "%s: %s range [%p, +%zu bytes) is reserved virtual memory that is not "
+                "entirely mapped (to one device's physical memory)",
+                api, which, p, count);
   return Fail(ACL_ERROR_INVALID_PARAM,
               "%s: %s %p is not device memory (allocate it with aclrtMalloc, or use a "
               "host kind)",
@@ -138,10 +143,12 @@ aclError CheckMemset(const char* api, void* p, size_t maxCount, size_t count) {
   if (count > maxCount)
     return Fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu exceeds maxCount %zu", api, count,
                 maxCount);
-  // Device memory must lie inside one allocation; other (host) memory is accepted.
+  // Device memory must lie inside one allocation (or mapped range); other (host) memory
+  // is accepted.
   for (auto& d : RT().devices)
     if (d->arena.InMapping(p) && !d->arena.InAllocation(p, count))
       return BadDevicePtr(api, "devPtr", p, count);
+  if (VmmReserved(p) && VmmDevice(p, count) < 0) return BadDevicePtr(api, "devPtr", p, count);
   return ACL_SUCCESS;
 }
 
@@ -225,13 +232,18 @@ aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy) {
   aclError err = ACL_SUCCESS;
   Device* d = CurrentDeviceOrFail("aclrtMalloc", &err);
   if (!d) return err;
-  return d->arena.Allocate(size, devPtr);
+  return d->arena.Allocate(size, /*physical=*/false, devPtr);
 }
 
 aclError aclrtFree(void* devPtr) {
   if (devPtr == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is null");
   for (auto& d : RT().devices)
-    if (d->arena.InMapping(devPtr)) return d->arena.Free(devPtr);
+    if (d->arena.InMapping(devPtr)) return d->arena.Free(devPtr, /*physical=*/false);
+  if (VmmReserved(devPtr))
+    return Fail(ACL_ERROR_INVALID_PARAM,
+                "aclrtFree: %p is reserved virtual memory (use aclrtUnmapMem, "
+                "aclrtFreePhysical and aclrtReleaseMemAddress)",
+                devPtr);
   return Fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: %p is not device memory", devPtr);
 }
 

@@ -232,10 +232,12 @@ Device* DeviceOrFail(int id, const char* api, aclError* err) {
 
 Device* FindDevice(const void* ptr, size_t len) {
   if (ptr == nullptr) return nullptr;
-  for (auto& d : RT().devices) {
+  Runtime& rt = RT();
+  for (auto& d : rt.devices) {
     if (d->arena.InMapping(ptr)) return d->arena.InAllocation(ptr, len) ? d.get() : nullptr;
   }
-  return nullptr;
+  int v = VmmDevice(ptr, len);
+  return v >= 0 ? rt.devices[v].get() : nullptr;
 }
 
 // ---- Device ---------------------------------------------------------------------------
@@ -347,7 +349,7 @@ void Arena::InsertFree(size_t off, size_t len) {
   free_by_size_.emplace(len, off);
 }
 
-aclError Arena::Allocate(size_t size, void** out) {
+aclError Arena::Allocate(size_t size, bool physical, void** out) {
   if (aclError e = EnsureMapped(); e != ACL_SUCCESS) return e;
   size_t len = size > map_size_ ? 0 : (size + kGranule - 1) / kGranule * kGranule;
   std::unique_lock<std::shared_mutex> w(mu_);
@@ -357,9 +359,10 @@ aclError Arena::Allocate(size_t size, void** out) {
     size_t largest = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
     const char* why = (len && used_ + len <= map_size_) ? " (fragmented)" : "";
     return Fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
-                "aclrtMalloc: out of memory on device %d: tried to allocate %s (%zu bytes); "
+                "%s: out of memory on device %d: tried to allocate %s (%zu bytes); "
                 "capacity %s, %s allocated, %s free, largest free block %s%s",
-                device_, FormatBytes(size).c_str(), size, FormatBytes(capacity_).c_str(),
+                physical ? "aclrtMallocPhysical" : "aclrtMalloc", device_,
+                FormatBytes(size).c_str(), size, FormatBytes(capacity_).c_str(),
                 FormatBytes(used_).c_str(), FormatBytes(free_bytes).c_str(),
                 FormatBytes(largest).c_str(), why);
   }
@@ -370,25 +373,25 @@ aclError Arena::Allocate(size_t size, void** out) {
     free_by_off_.emplace(off + len, blk - len);
     free_by_size_.emplace(blk - len, off + len);
   }
-  allocs_.emplace(off, len);
+  allocs_.emplace(off, Alloc{len, physical});
   used_ += len;
   *out = base_.load(std::memory_order_relaxed) + off;
   return ACL_SUCCESS;
 }
 
-aclError Arena::Free(void* ptr) {
+aclError Arena::Free(void* ptr, bool physical) {
   char* b = base();
   size_t off = static_cast<size_t>(static_cast<char*>(ptr) - b);
   size_t len;
   {
     std::unique_lock<std::shared_mutex> w(mu_);
     auto it = allocs_.find(off);
-    if (it == allocs_.end())
+    if (it == allocs_.end() || it->second.physical != physical)
       return Fail(ACL_ERROR_INVALID_PARAM,
                   "aclrtFree: %p on device %d is not the start of a live allocation "
                   "(double free, or a pointer into the middle of a block?)",
                   ptr, device_);
-    len = it->second;
+    len = it->second.len;
     allocs_.erase(it);
   }
   // Give the pages back before the range can be handed out again (new memory reads 0).
@@ -410,8 +413,8 @@ bool Arena::InAllocation(const void* p, size_t len) const {
   auto it = allocs_.upper_bound(off);
   if (it == allocs_.begin()) return false;
   --it;
-  size_t end = it->first + it->second;
-  return off < end && len <= end - off;
+  size_t end = it->first + it->second.len;
+  return !it->second.physical && off < end && len <= end - off;
 }
 
 size_t Arena::Used() const {

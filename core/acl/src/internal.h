@@ -3,6 +3,7 @@
 // Layout:
 //   device.cpp  - device profiles and environment, runtime singleton, per-device memory
 //                 arena and sub-allocator, pinned host memory, error messages.
+//   vmm.cpp     - virtual memory: reserved ranges, physical memory handles, mappings.
 //   stream.cpp  - streams (task queue + worker thread), events, shutdown.
 //   api.cpp     - the C functions of acl/acl_rt.h: argument checks and dispatch.
 #pragma once
@@ -41,12 +42,16 @@ std::string FormatBytes(size_t bytes);
 // One per device: a memfd of the device capacity mapped MAP_SHARED|MAP_NORESERVE,
 // created at the first allocation. Allocations are 2 MiB aligned and rounded up to
 // 2 MiB; free ranges are kept in two indexes (by offset, for coalescing; by size, for
-// best fit).
+// best fit). Physical memory of aclrtMallocPhysical comes from the same arena (so it
+// counts in the capacity) but is only reachable through aclrtMapMem: its arena
+// addresses are not device pointers.
 class Arena {
  public:
   void Init(int device, size_t capacity);
-  aclError Allocate(size_t size, void** out);  // sets the recent error on failure
-  aclError Free(void* ptr);                    // ptr must start an allocation
+  // aclrtMalloc (physical = false) or aclrtMallocPhysical memory. Sets the recent error
+  // on failure.
+  aclError Allocate(size_t size, bool physical, void** out);
+  aclError Free(void* ptr, bool physical);  // ptr must start an allocation of that kind
   // Maps the arena if not yet done. Returns ACL_SUCCESS or an allocation error.
   aclError EnsureMapped();
   // Cheap range check against the mapping (no lock).
@@ -55,7 +60,7 @@ class Arena {
     return b != nullptr && static_cast<const char*>(p) >= b &&
            static_cast<const char*>(p) < b + map_size_;
   }
-  // True when [p, p+len) lies inside one live allocation (len 0 = just p).
+  // True when [p, p+len) lies inside one live aclrtMalloc allocation (len 0 = just p).
   bool InAllocation(const void* p, size_t len) const;
   size_t Used() const;
   char* base() const { return base_.load(std::memory_order_acquire); }
@@ -75,7 +80,11 @@ class Arena {
   mutable std::shared_mutex mu_;
   std::map<size_t, size_t> free_by_off_;               // offset -> length
   std::set<std::pair<size_t, size_t>> free_by_size_;   // (length, offset)
-  std::map<size_t, size_t> allocs_;                    // offset -> rounded length
+  struct Alloc {
+    size_t len;  // rounded
+    bool physical;
+  };
+  std::map<size_t, Alloc> allocs_;  // by offset
   size_t used_ = 0;
 };
 
@@ -235,11 +244,19 @@ Runtime& RT();
 int& CurrentDevice();
 // nullptr and sets an ACL_ERROR_RT_INVALID_DEVICEID message when invalid.
 Device* DeviceOrFail(int id, const char* api, aclError* err);
-// Device owning ptr (inside a live allocation), or nullptr. O(#devices + log n).
+// Device owning [ptr, ptr+len) (inside a live allocation, or mapped virtual memory), or
+// nullptr. O(#devices + log n) (+ the mappings the range spans).
 Device* FindDevice(const void* ptr, size_t len);
 // Stream of the calling worker thread, or nullptr on a host thread.
 Stream* CurrentWorkerStream();
 // Drain and join every worker. `exiting`: the process is ending (no restart).
 void ShutdownAllStreams(bool exiting);
+
+// ---- virtual memory (vmm.cpp) -----------------------------------------------------------
+// Device whose physical memory is mapped over all of [p, p+len) (len 0 = just p), or -1.
+// Lock-free when nothing was ever reserved.
+int VmmDevice(const void* p, size_t len);
+// True when p lies in a reserved virtual range (mapped or not).
+bool VmmReserved(const void* p);
 
 }  // namespace aclsim

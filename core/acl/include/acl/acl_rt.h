@@ -52,7 +52,46 @@ typedef enum {
 typedef enum {
   ACL_DDR_MEM = 0,
   ACL_HBM_MEM = 1,
+  ACL_DDR_MEM_HUGE = 2,
+  ACL_DDR_MEM_NORMAL = 3,
+  ACL_HBM_MEM_HUGE = 4,
+  ACL_HBM_MEM_NORMAL = 5,
+  ACL_DDR_MEM_P2P_HUGE = 6,
+  ACL_DDR_MEM_P2P_NORMAL = 7,
+  ACL_HBM_MEM_P2P_HUGE = 8,
+  ACL_HBM_MEM_P2P_NORMAL = 9,
+  ACL_HBM_MEM_HUGE1G = 10,
+  ACL_HBM_MEM_P2P_HUGE1G = 11,
 } aclrtMemAttr;
+
+// Virtual memory management (aclrtReserveMemAddress & co).
+typedef void* aclrtDrvMemHandle;  // physical memory from aclrtMallocPhysical
+
+typedef enum {
+  ACL_MEM_LOCATION_TYPE_HOST = 0,  // not simulated
+  ACL_MEM_LOCATION_TYPE_DEVICE = 1,
+} aclrtMemLocationType;
+
+typedef struct aclrtMemLocation {
+  uint32_t id;  // device id
+  aclrtMemLocationType type;
+} aclrtMemLocation;
+
+typedef enum { ACL_MEM_HANDLE_TYPE_NONE = 0 } aclrtMemHandleType;
+typedef enum { ACL_MEM_ALLOCATION_TYPE_PINNED = 0 } aclrtMemAllocationType;
+
+typedef struct aclrtPhysicalMemProp {
+  aclrtMemHandleType handleType;
+  aclrtMemAllocationType allocationType;
+  aclrtMemAttr memAttr;
+  aclrtMemLocation location;
+  uint64_t reserve;
+} aclrtPhysicalMemProp;
+
+typedef enum {
+  ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+  ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1,
+} aclrtMemGranularityOptions;
 
 typedef enum {
   ACL_EVENT_RECORDED_STATUS_NOT_READY = 0,
@@ -107,8 +146,41 @@ aclError aclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t cou
 aclError aclrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count);
 aclError aclrtMemsetAsync(void* devPtr, size_t maxCount, int32_t value, size_t count,
                           aclrtStream stream);
-// free/total of the current device (HBM); free = capacity - bytes aclrtMalloc'ed.
+// free/total of the current device (HBM); free = capacity - bytes aclrtMalloc'ed
+// - bytes aclrtMallocPhysical'ed.
 aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t* free, size_t* total);
+
+// ---- virtual memory ------------------------------------------------------------
+// Reserve a virtual range, back it piecewise with physical memory, map and unmap at
+// will. Sizes and addresses are in units of the granularity (2 MiB). A reserved but
+// unmapped address is not device memory (aclsimPointerDevice gives -1, copies fail).
+// 2 MiB for every prop and option.
+aclError aclrtMemGetAllocationGranularity(aclrtPhysicalMemProp* prop,
+                                          aclrtMemGranularityOptions option,
+                                          size_t* granularity);
+// Size rounded up to the granularity. alignment: 0 or a power of two (the range is
+// aligned to at least the granularity). expectPtr: NULL, or a granularity-aligned
+// address that must be free (else ACL_ERROR_RT_MEMORY_ALLOCATION). flags: 0 or 1
+// (normal/huge pages; no difference here). Costs no memory.
+aclError aclrtReserveMemAddress(void** virPtr, size_t size, size_t alignment,
+                                void* expectPtr, uint64_t flags);
+// virPtr: the start of a reservation with nothing mapped in it any more.
+aclError aclrtReleaseMemAddress(void* virPtr);
+// Physical memory on device prop->location.id (ACL_MEM_LOCATION_TYPE_DEVICE), size
+// rounded up to the granularity and counted in the device's capacity like aclrtMalloc
+// (ACL_ERROR_RT_MEMORY_ALLOCATION when it would be exceeded). flags must be 0.
+aclError aclrtMallocPhysical(aclrtDrvMemHandle* handle, size_t size,
+                             const aclrtPhysicalMemProp* prop, uint64_t flags);
+// Fails while the handle is still mapped. The pages go back to the OS.
+aclError aclrtFreePhysical(aclrtDrvMemHandle handle);
+// Maps all of `handle` at virPtr (granularity-aligned, inside one reservation, over
+// nothing mapped yet). size: the handle's size (as given to aclrtMallocPhysical, or
+// rounded up); offset and flags must be 0. A handle may be mapped several times; a
+// reservation maps memory of one device at a time.
+aclError aclrtMapMem(void* virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle,
+                     uint64_t flags);
+// virPtr: the start of a mapping. Does not synchronise (like aclrtFree).
+aclError aclrtUnmapMem(void* virPtr);
 
 // ---- streams -------------------------------------------------------------------
 // A stream is an ordered task queue executed by its own worker thread. Each device
@@ -143,7 +215,8 @@ aclError aclrtEventElapsedTime(float* ms, aclrtEvent start, aclrtEvent end);
 typedef int (*aclsimKernelFn)(void* userData, char* errBuf, size_t errBufLen);
 aclError aclsimLaunchKernel(aclrtStream stream, aclsimKernelFn fn, void* userData,
                             const char* name);
-// Device that owns `ptr` (anywhere inside an allocation), or -1 for host memory.
+// Device that owns `ptr` (anywhere inside an allocation or a mapped virtual range), or
+// -1 for host memory.
 int32_t aclsimPointerDevice(const void* ptr);
 // Device of a stream (NULL = current device's default stream).
 int32_t aclsimStreamDevice(aclrtStream stream);

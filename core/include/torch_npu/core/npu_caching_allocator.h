@@ -4,7 +4,9 @@
 // handling (free cached blocks, retry, then torch.OutOfMemoryError with a summary),
 // PYTORCH_NPU_ALLOC_CONF (max_split_size_mb, garbage_collection_threshold,
 // expandable_segments, roundup_power2_divisions), set_per_process_memory_fraction.
-// Segments come from the simulator's aclrtMalloc.
+// Segments come from the simulator's aclrtMalloc; with expandable_segments:True they are
+// reserved virtual ranges that grow and shrink by mapping 2 MiB pages
+// (aclrtReserveMemAddress / aclrtMallocPhysical / aclrtMapMem).
 #pragma once
 
 #include <c10/core/CachingDeviceAllocator.h>
