@@ -183,6 +183,65 @@ def _fused(name):
 
 FUSED_SIDES = ("unfused", "fused")
 
+
+# ---- 4. fused attention: causal S=4096, D=128, 8 heads, f32 ------------------------------
+ATT_HEADS, ATT_SEQ, ATT_DIM = 8, 4096, 128
+
+
+def _attention_inputs(device: str):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, ATT_HEADS, ATT_SEQ, ATT_DIM, generator=g).to(device) for _ in range(3))
+    return q, k, v, ATT_DIM ** -0.5
+
+
+def _attention_fused(q, k, v, scale):
+    import torch_npu
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1).npu()  # the compressed causal mask
+    return lambda: torch_npu.npu_fusion_attention(q, k, v, ATT_HEADS, "BNSD", atten_mask=mask, scale=scale,
+                                                  sparse_mode=2)[0]
+
+
+def _attention_naive(q, k, v, scale):
+    mask = torch.triu(torch.ones(ATT_SEQ, ATT_SEQ, dtype=torch.bool), 1).to(q.device)
+    return lambda: torch.softmax((q @ k.transpose(-1, -2) * scale).masked_fill(mask, float("-inf")), -1) @ v
+
+
+def _attention_sdpa(q, k, v, scale):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    return lambda: sdpa(q, k, v, is_causal=True, scale=scale)
+
+
+def _build_attention(side: str):
+    """npu: npu_fusion_attention; naive: the unfused composition on npu; cpu: SDPA on cpu."""
+    q, k, v, scale = _attention_inputs("cpu" if side == "cpu" else "npu")
+    fn = {"cpu": _attention_sdpa, "npu": _attention_fused, "fused": _attention_fused,
+          "naive": _attention_naive}[side](q, k, v, scale)
+    sync = _sync("cpu" if side == "cpu" else "npu")
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            fn()
+        sync()
+    return run
+
+
+def attention_peak_memory() -> dict:
+    """Peak npu memory (bytes) one forward of each npu variant adds to what its inputs hold
+    (outputs included): ``python -c "import cases; print(cases.attention_peak_memory())"``."""
+    import torch_npu  # noqa: F401
+    q, k, v, scale = _attention_inputs("npu")
+    peaks = {}
+    for name, make in (("npu_fusion_attention", _attention_fused), ("naive", _attention_naive)):
+        fn = make(q, k, v, scale)
+        torch.npu.synchronize()
+        base = torch.npu.memory_allocated()
+        torch.npu.reset_peak_memory_stats()
+        out = fn()
+        torch.npu.synchronize()
+        peaks[name] = torch.npu.max_memory_allocated() - base
+        del out
+    return peaks
+
 CASES: List[Case] = [
     Case("add", "add 4M f32 (a + b)", 1.10, n=10, repeats=41, warmup=5, prewarm=5, build=_build_add,
          note="out-of-place: includes allocating (cpu: malloc; npu: caching allocator) the 16 MiB result"),
@@ -214,6 +273,47 @@ CASES: List[Case] = [
                                             torch.randn(1, 1024, 1, 128, generator=g),
                                             torch.randn(1, 1024, 1, 128, generator=g)]),
          note="unfused: x * cos + cat(-x2, x1) * sin (rotate_half), cos/sin broadcast over batch and heads"),
+    Case("attention", f"npu_fusion_attention causal S={ATT_SEQ} D={ATT_DIM} {ATT_HEADS} heads f32 vs cpu SDPA", 1.2,
+         n=1, repeats=5, warmup=1, build=_build_attention, unit="ms",
+         note="npu_fusion_attention (BNSD, sparse_mode=2 with the compressed 2048x2048 mask) against "
+              "torch.nn.functional.scaled_dot_product_attention(is_causal=True) on cpu"),
+    Case("attention_naive", f"npu_fusion_attention causal S={ATT_SEQ} vs naive on npu", 1.0,
+         n=1, repeats=5, warmup=1, build=_build_attention, unit="ms", sides=("naive", "fused"),
+         note="naive: softmax((q @ k^T * scale).masked_fill(causal, -inf)) @ v on npu, which holds three "
+              "[8, 4096, 4096] f32 matrices (512 MiB each); peak memory: attention_peak_memory()"),
 ]
 
+BY_NAME = {c.name: c for c in CASES}
+
+
+# ---- 5. fused optimizer: NpuFusedAdamW vs torch.optim.AdamW (for-loop) step on npu ------------
+OPT_LAYERS, OPT_WIDTH = 6, 4096  # 6 x Linear(4096, 4096): 100.7M parameters
+
+
+def _build_adamw_step(side: str):
+    """One optimizer step over a ~100M-parameter model whose grads are set once."""
+    import torch_npu  # noqa: F401
+    from torch_npu.optim import NpuFusedAdamW
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(OPT_WIDTH, OPT_WIDTH) for _ in range(OPT_LAYERS)]).npu()
+    for p in model.parameters():
+        p.grad = torch.randn_like(p).mul_(1e-3)
+    if side == "fused":
+        opt = NpuFusedAdamW(model.parameters(), lr=1e-4)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-2, foreach=False)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            opt.step()
+        torch.npu.synchronize()
+    return run
+
+
+CASES.append(
+    Case("fused_adamw", f"AdamW step, {OPT_LAYERS}x Linear({OPT_WIDTH}) (100.7M params) f32", 1 / 1.5, n=2,
+         repeats=7, warmup=2, sides=("torch", "fused"), unit="ms", build=_build_adamw_step,
+         note="torch: torch.optim.AdamW(foreach=False), the per-parameter loop; fused: "
+              "torch_npu.optim.NpuFusedAdamW, one npu_apply_adam_w-style kernel over the combined buffers"))
 BY_NAME = {c.name: c for c in CASES}

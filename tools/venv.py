@@ -1,7 +1,8 @@
 """Creates (or reuses) the venv of a version pair: .venv/<pt..> with its pinned torch.
 
 usage: python3 tools/venv.py <pair>        e.g. v2.13.0-8.5.0
-Prints the venv's python path. Test-only packages are installed alongside torch.
+Prints the venv's python path. PyYAML (torchgen, which the build runs to generate the
+op registrations, needs it) and the test-only packages are installed alongside torch.
 """
 import json
 import os
@@ -9,7 +10,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEST_PACKAGES = ["numpy", "expecttest", "pytest", "hypothesis"]
+PACKAGES = ["pyyaml", "numpy", "expecttest", "pytest", "hypothesis"]
 
 
 def ensure(pair: str) -> str:
@@ -22,11 +23,11 @@ def ensure(pair: str) -> str:
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(python):
         subprocess.check_call([sys.executable, "-m", "venv", venv])
-    probe = subprocess.run([python, "-c", "import torch, pytest, expecttest, numpy; print(torch.__version__)"],
+    probe = subprocess.run([python, "-c", "import torch, yaml, pytest, expecttest, numpy; print(torch.__version__)"],
                            capture_output=True, text=True)
     if probe.returncode != 0 or probe.stdout.strip().split("+")[0] != spec["torch"]:
         subprocess.check_call([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                               f"torch=={spec['torch']}", *TEST_PACKAGES])
+                               f"torch=={spec['torch']}", *PACKAGES])
     return python
 
 

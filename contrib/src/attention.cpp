@@ -7,7 +7,7 @@
 // FlashAttentionScore. Flash-attention style: queries in blocks of kBlockQ rows meet
 // keys in tiles of kBlockKV with an online softmax, so no S1 x S2 matrix is ever stored;
 // the backward recomputes probabilities from softmax_max/softmax_sum. Products of tiles
-// go through ATen's small GEMM (cpublas::brgemm); the softmax runs on float vectors.
+// go through ATen's small GEMM (cpublas::brgemm); the softmax rows are vectorised loops.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "fused.h"
+#include "vmath.h"
 #include "torch_npu/core/npu_generator.h"
 
 namespace torch_npu::contrib {
@@ -43,125 +44,68 @@ constexpr int64_t kBlockKV = 128;  // keys per tile
 constexpr int64_t kStatLanes = 8;  // softmax_max/softmax_sum repeat each value 8 times
 constexpr int64_t kTokensMax = int64_t{1} << 40;  // pre/next_tockens beyond any sequence
 
-// ---- float vector math -----------------------------------------------------------------
-// GCC vector extensions, compiled for AVX-512, AVX2 and the baseline ISA (picked at load
-// time), so the softmax keeps up with the GEMMs. Double (the simulator's gradcheck
-// extension) uses the scalar loops below.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FA_SIMD __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FA_SIMD
-#endif
-
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpsabi"
+// ---- row kernels ---------------------------------------------------------------------------
+// Plain loops over float (or double) rows; the float entry points are compiled per ISA
+// (NPU_SIMD). The loops are forced inline: GCC does not inline them into the three
+// clones on its own, and an out-of-line copy is built for the baseline ISA only. Sums
+// and maxima run in kLanes partial lanes, a shape GCC vectorises without reassociating
+// float adds.
+#define FA_INLINE __attribute__((always_inline)) inline
 constexpr int kLanes = 16;
-typedef float vfloat __attribute__((vector_size(kLanes * sizeof(float))));
-typedef int32_t vint __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
-inline vfloat vload(const float* p) {
-  vfloat v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void vstore(float* p, vfloat v) { std::memcpy(p, &v, sizeof v); }
-inline vfloat vsplat(float x) { return vfloat{} + x; }
-
-// e^x to about 1 ulp: 2^(x log2 e) as 2^round * 2^frac, the fraction by its Taylor
-// polynomial on [-0.5, 0.5]; 0 below -87 (so -inf gives 0), inf above 88.
-inline vfloat vexp(vfloat x) {
-  const vfloat lo = vsplat(-87.f), hi = vsplat(88.f);
-  const vfloat c = x < lo ? lo : (x > hi ? hi : x);
-  const vfloat t = c * 1.44269504088896341f;
-  const vfloat r = (t + 12582912.f) - 12582912.f;  // round to nearest: 1.5 * 2^23
-  const vfloat f = t - r;
-  vfloat p = vsplat(1.5252733804059841e-05f);
-  p = p * f + 1.5403530393381609e-04f;
-  p = p * f + 1.3333558146428443e-03f;
-  p = p * f + 9.6181291076284772e-03f;
-  p = p * f + 5.5504108664821580e-02f;
-  p = p * f + 2.4022650695910071e-01f;
-  p = p * f + 6.9314718055994531e-01f;
-  p = p * f + 1.0f;
-  const vfloat y = (vfloat)((vint)p + (__builtin_convertvector(r, vint) << 23));
-  return x < lo ? vsplat(0.f) : (x > hi ? vsplat(INFINITY) : y);
-}
-
-inline float hsum(vfloat v) {
-  float s = 0.f;
-  for (int k = 0; k < kLanes; ++k) s += v[k];
-  return s;
-}
-
-FA_SIMD float row_max(const float* x, int64_t n) {
-  vfloat m = vsplat(-INFINITY);
+template <typename F>
+FA_INLINE F row_max_impl(const F* x, int64_t n) {
+  F m[kLanes];
+  std::fill(m, m + kLanes, -std::numeric_limits<F>::infinity());
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    const vfloat v = vload(x + j);
-    m = v > m ? v : m;
+    for (int k = 0; k < kLanes; ++k) m[k] = x[j + k] > m[k] ? x[j + k] : m[k];
   }
-  float r = -INFINITY;
-  for (int k = 0; k < kLanes; ++k) r = std::max(r, m[k]);
-  for (; j < n; ++j) r = std::max(r, x[j]);
-  return r;
+  for (; j < n; ++j) m[0] = x[j] > m[0] ? x[j] : m[0];
+  return *std::max_element(m, m + kLanes);
 }
 
 // x = c * e^(x - m); returns the sum of e^(x - m).
-FA_SIMD float exp_shift(float* x, int64_t n, float m, float c) {
-  const vfloat vm = vsplat(m), vc = vsplat(c);
-  vfloat s = vsplat(0.f);
+template <typename F>
+FA_INLINE F exp_shift_impl(F* x, int64_t n, F m, F c) {
+  F s[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    const vfloat e = vexp(vload(x + j) - vm);
-    s += e;
-    vstore(x + j, e * vc);
+    for (int k = 0; k < kLanes; ++k) {
+      const F e = vmath::exp(x[j + k] - m);
+      s[k] += e;
+      x[j + k] = c * e;
+    }
   }
-  if (j < n) {  // the tail through a padded vector: -inf lanes contribute 0
-    float tail[kLanes];
-    std::fill(tail, tail + kLanes, -INFINITY);
-    std::copy(x + j, x + n, tail);
-    const vfloat e = vexp(vload(tail) - vm);
-    s += e;
-    vstore(tail, e * vc);
-    std::copy(tail, tail + (n - j), x + j);
+  for (; j < n; ++j) {
+    const F e = vmath::exp(x[j] - m);
+    s[0] += e;
+    x[j] = c * e;
   }
-  return hsum(s);
+  F r = 0;
+  for (int k = 0; k < kLanes; ++k) r += s[k];
+  return r;
 }
 
-FA_SIMD void scale_row(float* x, int64_t n, float a) {
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) vstore(x + j, vload(x + j) * a);
-  for (; j < n; ++j) x[j] *= a;
+template <typename F>
+FA_INLINE void scale_row_impl(F* x, int64_t n, F a) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= a;
 }
 
 // dp = p * (dp - delta): the softmax backward of one row.
-FA_SIMD void softmax_grad(float* dp, const float* p, int64_t n, float delta) {
-  int64_t j = 0;
-  for (; j + kLanes <= n; j += kLanes) vstore(dp + j, vload(p + j) * (vload(dp + j) - delta));
-  for (; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
-}
-#pragma GCC diagnostic pop
-
-double row_max(const double* x, int64_t n) {
-  double r = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) r = std::max(r, x[j]);
-  return r;
-}
-double exp_shift(double* x, int64_t n, double m, double c) {
-  double s = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const double e = std::exp(x[j] - m);
-    s += e;
-    x[j] = c * e;
-  }
-  return s;
-}
-void scale_row(double* x, int64_t n, double a) {
-  for (int64_t j = 0; j < n; ++j) x[j] *= a;
-}
-void softmax_grad(double* dp, const double* p, int64_t n, double delta) {
+template <typename F>
+FA_INLINE void softmax_grad_impl(F* dp, const F* p, int64_t n, F delta) {
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
 }
+
+NPU_SIMD float row_max(const float* x, int64_t n) { return row_max_impl(x, n); }
+NPU_SIMD float exp_shift(float* x, int64_t n, float m, float c) { return exp_shift_impl(x, n, m, c); }
+NPU_SIMD void scale_row(float* x, int64_t n, float a) { scale_row_impl(x, n, a); }
+NPU_SIMD void softmax_grad(float* dp, const float* p, int64_t n, float delta) { softmax_grad_impl(dp, p, n, delta); }
+double row_max(const double* x, int64_t n) { return row_max_impl(x, n); }
+double exp_shift(double* x, int64_t n, double m, double c) { return exp_shift_impl(x, n, m, c); }
+void scale_row(double* x, int64_t n, double a) { scale_row_impl(x, n, a); }
+void softmax_grad(double* dp, const double* p, int64_t n, double delta) { softmax_grad_impl(dp, p, n, delta); }
 
 // C[m, n] (+)= A[m, k] B[k, n], row-major with leading dimensions.
 void gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
@@ -188,11 +132,13 @@ void gemm(int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const d
   }
 }
 
-// dst[r, c] = mul * src[r, c] (converted).
+// dst[r, c] = mul * src[r, c], computed in float (double for double).
 template <typename S, typename D>
-void copy_rows(const S* src, int64_t src_ld, int64_t rows, int64_t cols, D* dst, int64_t dst_ld, D mul = D(1)) {
+void copy_rows(const S* src, int64_t src_ld, int64_t rows, int64_t cols, D* dst, int64_t dst_ld,
+               vmath::acc_t<D> mul = 1) {
+  using M = vmath::acc_t<D>;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) dst[r * dst_ld + c] = mul * static_cast<D>(src[r * src_ld + c]);
+    for (int64_t c = 0; c < cols; ++c) dst[r * dst_ld + c] = static_cast<D>(mul * static_cast<M>(src[r * src_ld + c]));
   }
 }
 
@@ -286,10 +232,11 @@ Strides layout_strides(Layout layout, int64_t B, int64_t S, int64_t heads, int64
 
 struct Problem {
   Layout layout = Layout::BSH;
-  int64_t B = 0, N = 0, Nkv = 0, G = 1, D = 0, Dv = 0;
-  int64_t S1 = 0, S2 = 0;                       // longest query / key sequence
-  std::vector<int64_t> sq, skv, q_first, kv_first;  // per batch
-  int64_t last_batch = 0;                       // the last batch with tokens (sparse_mode 7)
+  int64_t B = 0, N = 0, Nkv = 0, G = 1, D = 0, Dv = 0;  // G = N / Nkv query heads per kv head
+  int64_t S1 = 0, S2 = 0;  // longest query / key sequence
+  // Per batch: sequence lengths and (TND) first rows.
+  std::vector<int64_t> sq, skv, q_first, kv_first;
+  int64_t last_batch = 0;  // the last batch with queries (sparse_mode 7)
   Strides q, k, v, out, stat;
   std::vector<int64_t> out_sizes, stat_sizes;
   bool tnd_tail = false;  // TND rows that belong to no batch: left zero
@@ -383,7 +330,7 @@ void split_cumulative(const char* op, const char* arg, c10::IntArrayRef ends, in
   tail = tail || prev < rows;
 }
 
-// The shape of row-major dims as (batch, seq, head) strides with broadcast dims at 0.
+// Strides of a dense [B|1, N|1, S1|1, S2] (or [S1, S2]) mask or pse: 0 along broadcast dims.
 Strides broadcast_strides(const Tensor& t) {
   const int64_t S2 = t.size(-1), S1 = t.size(-2);
   Strides s;
@@ -548,7 +495,8 @@ Problem make_problem(const char* op, const Inputs& in, const Options& o) {
               ": softmax_layout must be \"\" or, with input_layout TND, \"TND\"; got \"", o.softmax_layout, "\"");
   if (tnd) {
     p.stat_sizes = {Tq, p.N, kStatLanes};
-    p.stat = o.softmax_layout.empty() ? Strides{0, kStatLanes, Tq * kStatLanes} : Strides{0, p.N * kStatLanes, kStatLanes};
+    p.stat = o.softmax_layout.empty() ? Strides{0, kStatLanes, Tq * kStatLanes}
+                                      : Strides{0, p.N * kStatLanes, kStatLanes};
   } else {
     p.stat_sizes = {p.B, p.N, p.S1, kStatLanes};
     p.stat = {p.N * p.S1 * kStatLanes, kStatLanes, p.S1 * kStatLanes};
@@ -717,6 +665,8 @@ Split split_work(const Problem& p) {
   return s;
 }
 
+// at::parallel_for is header-only OpenMP: it runs on several threads only if this TU is
+// compiled with -fopenmp, and serially otherwise.
 template <typename Fn>
 void run_items(const Split& s, const Fn& fn) {
   at::parallel_for(0, s.slots, 1, [&](int64_t begin, int64_t end) {
@@ -740,13 +690,13 @@ void forward_kernel(const Problem& p, const Operands<T, F>& a, T* out, F* smax, 
     const int64_t chunk = item % split.chunks, head = item / split.chunks;
     const int64_t b = head / p.Nkv, kvh = head % p.Nkv;
     const int64_t skv = p.skv[b];
-    F* kT = ws0 + slot * per_slot;  // [D, ld]: keys transposed
-    F* vb = kT + p.D * ld;          // [ld, Dv]
-    F* qb = vb + ld * p.Dv;         // [rows, D]: scale * query
-    F* sb = qb + kBlockQ * p.D;     // [rows, kBlockKV]: scores, then probabilities
+    F* kT = ws0 + slot * per_slot;    // [D, ld]: keys transposed
+    F* vb = kT + p.D * ld;            // [ld, Dv]
+    F* qb = vb + ld * p.Dv;           // [rows, D]: scale * query
+    F* sb = qb + kBlockQ * p.D;       // [rows, kBlockKV]: scores, then probabilities
     F* ob = sb + kBlockQ * kBlockKV;  // [rows, Dv]: unnormalised output
-    F* m = ob + kBlockQ * p.Dv;     // running max
-    F* l = m + kBlockQ;             // running sum
+    F* m = ob + kBlockQ * p.Dv;       // running max
+    F* l = m + kBlockQ;               // running sum
     transpose(a.k + p.k.at(b, p.kv_first[b], kvh), p.k.seq, skv, p.D, kT, ld);
     copy_rows(a.v + p.v.at(b, p.kv_first[b], kvh), p.v.seq, skv, p.Dv, vb, p.Dv);
     uint8_t keep[kBlockKV];
@@ -791,10 +741,8 @@ void forward_kernel(const Problem& p, const Operands<T, F>& a, T* out, F* smax, 
         }
         // A row that sees no key (and no sink) gives 0; its max is the lowest float.
         for (int64_t r = 0; r < rows; ++r) {
-          const F inv = l[r] > 0 ? F(1) / l[r] : F(0);
-          T* o = out + p.out.at(b, p.q_first[b] + i0 + r, n);
-          const F* src = ob + r * p.Dv;
-          for (int64_t d = 0; d < p.Dv; ++d) o[d] = static_cast<T>(src[d] * inv);
+          copy_rows(ob + r * p.Dv, p.Dv, 1, p.Dv, out + p.out.at(b, p.q_first[b] + i0 + r, n), p.out.seq,
+                    l[r] > 0 ? F(1) / l[r] : F(0));
           const int64_t s = p.stat.at(b, p.q_first[b] + i0 + r, n);
           std::fill(smax + s, smax + s + kStatLanes, m[r] == kNegInf ? std::numeric_limits<F>::lowest() : m[r]);
           std::fill(ssum + s, ssum + s + kStatLanes, l[r]);
@@ -828,9 +776,9 @@ Operands<T, F> operands(const std::vector<Tensor>& t) {
 // softmax_sum are allocated by the caller.
 void launch_forward(const char* op, const std::shared_ptr<const Problem>& p, const Inputs& in, const Tensor& out,
                     const Tensor& smax, const Tensor& ssum) {
+  const Tensor mask = p->use_mask ? dense(in.atten_mask) : Tensor();
   ops::launch_kernel(op, in.q.device().index(),
-                     {dense(in.q), dense(in.k), dense(in.v), dense(in.pse), p->use_mask ? dense(in.atten_mask) : Tensor(),
-                      dense(in.sink), out, smax, ssum},
+                     {dense(in.q), dense(in.k), dense(in.v), dense(in.pse), mask, dense(in.sink), out, smax, ssum},
                      work_estimate(*p), [p](const std::vector<Tensor>& t) {
                        NPU_DISPATCH_FLOAT(t[kQ].scalar_type(), "npu_fusion_attention", [&] {
                          using F = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
@@ -857,14 +805,12 @@ ForwardOut run_forward(const char* op, const std::shared_ptr<const Problem>& p, 
   return f;
 }
 
-// Seed and offset of a dropout mask drawn from the device's npu generator: a fresh
-// 63-bit seed per call (torch.npu.manual_seed makes the sequence reproducible), offset 0.
-std::pair<int64_t, int64_t> draw_seed(c10::DeviceIndex device) {
-  at::Generator gen = cpu_generator_for(std::nullopt, device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  uint64_t seed = 0;
-  while (seed == 0) seed = at::check_generator<at::CPUGeneratorImpl>(gen)->random64() >> 1;
-  return {static_cast<int64_t>(seed), 0};
+// Seed and offset of a dropout mask from the device's npu generator, as torch_npu
+// takes them: the generator's seed and its Philox offset, advanced past this mask's draws.
+std::pair<int64_t, int64_t> draw_seed(c10::DeviceIndex device, int64_t numels) {
+  auto* gen = getDefaultNPUGenerator(device).get<NPUGeneratorImpl>();
+  auto [seed, offset] = gen->philox_seed_and_offset(static_cast<uint64_t>(numels));
+  return {static_cast<int64_t>(seed), static_cast<int64_t>(offset)};
 }
 
 Options make_options(int64_t head_num, c10::string_view layout, double scale, double keep_prob, int64_t pre,
@@ -903,7 +849,7 @@ FwdResult npu_fusion_attention(const Tensor& query, const Tensor& key, const Ten
                    actual_seq_kvlen, sparse_mode, softmax_layout)));
   // As torch_npu: with dropout a non-zero seed (and offset) selects the mask, seed 0
   // draws one from the generator; seed and offset are returned for the backward.
-  if (p->dropout.on && seed == 0) std::tie(seed, offset) = draw_seed(query.device().index());
+  if (p->dropout.on && seed == 0) std::tie(seed, offset) = draw_seed(query.device().index(), p->numels);
   p->dropout.seed = static_cast<uint64_t>(seed);
   p->dropout.offset = static_cast<uint64_t>(offset);
   ForwardOut f = run_forward(op, p, in);
@@ -974,7 +920,7 @@ void backward_kernel(const Problem& p, const Operands<T, F>& a, const GradTensor
     transpose(k0, p.k.seq, skv, p.D, kT, ld);
     copy_rows(k0, p.k.seq, skv, p.D, kb, p.D);
     transpose(v0, p.v.seq, skv, p.Dv, vT, ld);
-    if (!partial) std::fill(acc, acc + skv * (p.D + p.Dv), F(0));
+    if (!partial) std::fill(acc, acc + acc_size, F(0));
     uint8_t keep[kBlockKV];
 
     for (int64_t gi = 0; gi < p.G; ++gi) {
@@ -1038,10 +984,7 @@ void backward_kernel(const Problem& p, const Operands<T, F>& a, const GradTensor
             }
           }
         }
-        for (int64_t r = 0; r < rows; ++r) {
-          T* dq = g.dq + p.q.at(b, row0 + r, n);
-          for (int64_t c = 0; c < p.D; ++c) dq[c] = static_cast<T>(fscale * dqb[r * p.D + c]);
-        }
+        copy_rows(dqb, p.D, rows, p.D, g.dq + p.q.at(b, row0, n), p.q.seq, fscale);
       }
     }
     if (!partial) {
@@ -1208,17 +1151,19 @@ class FusionAttention : public torch::autograd::Function<FusionAttention> {
  public:
   // `rng` receives (seed, offset, numels), the op's integer outputs.
   static variable_list forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v,
-                               const Tensor& pse, const Tensor& sink, const Tensor& atten_mask,
-                               const Tensor& padding_mask, const Args& a, std::array<int64_t, 3>* rng) {
+                               const std::optional<Tensor>& pse, const std::optional<Tensor>& sink,
+                               const std::optional<Tensor>& atten_mask, const std::optional<Tensor>& padding_mask,
+                               const std::optional<Tensor>& dropout_mask, const Args& a,
+                               std::array<int64_t, 3>* rng) {
     at::AutoDispatchBelowADInplaceOrView below;
     static auto op = op_handle<FwdSignature>("npu::npu_fusion_attention");
     auto [out, smax, ssum, softmax_out, seed, offset, numels] =
-        op.call(q, k, v, a.head_num, a.layout, optional(pse), optional(padding_mask), optional(atten_mask), a.scale,
-                a.keep_prob, a.pre, a.next, a.inner_precise, to_ref(a.prefix), to_ref(a.qlen), to_ref(a.kvlen),
-                a.sparse_mode, a.gen_mask_parallel, a.sync, a.softmax_layout, optional(sink), std::nullopt, a.seed,
-                a.offset);
+        op.call(q, k, v, a.head_num, a.layout, pse, padding_mask, atten_mask, a.scale, a.keep_prob, a.pre, a.next,
+                a.inner_precise, to_ref(a.prefix), to_ref(a.qlen), to_ref(a.kvlen), a.sparse_mode,
+                a.gen_mask_parallel, a.sync, a.softmax_layout, sink, dropout_mask, a.seed, a.offset);
     *rng = {seed, offset, numels};
-    ctx->save_for_backward({q, k, v, pse, sink, atten_mask, padding_mask, out, smax, ssum});
+    ctx->save_for_backward({q, k, v, value_or_undefined(pse), value_or_undefined(sink),
+                            value_or_undefined(atten_mask), value_or_undefined(padding_mask), out, smax, ssum});
     ctx->mark_non_differentiable({smax, ssum, softmax_out});
     auto& d = ctx->saved_data;
     d["ints"] = std::vector<int64_t>{a.head_num, a.pre, a.next, a.inner_precise, a.sparse_mode,
@@ -1248,7 +1193,7 @@ class FusionAttention : public torch::autograd::Function<FusionAttention> {
                 ints[1], ints[2], ints[3], ints[7], ints[8], ints[9], to_ref(prefix), to_ref(qlen), to_ref(kvlen),
                 ints[4], ints[5] != 0, ints[6] != 0, softmax_layout, optional(s[4]));
     return {dq, dk, dv, s[3].defined() ? dpse : Tensor(), s[4].defined() ? dsink : Tensor(),
-            Tensor(), Tensor(), Tensor(), Tensor()};
+            Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
@@ -1260,16 +1205,12 @@ FwdResult npu_fusion_attention_autograd(
     at::OptionalIntArrayRef actual_seq_qlen, at::OptionalIntArrayRef actual_seq_kvlen, int64_t sparse_mode,
     bool gen_mask_parallel, bool sync, c10::string_view softmax_layout, const std::optional<Tensor>& sink,
     const std::optional<Tensor>& dropout_mask, int64_t seed, int64_t offset) {
-  TORCH_CHECK(!dropout_mask.has_value() || !dropout_mask->defined(),
-              "npu_fusion_attention: dropout_mask is not supported by the simulator; the mask is generated from "
-              "seed and offset");
   const Args a{head_num,         std::string(input_layout), scale,  keep_prob, pre_tockens, next_tockens,
                inner_precise,    to_vector(prefix),         to_vector(actual_seq_qlen),
                to_vector(actual_seq_kvlen), sparse_mode,    gen_mask_parallel, sync,
                std::string(softmax_layout), seed,           offset};
   std::array<int64_t, 3> rng{};
-  auto r = FusionAttention::apply(query, key, value, value_or_undefined(pse), value_or_undefined(sink),
-                                  value_or_undefined(atten_mask), value_or_undefined(padding_mask), a, &rng);
+  auto r = FusionAttention::apply(query, key, value, pse, sink, atten_mask, padding_mask, dropout_mask, a, &rng);
   return {r[0], r[1], r[2], r[3], rng[0], rng[1], rng[2]};
 }
 

@@ -20,6 +20,8 @@
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
 
+#include "op_table.h"
+
 namespace torch_npu::ops {
 namespace {
 
@@ -134,7 +136,9 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
 at::Tensor AliasMap::to_npu(const at::Tensor& cpu) {
   if (!cpu.defined()) return cpu;
   if (cpu.device().type() == kNPU) return cpu;
-  TORCH_INTERNAL_ASSERT(cpu.layout() == c10::kStrided, "CPU kernel returned a ", cpu.layout(), " tensor");
+  // Sparse (COO, CSR, ...) npu tensors do not exist: an op producing one is not supported.
+  TORCH_CHECK_NOT_IMPLEMENTED(cpu.layout() == c10::kStrided, "npu tensors with layout ", cpu.layout(),
+                              " are not supported by the NPU simulator's kernels");
   return tensor_over(npu_storage_for(cpu.storage()), c10::DispatchKey::PrivateUse1, cpu);
 }
 
@@ -151,12 +155,14 @@ void AliasMap::sync_back(const WrittenArg& w) {
     npu_storage->set_data_ptr_noswap(take_buffer(cpu_storage, device_));
     npu_storage->set_nbytes(cpu_storage->nbytes());
   }
+  // Only a change the kernel made (out= resized) goes to the caller's tensor; comparing
+  // with the tensor itself would undo what the caller did meanwhile (set_, resize_).
+  const at::Tensor& a = w.alias;
+  const bool reshaped = a.sizes() != c10::IntArrayRef(w.sizes) || a.strides() != c10::IntArrayRef(w.strides) ||
+                        a.storage_offset() != w.storage_offset;
+  if (!reshaped) return;
   if (auto original = w.original.lock()) {
-    const at::Tensor& a = w.alias;
-    if (original->sizes() != a.sizes() || original->strides() != a.strides() ||
-        original->storage_offset() != a.storage_offset()) {
-      original->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
-    }
+    original->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());
   }
 }
 
@@ -231,6 +237,7 @@ struct OpTraits {
   static constexpr uint8_t kOptionalGenerator = 4;      // Generator?
   c10::SmallVector<uint8_t, 8> arg;                     // flags per argument
   c10::SmallVector<int, 4> return_arg;                  // per return: the written argument, or -1
+  uint64_t dtypes = kAnyDtype;                          // what the op table allows
 };
 
 int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret);
@@ -248,6 +255,7 @@ const OpTraits& traits_of(const c10::FunctionSchema& schema) {
     t.arg.push_back(f);
   }
   for (const auto& ret : schema.returns()) t.return_arg.push_back(written_argument(schema, ret));
+  t.dtypes = allowed_dtypes(schema.operator_name());
   return cache.insert_or_assign(&schema, std::move(t)).first->second;
 }
 
@@ -287,7 +295,7 @@ void to_cpu_arguments(const OpTraits& traits, torch::jit::Stack& s, size_t begin
                       AliasMap& aliases, std::vector<WrittenArg>& written) {
   auto alias = [&](const at::Tensor& t, bool is_written) {
     at::Tensor a = aliases.alias(t);
-    if (is_written) written.push_back({a, t.storage(), c10::weak_intrusive_ptr<c10::TensorImpl>(t.getIntrusivePtr())});
+    if (is_written) written.emplace_back(a, t.storage(), t);
     return a;
   };
   for (size_t i = 0; i < traits.arg.size(); ++i) {
@@ -337,6 +345,30 @@ int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret
 }
 
 
+// The op table restricts this operator's dtypes on the NPU: reject others by name.
+void check_dtypes(const OpTraits& traits, const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                  size_t begin) {
+  auto check = [&](const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != kNPU || (traits.dtypes & dtype_bit(t.scalar_type()))) return;
+    std::string allowed;
+    for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+      if (traits.dtypes & (uint64_t{1} << i)) {
+        allowed += (allowed.empty() ? "" : ", ") + std::string(c10::toString(static_cast<c10::ScalarType>(i)));
+      }
+    }
+    const std::string& overload = schema.overload_name();
+    TORCH_CHECK(false, schema.name(), overload.empty() ? "" : ".", overload, " does not support ", t.scalar_type(),
+                " on NPU (", kPairDescription, "); it takes ", allowed);
+  };
+  for (size_t i = begin; i < stack.size(); ++i) {
+    if (stack[i].isTensor()) {
+      check(stack[i].toTensor());
+    } else if (stack[i].isTensorList()) {
+      for (const at::Tensor& t : stack[i].toTensorList()) check(t);
+    }
+  }
+}
+
 // A kernel waiting on a stream: the aliased arguments and what it writes.
 struct QueuedKernel {
   QueuedKernel(const c10::OperatorHandle& op, c10::DeviceIndex device) : op(op), device(device) {}
@@ -372,6 +404,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       scan.has_generator = true;
     }
   }
+  if (traits.dtypes != kAnyDtype) check_dtypes(traits, schema, *stack, args_begin);
   const c10::DeviceIndex device = scan.device >= 0 ? scan.device : device_arg.value_or(current_device());
   if (scan.cpu_mixed && scan.device >= 0) {
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, npu:",
@@ -452,7 +485,9 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&npu_fallback>()); }
+void zero_copy_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  npu_fallback(op, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), stack);
+}
 
 namespace {
 

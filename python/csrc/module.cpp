@@ -7,6 +7,8 @@
 #include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/distributed/python.h"
+#include "torch_npu/ops/op_support.h"
 #include "torch_npu/ops/zero_copy.h"
 
 #ifndef NPU_TORCH_VERSION
@@ -199,4 +201,8 @@ PYBIND11_MODULE(_C, m) {
     return aclsimCopiedBytes(static_cast<aclrtMemcpyKind>(kind));
   });
   m.def("_npu_taskQueueEnabled", [] { return task_queue_enabled(); });
+  m.def("_npu_getCpuFallback", [] { return ops::cpu_fallback_enabled(); });
+  m.def("_npu_setCpuFallback", [](bool enabled) { ops::set_cpu_fallback(enabled); });
+
+  distributed::init_python_bindings(m.ptr());  // torch_npu._C._distributed_c10d (hccl)
 }

@@ -41,6 +41,8 @@ def _npu_getDefaultGenerator(device: int) -> torch.Generator: ...
 # ---- simulator introspection (tests) -----------------------------------------------
 def _npu_copiedBytes(kind: int) -> int: ...   # kind: 1 H2D, 2 D2H, 3 D2D
 def _npu_taskQueueEnabled() -> bool: ...       # TASK_QUEUE_ENABLE (default 1)
+def _npu_getCpuFallback() -> bool: ...         # unsupported ops run on the CPU (TORCH_NPU_CPU_FALLBACK)
+def _npu_setCpuFallback(enabled: bool) -> None: ...
 
 # ---- events ------------------------------------------------------------------------
 # torch.Event.elapsed_time() only accepts an exact torch.Event (a Py_TYPE check), so
@@ -50,3 +52,11 @@ def _npu_eventElapsedTime(start_event: int, end_event: int, device_index: int) -
 # Not provided by the simulator (the Python side raises a clear RuntimeError):
 # _npu_getStreamFromExternal (ExternalStream: pool-indexed stream ids cannot name a foreign
 # aclrtStream) and _npu_getDeviceUtilizationRate (the simulator keeps no busy-time samples).
+
+# ---- hccl (distributed/src/python_bindings.cpp) -----------------------------------------
+# Submodule _distributed_c10d: ProcessGroupHCCL(store, rank, size, timeout=timedelta(minutes=30))
+# or (store, rank, size, options), a torch._C._distributed_c10d.Backend; and
+# ProcessGroupHCCL.Options(is_high_priority_stream=False), a Backend.Options with op_timeout
+# (timedelta), is_high_priority_stream, hccl_config (dict of str -> int | str), group_id.
+# torch_npu.distributed registers it as the "hccl" backend and as dist.ProcessGroupHCCL.
+_distributed_c10d: Any

@@ -103,6 +103,8 @@ from torch_npu import _fused_ops  # noqa: E402
 # torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name.
 __all__ = ["npu", "utils", "__version__"] + _fused_ops.export(__import__(__name__))
 
+import torch_npu.distributed  # noqa: E402,F401  (registers the "hccl" c10d backend)
+
 
 def _transfer_to_npu_if_requested() -> None:
     """``TORCH_TRANSFER_TO_NPU=1``: apply ``torch_npu.contrib.transfer_to_npu`` (CUDA -> NPU)."""

@@ -139,6 +139,59 @@ def _attention_out_shape(query, key, value, head_num, layout):
     return list(query.shape[:-1]) + [value.shape[-1]]
 
 
+def _attention_lengths(query, key, head_num, layout, actual_seq_qlen, actual_seq_kvlen):
+    """(batch, query length, mask elements) of npu_fusion_attention's arguments."""
+    if layout == "TND":
+        def lengths(ends):
+            ends = list(ends)
+            while len(ends) > 1 and ends[-1] == 0:  # trailing zeros: batches left out
+                ends.pop()
+            return [e - s for s, e in zip([0] + ends[:-1], ends)]
+        numels = head_num * sum(a * b for a, b in zip(lengths(actual_seq_qlen), lengths(actual_seq_kvlen)))
+        return len(actual_seq_qlen), query.shape[0], numels
+    b, s1, s2 = {"BSH": (0, 1, 1), "SBH": (1, 0, 0), "BNSD": (0, 2, 2), "BSND": (0, 1, 1)}[layout]
+    return query.shape[b], query.shape[s1], query.shape[b] * head_num * query.shape[s1] * key.shape[s2]
+
+
+_compile_dropout_warned = False
+
+
+@_fake("npu::npu_fusion_attention")
+def _npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None,
+                          atten_mask=None, scale=1.0, keep_prob=1.0, pre_tockens=2147483647,
+                          next_tockens=2147483647, inner_precise=0, prefix=None, actual_seq_qlen=None,
+                          actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False,
+                          softmax_layout="", sink=None, dropout_mask=None, seed=0, offset=0):
+    global _compile_dropout_warned
+    layout = input_layout.upper()
+    batch, s1, numels = _attention_lengths(query, key, head_num, layout, actual_seq_qlen, actual_seq_kvlen)
+    stat_shape = [s1, head_num, 8] if layout == "TND" else [batch, head_num, s1, 8]
+    stat_dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    if keep_prob < 1 and seed == 0 and not _compile_dropout_warned:
+        # As torch_npu: the seed drawn at run time is not visible to a traced graph.
+        import warnings
+        warnings.warn("npu_fusion_attention with keep_prob < 1 traced with a fake seed: a traced backward "
+                      "cannot see the seed and offset drawn at run time; pass seed= and offset= explicitly "
+                      "to keep forward and backward dropout masks equal", UserWarning, stacklevel=2)
+        _compile_dropout_warned = True
+    return (query.new_empty(_attention_out_shape(query, key, value, head_num, layout)),
+            query.new_empty(stat_shape, dtype=stat_dtype), query.new_empty(stat_shape, dtype=stat_dtype),
+            query.new_empty([0]), seed, offset, numels)
+
+
+@_fake("npu::npu_fusion_attention_grad")
+def _npu_fusion_attention_grad(query, key, value, dy, head_num, input_layout, *, pse=None, padding_mask=None,
+                               atten_mask=None, softmax_max=None, softmax_sum=None, softmax_in=None,
+                               attention_in=None, scale_value=1.0, keep_prob=1.0, pre_tockens=2147483647,
+                               next_tockens=2147483647, inner_precise=0, seed=0, offset=0, numels=0,
+                               prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
+                               gen_mask_parallel=True, sync=False, softmax_layout="", sink=None):
+    stat_dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    dpse = pse.new_empty(pse.shape) if pse is not None else query.new_empty([0])
+    dsink = sink.new_empty(sink.shape) if sink is not None else query.new_empty([0], dtype=stat_dtype)
+    return (query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape), dpse, dsink)
+
+
 @_fake("npu::npu_moe_gating_top_k_softmax")
 def _npu_moe_gating_top_k_softmax(x, finished=None, k=1):
     shape = list(x.shape[:-1]) + [k]
@@ -176,3 +229,102 @@ def _npu_grouped_matmul(x, weight, *, bias=None, group_list=None, split_item=0, 
 @_fake("npu::npu_grouped_matmul.List")
 def _npu_grouped_matmul_list(x, weight, *, bias=None, group_list=None, split_item=0, **kwargs):
     return _grouped_matmul_fake(x, weight, bias, group_list, split_item)
+
+
+# ---- fused optimizer kernels (contrib/src/optim.cpp) ----------------------------------------
+@_fake("npu::npu_apply_adam_w")
+def _npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, epsilon, grad,
+                      max_grad_norm=None, amsgrad=None, maximize=None):
+    return grad.new_empty(grad.shape), grad.new_empty(grad.shape), grad.new_empty(grad.shape)
+
+
+@_fake("npu::npu_apply_adam")
+def _npu_apply_adam(beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, use_locking=None,
+                    use_nesterov=None):
+    return grad.new_empty(grad.shape), grad.new_empty(grad.shape), grad.new_empty(grad.shape)
+
+
+def _fake_inplace_step(*args, **kwargs):
+    """The _npu_fused_<opt>_step kernels update their buffers in place and return nothing."""
+    return None
+
+
+for _name in ("adam", "sgd", "rmsprop", "rmsprop_tf", "adadelta", "lamb", "bert_adam", "adamp"):
+    _fake(f"npu::_npu_fused_{_name}_step")(_fake_inplace_step)
+
+
+# ---- vision (contrib/src/vision.cpp) ----
+
+@_fake("npu::npu_iou")
+def _npu_iou(bboxes, gtboxes, mode=0):
+    return bboxes.new_empty((gtboxes.shape[0], bboxes.shape[0]))
+
+
+@_fake("npu::npu_ptiou")
+def _npu_ptiou(bboxes, gtboxes, mode=0):
+    return bboxes.new_empty((gtboxes.shape[0], bboxes.shape[0]))
+
+
+@_fake("npu::npu_giou")
+def _npu_giou(self, gtboxes, trans=False, is_cross=False, mode=0):
+    return self.new_empty((gtboxes.shape[1] if is_cross else 1, self.shape[1]))
+
+
+@_fake("npu::npu_giou_backward")
+def _npu_giou_backward(grad, bboxes, gtboxes, trans=False, is_cross=False, mode=0):
+    return bboxes.new_empty(bboxes.shape), gtboxes.new_empty(gtboxes.shape)
+
+
+@_fake("npu::npu_nms_v4")
+def _npu_nms_v4(self, scores, max_output_size, iou_threshold, scores_threshold, pad_to_max_output_size=False):
+    if pad_to_max_output_size:
+        size = int(max_output_size)
+    else:
+        size = torch.library.get_ctx().new_dynamic_size()
+    return self.new_empty((size,), dtype=torch.int32), self.new_empty((), dtype=torch.int32)
+
+
+@_fake("npu::npu_nms_with_mask")
+def _npu_nms_with_mask(input, iou_threshold):
+    n = input.shape[0]
+    return (input.new_empty((n, 5)), input.new_empty((n,), dtype=torch.int32),
+            input.new_empty((n,), dtype=torch.uint8))
+
+
+@_fake("npu::npu_nms_rotated")
+def _npu_nms_rotated(self, scores, iou_threshold, scores_threshold=0, max_output_size=-1, mode=0):
+    size = torch.library.get_ctx().new_dynamic_size()
+    return self.new_empty((size,), dtype=torch.int32), self.new_empty((1,), dtype=torch.int32)
+
+
+@_fake("npu::npu_roi_align")
+def _npu_roi_align(self, rois, spatial_scale, pooled_height, pooled_width, sample_num, roi_end_mode):
+    return self.new_empty((rois.shape[0], self.shape[1], pooled_height, pooled_width))
+
+
+@_fake("npu::npu_roi_alignbk")
+def _npu_roi_alignbk(self, rois, xdiff_shape, pooled_width, pooled_height, spatial_scale, sample_num,
+                     roi_end_mode=None):
+    return self.new_empty(tuple(xdiff_shape))
+
+
+def _dcn_out_hw(input, weight, stride, padding, dilation):
+    kh, kw = weight.shape[2], weight.shape[3]
+    oh = (input.shape[2] + padding[0] + padding[1] - ((kh - 1) * dilation[2] + 1)) // stride[2] + 1
+    ow = (input.shape[3] + padding[2] + padding[3] - ((kw - 1) * dilation[3] + 1)) // stride[3] + 1
+    return kh, kw, oh, ow
+
+
+@_fake("npu::npu_deformable_conv2d")
+def _npu_deformable_conv2d(input, weight, offset, bias, kernel_size, stride, padding, dilation=(1, 1, 1, 1),
+                           groups=1, deformable_groups=1, modulated=True):
+    kh, kw, oh, ow = _dcn_out_hw(input, weight, stride, padding, dilation)
+    return (input.new_empty((input.shape[0], weight.shape[0], oh, ow)),
+            input.new_empty((input.shape[0], input.shape[1], oh * kh, ow * kw)))
+
+
+@_fake("npu::npu_deformable_conv2dbk")
+def _npu_deformable_conv2dbk(input, grad_output, offset_out, weight, offset, kernel_size, stride, padding,
+                             dilation=(1, 1, 1, 1), groups=1, deformable_groups=1, modulated=True):
+    return (input.new_empty(input.shape), weight.new_empty(weight.shape), offset.new_empty(offset.shape),
+            weight.new_empty((weight.shape[0],)))

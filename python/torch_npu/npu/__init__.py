@@ -97,8 +97,11 @@ from .config import (
     set_option,
 )
 from . import amp
+from . import op_support
+from .op_support import get_cpu_fallback, is_op_supported, set_cpu_fallback
 
 __all__ = [
+    "get_cpu_fallback", "is_op_supported", "set_cpu_fallback",
     # device
     "is_available", "device_count", "set_device", "current_device", "synchronize", "device",
     "device_of", "get_device_name", "get_device_properties", "get_device_capability",

@@ -1,5 +1,19 @@
-"""torch_npu.optim: fused optimizers (``NpuFusedSGD``, ``NpuFusedAdamW``, ...).
+"""torch_npu.optim: fused optimizers over combined (flattened) parameter, grad and state
+buffers, one fused kernel per parameter group and dtype (contrib/src/optim.cpp)."""
 
-Empty on purpose: the fused optimizers are added by their own issue, together with
-the combined-buffer kernels they need. Nothing here pretends to exist before it does.
-"""
+__all__ = [
+    "NpuFusedOptimizerBase", "NpuFusedSGD", "NpuFusedAdadelta", "NpuFusedLamb",
+    "NpuFusedAdam", "NpuFusedAdamW", "NpuFusedAdamP",
+    "NpuFusedBertAdam", "NpuFusedRMSprop", "NpuFusedRMSpropTF",
+]
+
+from .npu_fused_optim_base import NpuFusedOptimizerBase
+from .npu_fused_sgd import NpuFusedSGD
+from .npu_fused_adadelta import NpuFusedAdadelta
+from .npu_fused_lamb import NpuFusedLamb
+from .npu_fused_adam import NpuFusedAdam
+from .npu_fused_adamw import NpuFusedAdamW
+from .npu_fused_adamp import NpuFusedAdamP
+from .npu_fused_bert_adam import NpuFusedBertAdam
+from .npu_fused_rmsprop import NpuFusedRMSprop
+from .npu_fused_rmsprop_tf import NpuFusedRMSpropTF

@@ -3,7 +3,7 @@
 import re
 from typing import Tuple
 
-__all__ = ["get_cann_version"]
+__all__ = ["get_cann_version", "npu_combine_tensors", "get_part_combined_tensor", "is_combined_tensor_valid"]
 
 # The CANN components torch_npu can be asked about. The simulator is one package
 # at one CANN level, so all of them report that level.
@@ -56,3 +56,7 @@ def _version_key(version: str) -> Tuple:
 def _is_gte_cann_version(version: str, module: str = "CANN") -> bool:
     r"""Return whether the CANN component ``module`` is at least ``version``."""
     return _version_key(get_cann_version(module)) >= _version_key(version)
+
+
+from .combine_tensors import (  # noqa: E402  (torch_npu.optim's combined buffers)
+    get_part_combined_tensor, is_combined_tensor_valid, npu_combine_tensors)

@@ -1,9 +1,14 @@
 // Per-device NPU random generator. It owns a CPUGeneratorImpl and forwards seed and
 // state to it under its mutex, so that CPU kernels running on NPU memory draw from
-// the NPU generator (torch.npu.manual_seed makes them reproducible).
+// the NPU generator (torch.npu.manual_seed makes them reproducible). Fused kernels with
+// counter-based (Philox) randomness take (seed, offset) pairs instead, as on CUDA and
+// Ascend: the offset advances with each draw, is reset by a new seed and is part of
+// the state.
 #pragma once
 
 #include <ATen/core/Generator.h>
+
+#include <utility>
 
 namespace torch_npu {
 
@@ -22,9 +27,14 @@ struct NPUGeneratorImpl : public c10::GeneratorImpl {
   // The CPU generator CPU kernels consume in place of this one.
   const at::Generator& cpu_generator() const { return cpu_; }
 
+  // The seed and the current Philox offset, advancing the offset by `increment`
+  // (rounded up to a multiple of 4: one Philox call yields four 32-bit numbers).
+  std::pair<uint64_t, uint64_t> philox_seed_and_offset(uint64_t increment);
+
  private:
   NPUGeneratorImpl* clone_impl() const override;
   mutable at::Generator cpu_;  // mutable: get_state() const locks its mutex
+  uint64_t philox_offset_ = 0;  // guarded by cpu_'s mutex
 };
 
 const at::Generator& getDefaultNPUGenerator(c10::DeviceIndex device = -1);

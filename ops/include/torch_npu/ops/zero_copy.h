@@ -29,11 +29,19 @@ class KernelScope {
 };
 
 // An argument a kernel writes (in-place self, out=): its CPU alias, the npu storage
-// behind it, and the caller's tensor, weakly (a queued kernel must not keep it alive).
+// behind it, the caller's tensor, weakly (a queued kernel must not keep it alive), and
+// the alias's geometry before the kernel ran (to tell a resize by the kernel, which
+// must reach the caller's tensor, from the caller's own later changes, which must stay).
 struct WrittenArg {
+  WrittenArg(at::Tensor alias, c10::Storage npu_storage, const at::Tensor& original)
+      : alias(std::move(alias)), npu_storage(std::move(npu_storage)),
+        original(original.getIntrusivePtr()), sizes(this->alias.sizes()), strides(this->alias.strides()),
+        storage_offset(this->alias.storage_offset()) {}
   at::Tensor alias;
   c10::Storage npu_storage;
   c10::weak_intrusive_ptr<c10::TensorImpl> original;
+  c10::SmallVector<int64_t, 5> sizes, strides;
+  int64_t storage_offset;
 };
 
 // One alias storage per distinct npu storage in a call, so overlap checks behave

@@ -1,0 +1,178 @@
+"""All-reduce bus bandwidth and latency: hccl (npu tensors) vs gloo (cpu tensors), 2 ranks.
+
+    PYTHONPATH=python .venv/pt213/bin/python benchmarks/hccl_bench.py [--sizes 4K,1M,64M]
+
+Each backend runs in its own pair of processes, one after the other, in this run. Per size:
+a few warm-up calls, then ``repeats`` timed batches (each ends with a device
+synchronize / a blocking wait); the median batch gives the time per call. As in
+nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n for all-reduce and
+algbw * (n - 1) / n for all-gather and reduce-scatter (bytes = the full tensor). Open MPI is
+measured too when ``mpirun`` and mpi4py are importable (not on this machine otherwise).
+Not part of run_all.py: it needs the whole machine for a minute.
+"""
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+WORLD = 2
+DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M,64M"
+
+
+def _parse_size(s):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(s[:-1]) * units[s[-1]] if s[-1] in units else int(s)
+
+
+def _fmt_size(n):
+    for unit, k in (("M", 1 << 20), ("K", 1 << 10)):
+        if n >= k:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def _time_batches(fn, sync, nbytes, repeats=5):
+    iters = max(3, min(200, (256 << 20) // max(nbytes, 1)))
+    for _ in range(3):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t0) / iters)
+    return statistics.median(times)
+
+
+def _worker(rank, world, port, backend, sizes, out_path):
+    if backend == "hccl":
+        import torch_npu  # noqa: F401
+        torch.npu.set_device(rank)
+        device = torch.device("npu", rank)
+        sync = torch.npu.synchronize
+    else:
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+        sync = lambda: None  # noqa: E731  (gloo's synchronous calls return when done)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    rows = []
+    for nbytes in sizes:
+        x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+        t = _time_batches(lambda: dist.all_reduce(x), sync, nbytes)
+        rows.append(("all_reduce", nbytes, t))
+        if nbytes >= (1 << 20):
+            out = torch.empty(nbytes // 4, device=device)
+            part = torch.ones(nbytes // 4 // world, device=device)
+            t = _time_batches(lambda: dist.all_gather_into_tensor(out, part), sync, nbytes, repeats=3)
+            rows.append(("all_gather", nbytes, t))
+            t = _time_batches(lambda: dist.reduce_scatter_tensor(part, out), sync, nbytes, repeats=3)
+            rows.append(("reduce_scatter", nbytes, t))
+    # the slowest rank's time counts
+    times = torch.tensor([r[2] for r in rows], dtype=torch.float64)
+    if backend == "hccl":
+        times = times.to(device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        with open(out_path, "w") as f:
+            for (op, n, _), t in zip(rows, times.cpu().tolist()):
+                f.write(f"{op} {n} {t}\n")
+    dist.destroy_process_group()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(backend, sizes):
+    with tempfile.NamedTemporaryFile(suffix=".txt", delete=False) as f:
+        path = f.name
+    try:
+        mp.spawn(_worker, args=(WORLD, _free_port(), backend, sizes, path), nprocs=WORLD, join=True)
+        with open(path) as f:
+            return {(op, int(n)): float(t) for op, n, t in (line.split() for line in f)}
+    finally:
+        os.unlink(path)
+
+
+MPI_SCRIPT = r"""
+import sys, time, statistics, numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+for n in map(int, sys.argv[1:]):
+    x = np.ones(n // 4, np.float32); y = np.empty_like(x)
+    iters = max(3, min(200, (256 << 20) // n)); ts = []
+    for _ in range(3): comm.Allreduce(x, y)
+    for _ in range(5):
+        comm.Barrier(); t0 = time.perf_counter()
+        for _ in range(iters): comm.Allreduce(x, y)
+        ts.append((time.perf_counter() - t0) / iters)
+    t = comm.allreduce(statistics.median(ts), op=MPI.MAX)
+    if comm.rank == 0: print("all_reduce", n, t, flush=True)
+"""
+
+
+def _run_mpi(sizes):
+    if not shutil.which("mpirun"):
+        return None, "mpirun not found"
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return None, "mpi4py not installed"
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(MPI_SCRIPT)
+    try:
+        res = subprocess.run(["mpirun", "--oversubscribe", "-np", str(WORLD), sys.executable, f.name]
+                             + [str(n) for n in sizes], capture_output=True, text=True, timeout=600)
+        if res.returncode != 0:
+            return None, "mpirun failed: " + res.stderr.strip()[-300:]
+        return {("all_reduce", int(n)): float(t) for _, n, t in (l.split() for l in res.stdout.split("\n") if l)}, ""
+    finally:
+        os.unlink(f.name)
+
+
+def _busbw(op, nbytes, t):
+    factor = 2 * (WORLD - 1) / WORLD if op == "all_reduce" else (WORLD - 1) / WORLD
+    return nbytes / t * factor / 1e9
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default=DEFAULT_SIZES)
+    args = parser.parse_args()
+    sizes = [_parse_size(s) for s in args.sizes.split(",")]
+    results = {"hccl": _run("hccl", sizes), "gloo": _run("gloo", sizes)}
+    mpi, why = _run_mpi(sizes)
+    if mpi is not None:
+        results["mpi"] = mpi
+    names = list(results)
+    print(f"\n{WORLD} ranks, float32, time per call (us) and bus bandwidth (GB/s); hccl on npu tensors, "
+          f"gloo on cpu tensors" + ("" if mpi is not None else f"; Open MPI not measured ({why})"))
+    header = f"{'collective':<15}{'size':>6}" + "".join(f"{n + ' us':>12}{n + ' GB/s':>12}" for n in names)
+    header += f"{'busbw x gloo':>14}"
+    print(header)
+    print("-" * len(header))
+    for key in results["hccl"]:
+        op, n = key
+        line = f"{op:<15}{_fmt_size(n):>6}"
+        for name in names:
+            t = results[name].get(key)
+            line += f"{t * 1e6:>12.1f}{_busbw(op, n, t):>12.2f}" if t else f"{'-':>12}{'-':>12}"
+        line += f"{results['gloo'][key] / results['hccl'][key]:>14.1f}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

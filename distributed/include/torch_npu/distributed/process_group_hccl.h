@@ -1,0 +1,104 @@
+// ProcessGroupHCCL: the `hccl` c10d backend for npu tensors (torch_npu's name and options).
+//
+// Each collective is queued on the group's communication stream of the tensors' device
+// (an NPUStream from the pool) after that stream waits for the caller's current stream,
+// and returns at once. The Work's wait() makes the current stream wait for the
+// communication stream (a host wait only with TORCH_HCCL_BLOCKING_WAIT=1); its future is
+// completed in stream order (DDP's comm hooks chain on it). Tensors are record_stream'ed
+// on the communication stream. Point-to-point ops use two more streams (send, recv) so
+// that a blocking send never holds back a receive.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <variant>
+
+namespace torch_npu::distributed {
+
+class ShmComm;
+struct CommState;
+
+class ProcessGroupHCCL : public c10d::Backend {
+ public:
+  struct Options : c10d::Backend::Options {
+    explicit Options(bool is_high_priority_stream = false);
+    // Per-collective execution timeout; 0: HCCL_EXEC_TIMEOUT if set, else the group's timeout.
+    std::chrono::milliseconds op_timeout{0};
+    bool is_high_priority_stream;
+    std::unordered_map<std::string, std::variant<int64_t, std::string>> hccl_config;
+    std::string group_id;
+  };
+
+  ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                   c10::intrusive_ptr<Options> options = c10::make_intrusive<Options>());
+  ~ProcessGroupHCCL() override;
+
+  const std::string getBackendName() const override { return "hccl"; }
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override { return options_; }
+  c10::intrusive_ptr<Options> options() const { return options_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                     const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_; }
+
+ private:
+  enum class Lane { Collective, Send, Recv };
+  // Queues `body` on the lane's stream of `device`; `tensors` are every tensor the op
+  // touches (kept alive and record_stream'ed), `outputs` what the Work/future yield.
+  c10::intrusive_ptr<c10d::Work> enqueue(const char* name, Lane lane, c10::DeviceIndex device,
+                                         const std::vector<at::Tensor>& tensors, std::vector<at::Tensor> outputs,
+                                         std::function<void(ShmComm&, uint64_t seq)> body);
+  c10::DeviceIndex device_of(const std::vector<at::Tensor>& tensors, const char* name);
+  c10::Stream stream_for(c10::DeviceIndex device, Lane lane);
+
+  c10::intrusive_ptr<Options> options_;
+  std::shared_ptr<ShmComm> comm_;
+  std::shared_ptr<CommState> state_;  // first asynchronous error
+  uint64_t seq_ = 0;                  // collectives issued
+  uint64_t p2p_seq_ = 0;
+  std::mutex mu_;
+  std::map<std::pair<int, int>, c10::Stream> streams_;  // (device, lane)
+};
+
+}  // namespace torch_npu::distributed

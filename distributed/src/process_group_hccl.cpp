@@ -1,0 +1,564 @@
+#include "torch_npu/distributed/process_group_hccl.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <torch/csrc/distributed/c10d/exception.h>
+
+#include <cstdlib>
+
+#include "algorithms.h"
+#include "shm_comm.h"
+#include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_stream.h"
+#include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/ops/zero_copy.h"
+
+namespace torch_npu::distributed {
+
+struct CommState {  // first asynchronous failure of the group: later calls raise it at once
+  std::mutex mu;
+  std::exception_ptr error;
+};
+
+namespace {
+
+constexpr auto kNPU = c10::DeviceType::PrivateUse1;
+using std::chrono::milliseconds;
+
+milliseconds env_seconds(const char* name, milliseconds dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  double s = std::strtod(v, &end);
+  TORCH_CHECK(end && *end == '\0' && s > 0, "hccl: ", name, "=", v, " is not a positive number of seconds");
+  return milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == "1";
+}
+
+RedOp to_redop(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return RedOp::Sum;
+    case c10d::ReduceOp::AVG: return RedOp::Avg;
+    case c10d::ReduceOp::PRODUCT: return RedOp::Product;
+    case c10d::ReduceOp::MIN: return RedOp::Min;
+    case c10d::ReduceOp::MAX: return RedOp::Max;
+    case c10d::ReduceOp::BAND: return RedOp::Band;
+    case c10d::ReduceOp::BOR: return RedOp::Bor;
+    case c10d::ReduceOp::BXOR: return RedOp::Bxor;
+    default: TORCH_CHECK(false, "hccl: this ReduceOp (", static_cast<int>(op.op_), ") is not supported");
+  }
+}
+
+struct Outcome {
+  std::mutex mu;
+  std::exception_ptr error;
+};
+
+class WorkHCCL : public c10d::Work {
+ public:
+  WorkHCCL(int rank, c10d::OpType type, c10::Stream comm, std::vector<at::Tensor> outputs, bool host_wait)
+      : Work(rank, type), device_(comm.device_index()), comm_(comm), outputs_(std::move(outputs)),
+        host_wait_(host_wait), outcome_(std::make_shared<Outcome>()) {}
+
+  bool isCompleted() override { return failed() || done_.query(); }
+  bool isSuccess() const override { return !failed(); }
+  std::exception_ptr exception() const override {
+    std::lock_guard<std::mutex> lock(outcome_->mu);
+    return outcome_->error;
+  }
+  bool wait(std::chrono::milliseconds /*timeout*/) override {
+    if (host_wait_ || env_flag("TORCH_HCCL_BLOCKING_WAIT") || env_flag("HCCL_BLOCKING_WAIT")) {
+      synchronize();
+    } else {
+      rethrow();
+      done_.block(getCurrentNPUStream(device_).unwrap());
+    }
+    return true;
+  }
+  void synchronize() override {
+    done_.synchronize();
+    rethrow();
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  // Made on first use (DDP asks for it at once): completed in stream order, so consumers
+  // wait for the comm stream (at worst for work queued there after this one, too).
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                         std::vector<c10::Device>{c10::Device(kNPU, device_)});
+      c10::StreamGuard guard(comm_);
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+    return future_;
+  }
+
+  c10::DeviceIndex device_;
+  c10::Stream comm_;
+  std::vector<at::Tensor> outputs_;
+  bool host_wait_;
+  std::shared_ptr<Outcome> outcome_;
+  c10::Event done_{kNPU};
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+
+ private:
+  bool failed() const {
+    std::lock_guard<std::mutex> lock(outcome_->mu);
+    return outcome_->error != nullptr;
+  }
+  void rethrow() const {
+    if (auto e = exception()) std::rethrow_exception(e);
+  }
+};
+
+// Argument checks: before any communication, on the calling thread.
+void check_tensor(const at::Tensor& t, const char* name, int rank) {
+  TORCH_CHECK(t.defined(), "hccl: ", name, " got an undefined tensor");
+  TORCH_CHECK(t.device().type() == kNPU, "hccl: ", name, " on rank ", rank, " expects npu tensors, got a tensor on ",
+              t.device(), ". Move it with .npu(), or use a gloo group for CPU tensors "
+              "(init_process_group(backend=\"cpu:gloo,npu:hccl\")).");
+  TORCH_CHECK(t.layout() == c10::kStrided, "hccl: ", name, " does not support sparse tensors");
+  TORCH_CHECK(t.is_contiguous(), "hccl: ", name, " on rank ", rank, " expects contiguous tensors (call .contiguous())");
+}
+
+void check_same(const at::Tensor& a, const at::Tensor& b, const char* name, const char* what) {
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "hccl: ", name, ": ", what, " has dtype ", b.scalar_type(),
+              ", expected ", a.scalar_type());
+  TORCH_CHECK(a.numel() == b.numel(), "hccl: ", name, ": ", what, " has ", b.numel(), " elements, expected ",
+              a.numel(), " (sizes ", b.sizes(), " vs ", a.sizes(), ")");
+}
+
+void check_rank(int r, int size, const char* name, const char* what) {
+  TORCH_CHECK(r >= 0 && r < size, "hccl: ", name, ": invalid ", what, " ", r, " for a group of size ", size);
+}
+
+void* ptr(const at::Tensor& t) { return t.data_ptr(); }
+size_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+
+}  // namespace
+
+ProcessGroupHCCL::Options::Options(bool is_high_priority_stream)
+    : c10d::Backend::Options("hccl"), is_high_priority_stream(is_high_priority_stream) {}
+
+ProcessGroupHCCL::ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                   c10::intrusive_ptr<Options> options)
+    : Backend(rank, size), options_(std::move(options)), state_(std::make_shared<CommState>()) {
+  Timeouts t;
+  t.connect = env_seconds("HCCL_CONNECT_TIMEOUT", milliseconds(120000));
+  t.exec = options_->op_timeout.count() > 0 ? options_->op_timeout
+                                            : env_seconds("HCCL_EXEC_TIMEOUT", options_->timeout);
+  std::string group = options_->group_name.empty() ? options_->group_id : options_->group_name;
+  comm_ = std::make_shared<ShmComm>(store, rank, size, group.empty() ? "default" : group, t);
+}
+
+ProcessGroupHCCL::~ProcessGroupHCCL() = default;
+
+c10::DeviceIndex ProcessGroupHCCL::device_of(const std::vector<at::Tensor>& tensors, const char* name) {
+  TORCH_CHECK(!tensors.empty(), "hccl: ", name, " got no tensors");
+  for (const auto& t : tensors) check_tensor(t, name, rank_);
+  const c10::DeviceIndex d = tensors[0].device().index();
+  for (const auto& t : tensors)
+    TORCH_CHECK(t.device().index() == d, "hccl: ", name, ": all tensors must be on one device, got npu:", d,
+                " and ", t.device());
+  comm_->bind(d);
+  TORCH_CHECK(comm_->device() == d, "hccl: rank ", rank_, " of group '", comm_->group(), "' uses npu:",
+              comm_->device(), " (the device of its first collective), but ", name, " got a tensor on npu:", d,
+              ". Call torch.npu.set_device(local_rank) and keep a rank's tensors on one device.");
+  return d;
+}
+
+c10::Stream ProcessGroupHCCL::stream_for(c10::DeviceIndex device, Lane lane) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto key = std::make_pair(static_cast<int>(device), static_cast<int>(lane));
+  auto it = streams_.find(key);
+  if (it == streams_.end())
+    it = streams_.emplace(key, getStreamFromPool(options_->is_high_priority_stream, device).unwrap()).first;
+  return it->second;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane lane, c10::DeviceIndex device,
+                                                         const std::vector<at::Tensor>& tensors,
+                                                         std::vector<at::Tensor> outputs,
+                                                         std::function<void(ShmComm&, uint64_t)> body) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->error) std::rethrow_exception(state_->error);
+  }
+  const uint64_t seq = lane == Lane::Collective ? ++seq_ : ++p2p_seq_;
+  const c10::Stream comm = stream_for(device, lane);
+  // The communication stream starts after what the caller queued so far.
+  c10::Event ready(kNPU);
+  ready.record(getCurrentNPUStream(device).unwrap());
+  ready.block(comm);
+  std::vector<at::Tensor> keep;  // twins: storages alive, no Python objects on the worker
+  for (const auto& t : tensors) {
+    NPUCachingAllocator::recordStream(t.storage().data_ptr(), comm);
+    keep.push_back(ops::twin(t));
+  }
+  auto work = c10::make_intrusive<WorkHCCL>(rank_, c10d::OpType::UNKNOWN, comm, std::move(outputs),
+                                            /*host_wait=*/lane == Lane::Collective && tensors.empty());
+  launch(NPUStream(comm), name,
+         [comm_ptr = comm_, state = state_, outcome = work->outcome_, keep = std::move(keep), body = std::move(body),
+          seq] {
+           try {
+             body(*comm_ptr, seq);
+           } catch (...) {
+             auto e = std::current_exception();
+             {
+               std::lock_guard<std::mutex> lock(outcome->mu);
+               outcome->error = e;
+             }
+             std::lock_guard<std::mutex> lock(state->mu);
+             if (!state->error) state->error = e;
+             throw;
+           }
+         });
+  work->done_.record(comm);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const c10d::BroadcastOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "hccl: broadcast takes one tensor per process");
+  const auto dev = device_of(tensors, "broadcast");
+  const int root = static_cast<int>(opts.rootRank + opts.rootTensor);
+  check_rank(root, size_, "broadcast", "root");
+  void* p = ptr(tensors[0]);
+  const int64_t n = tensors[0].numel();
+  const auto dt = tensors[0].scalar_type();
+  return enqueue("hccl:broadcast", Lane::Collective, dev, tensors, tensors,
+                 [=](ShmComm& c, uint64_t seq) { distributed::broadcast(c, {"broadcast", seq}, p, n, dt, root); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allreduce(std::vector<at::Tensor>& tensors,
+                                                           const c10d::AllreduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "hccl: allreduce takes one tensor per process");
+  return allreduce_coalesced(tensors, c10d::AllreduceCoalescedOptions{opts});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                     const c10d::AllreduceCoalescedOptions& opts) {
+  const auto dev = device_of(tensors, "allreduce");
+  const RedOp op = to_redop(opts.reduceOp);
+  struct Item {
+    void* p;
+    int64_t n;
+    c10::ScalarType dt;
+  };
+  std::vector<Item> items;
+  for (const auto& t : tensors) {
+    check_reduction(t.scalar_type(), op);
+    items.push_back({ptr(t), t.numel(), t.scalar_type()});
+  }
+  return enqueue("hccl:allreduce", Lane::Collective, dev, tensors, tensors, [=](ShmComm& c, uint64_t seq) {
+    for (const auto& it : items) distributed::allreduce(c, {"allreduce", seq}, it.p, it.n, it.dt, op);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::ReduceOptions& opts) {
+  TORCH_CHECK(tensors.size() == 1, "hccl: reduce takes one tensor per process");
+  const auto dev = device_of(tensors, "reduce");
+  const int root = static_cast<int>(opts.rootRank + opts.rootTensor);
+  check_rank(root, size_, "reduce", "root");
+  const RedOp op = to_redop(opts.reduceOp);
+  check_reduction(tensors[0].scalar_type(), op);
+  void* p = ptr(tensors[0]);
+  const int64_t n = tensors[0].numel();
+  const auto dt = tensors[0].scalar_type();
+  return enqueue("hccl:reduce", Lane::Collective, dev, tensors, tensors,
+                 [=](ShmComm& c, uint64_t seq) { distributed::reduce(c, {"reduce", seq}, p, n, dt, op, root); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllgatherOptions&) {
+  TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "hccl: allgather takes one tensor per process");
+  TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "hccl: allgather needs ", size_,
+              " output tensors (one per rank), got ", outputs[0].size());
+  std::vector<at::Tensor> all = inputs;
+  for (const auto& o : outputs[0]) {
+    check_same(inputs[0], o, "allgather", "an output tensor");
+    all.push_back(o);
+  }
+  const auto dev = device_of(all, "allgather");
+  std::vector<void*> outs;
+  for (const auto& o : outputs[0]) outs.push_back(ptr(o));
+  const void* in = ptr(inputs[0]);
+  const int64_t n = inputs[0].numel();
+  const auto dt = inputs[0].scalar_type();
+  return enqueue("hccl:allgather", Lane::Collective, dev, all, outputs[0],
+                 [=](ShmComm& c, uint64_t seq) { distributed::allgather(c, {"allgather", seq}, in, n, dt, outs); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                 const c10d::AllgatherOptions& opts) {
+  std::vector<at::Tensor> outs{output}, ins{input};
+  return allgather_into_tensor_coalesced(outs, ins, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                 std::vector<at::Tensor>& inputs,
+                                                                                 const c10d::AllgatherOptions&) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "hccl: allgather_into_tensor: ", inputs.size(), " inputs but ",
+              outputs.size(), " outputs");
+  std::vector<at::Tensor> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  const auto dev = device_of(all, "allgather_into_tensor");
+  struct Item {
+    const void* in;
+    int64_t n;
+    c10::ScalarType dt;
+    std::vector<void*> outs;
+  };
+  std::vector<Item> items;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& in = inputs[i];
+    const auto& out = outputs[i];
+    TORCH_CHECK(out.scalar_type() == in.scalar_type(), "hccl: allgather_into_tensor: output dtype ",
+                out.scalar_type(), " differs from input dtype ", in.scalar_type());
+    TORCH_CHECK(out.numel() == in.numel() * size_, "hccl: allgather_into_tensor: the output must have world_size (",
+                size_, ") times the input's elements: got ", out.numel(), " for an input of ", in.numel());
+    Item it{ptr(in), in.numel(), in.scalar_type(), {}};
+    for (int r = 0; r < size_; ++r) it.outs.push_back(static_cast<char*>(ptr(out)) + r * bytes(in));
+    items.push_back(std::move(it));
+  }
+  return enqueue("hccl:allgather_into_tensor", Lane::Collective, dev, all, outputs, [=](ShmComm& c, uint64_t seq) {
+    for (const auto& it : items) distributed::allgather(c, {"allgather_into_tensor", seq}, it.in, it.n, it.dt, it.outs);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                                const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, "hccl: reduce_scatter takes one tensor per process");
+  TORCH_CHECK(static_cast<int>(inputs[0].size()) == size_, "hccl: reduce_scatter needs ", size_,
+              " input tensors (one per rank), got ", inputs[0].size());
+  std::vector<at::Tensor> all = outputs;
+  for (const auto& i : inputs[0]) {
+    check_same(outputs[0], i, "reduce_scatter", "an input tensor");
+    all.push_back(i);
+  }
+  const auto dev = device_of(all, "reduce_scatter");
+  const RedOp op = to_redop(opts.reduceOp);
+  check_reduction(outputs[0].scalar_type(), op);
+  std::vector<const void*> ins;
+  for (const auto& i : inputs[0]) ins.push_back(ptr(i));
+  void* out = ptr(outputs[0]);
+  const int64_t n = outputs[0].numel();
+  const auto dt = outputs[0].scalar_type();
+  return enqueue("hccl:reduce_scatter", Lane::Collective, dev, all, outputs, [=](ShmComm& c, uint64_t seq) {
+    distributed::reduce_scatter(c, {"reduce_scatter", seq}, ins, out, n, dt, op);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                      const c10d::ReduceScatterOptions& opts) {
+  std::vector<at::Tensor> outs{output}, ins{input};
+  return reduce_scatter_tensor_coalesced(outs, ins, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "hccl: reduce_scatter_tensor: ", inputs.size(), " inputs but ",
+              outputs.size(), " outputs");
+  std::vector<at::Tensor> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  const auto dev = device_of(all, "reduce_scatter_tensor");
+  const RedOp op = to_redop(opts.reduceOp);
+  struct Item {
+    std::vector<const void*> ins;
+    void* out;
+    int64_t n;
+    c10::ScalarType dt;
+  };
+  std::vector<Item> items;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const auto& in = inputs[i];
+    const auto& out = outputs[i];
+    TORCH_CHECK(out.scalar_type() == in.scalar_type(), "hccl: reduce_scatter_tensor: output dtype ",
+                out.scalar_type(), " differs from input dtype ", in.scalar_type());
+    TORCH_CHECK(in.numel() == out.numel() * size_, "hccl: reduce_scatter_tensor: the input must have world_size (",
+                size_, ") times the output's elements: got ", in.numel(), " for an output of ", out.numel());
+    check_reduction(out.scalar_type(), op);
+    Item it{{}, ptr(out), out.numel(), out.scalar_type()};
+    for (int r = 0; r < size_; ++r) it.ins.push_back(static_cast<char*>(ptr(in)) + r * bytes(out));
+    items.push_back(std::move(it));
+  }
+  return enqueue("hccl:reduce_scatter_tensor", Lane::Collective, dev, all, outputs, [=](ShmComm& c, uint64_t seq) {
+    for (const auto& it : items)
+      distributed::reduce_scatter(c, {"reduce_scatter_tensor", seq}, it.ins, it.out, it.n, it.dt, op);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                               std::vector<int64_t>& output_split_sizes,
+                                                               std::vector<int64_t>& input_split_sizes,
+                                                               const c10d::AllToAllOptions&) {
+  const auto dev = device_of({output, input}, "alltoall_base");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "hccl: all_to_all_single: output dtype ",
+              output.scalar_type(), " differs from input dtype ", input.scalar_type());
+  // Splits count rows (dim 0); empty splits: equal parts.
+  auto layout = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
+    const int64_t rows = t.dim() ? t.size(0) : 1;
+    const size_t row_bytes = rows ? bytes(t) / rows : 0;
+    std::vector<int64_t> s = splits;
+    if (s.empty()) {
+      TORCH_CHECK(rows % size_ == 0, "hccl: all_to_all_single: the ", what, " has ", rows,
+                  " rows, not divisible by the world size ", size_, "; pass split sizes");
+      s.assign(size_, rows / size_);
+    }
+    TORCH_CHECK(static_cast<int>(s.size()) == size_, "hccl: all_to_all_single: ", what, " split sizes have ",
+                s.size(), " entries, expected ", size_);
+    int64_t sum = 0;
+    for (int64_t x : s) {
+      TORCH_CHECK(x >= 0, "hccl: all_to_all_single: negative split size ", x);
+      sum += x;
+    }
+    TORCH_CHECK(sum == rows, "hccl: all_to_all_single: ", what, " split sizes sum to ", sum, " but the ", what,
+                " has ", rows, " rows");
+    std::vector<char*> ptrs;
+    std::vector<uint64_t> nbytes;
+    char* p = static_cast<char*>(ptr(t));
+    for (int64_t x : s) {
+      ptrs.push_back(p);
+      nbytes.push_back(x * row_bytes);
+      p += x * row_bytes;
+    }
+    return std::make_pair(ptrs, nbytes);
+  };
+  auto [in_ptrs, send_bytes] = layout(input, input_split_sizes, "input");
+  auto [out_ptrs, recv_bytes] = layout(output, output_split_sizes, "output");
+  std::vector<const void*> ins(in_ptrs.begin(), in_ptrs.end());
+  std::vector<void*> outs(out_ptrs.begin(), out_ptrs.end());
+  const auto dt = input.scalar_type();
+  return enqueue("hccl:all_to_all_single", Lane::Collective, dev, {output, input}, {output},
+                 [=](ShmComm& c, uint64_t seq) {
+                   distributed::alltoall(c, {"all_to_all_single", seq}, dt, ins, send_bytes, outs, recv_bytes);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::alltoall(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllToAllOptions&) {
+  TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
+              "hccl: all_to_all needs ", size_, " input and output tensors, got ", inputs.size(), " and ",
+              outputs.size());
+  std::vector<at::Tensor> all = inputs;
+  all.insert(all.end(), outputs.begin(), outputs.end());
+  const auto dev = device_of(all, "all_to_all");
+  std::vector<const void*> ins;
+  std::vector<void*> outs;
+  std::vector<uint64_t> send_bytes, recv_bytes;
+  for (int r = 0; r < size_; ++r) {
+    TORCH_CHECK(inputs[r].scalar_type() == inputs[0].scalar_type() &&
+                    outputs[r].scalar_type() == inputs[0].scalar_type(),
+                "hccl: all_to_all: all tensors must have one dtype");
+    ins.push_back(ptr(inputs[r]));
+    send_bytes.push_back(bytes(inputs[r]));
+    outs.push_back(ptr(outputs[r]));
+    recv_bytes.push_back(bytes(outputs[r]));
+  }
+  const auto dt = inputs[0].scalar_type();
+  return enqueue("hccl:all_to_all", Lane::Collective, dev, all, outputs, [=](ShmComm& c, uint64_t seq) {
+    distributed::alltoall(c, {"all_to_all", seq}, dt, ins, send_bytes, outs, recv_bytes);
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const c10d::GatherOptions& opts) {
+  TORCH_CHECK(inputs.size() == 1, "hccl: gather takes one tensor per process");
+  const int root = static_cast<int>(opts.rootRank);
+  check_rank(root, size_, "gather", "root");
+  std::vector<at::Tensor> all = inputs;
+  std::vector<void*> outs;
+  std::vector<at::Tensor> result;
+  if (rank_ == root) {
+    TORCH_CHECK(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == size_, "hccl: gather: the root needs ",
+                size_, " output tensors");
+    for (const auto& o : outputs[0]) {
+      check_same(inputs[0], o, "gather", "an output tensor");
+      all.push_back(o);
+      outs.push_back(ptr(o));
+    }
+    result = outputs[0];
+  } else {
+    TORCH_CHECK(outputs.empty() || outputs[0].empty(), "hccl: gather: only the root (", root,
+                ") takes output tensors");
+  }
+  const auto dev = device_of(all, "gather");
+  const void* in = ptr(inputs[0]);
+  const int64_t n = inputs[0].numel();
+  const auto dt = inputs[0].scalar_type();
+  return enqueue("hccl:gather", Lane::Collective, dev, all, result,
+                 [=](ShmComm& c, uint64_t seq) { distributed::gather(c, {"gather", seq}, in, n, dt, outs, root); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::scatter(std::vector<at::Tensor>& outputs,
+                                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                                         const c10d::ScatterOptions& opts) {
+  TORCH_CHECK(outputs.size() == 1, "hccl: scatter takes one tensor per process");
+  const int root = static_cast<int>(opts.rootRank);
+  check_rank(root, size_, "scatter", "root");
+  std::vector<at::Tensor> all = outputs;
+  std::vector<const void*> ins;
+  if (rank_ == root) {
+    TORCH_CHECK(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == size_, "hccl: scatter: the root needs ",
+                size_, " input tensors");
+    for (const auto& i : inputs[0]) {
+      check_same(outputs[0], i, "scatter", "an input tensor");
+      all.push_back(i);
+      ins.push_back(ptr(i));
+    }
+  } else {
+    TORCH_CHECK(inputs.empty() || inputs[0].empty(), "hccl: scatter: only the root (", root, ") takes input tensors");
+  }
+  const auto dev = device_of(all, "scatter");
+  void* out = ptr(outputs[0]);
+  const int64_t n = outputs[0].numel();
+  const auto dt = outputs[0].scalar_type();
+  return enqueue("hccl:scatter", Lane::Collective, dev, all, outputs,
+                 [=](ShmComm& c, uint64_t seq) { distributed::scatter(c, {"scatter", seq}, ins, out, n, dt, root); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::barrier(const c10d::BarrierOptions&) {
+  const bool bound = comm_->device() >= 0;
+  auto work = enqueue("hccl:barrier", Lane::Collective, bound ? comm_->device() : current_device(), {}, {},
+                      [](ShmComm& c, uint64_t seq) { distributed::barrier(c, {"barrier", seq}); });
+  // Before the first collective the device is not known yet (users often call
+  // set_device after a barrier): finish here, so that this stream and the one of the
+  // device chosen later never run collectives concurrently.
+  if (!bound) work->synchronize();
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::send(std::vector<at::Tensor>& tensors, int dst, int) {
+  TORCH_CHECK(tensors.size() == 1, "hccl: send takes one tensor");
+  check_rank(dst, size_, "send", "destination rank");
+  TORCH_CHECK(dst != rank_, "hccl: send: rank ", rank_, " cannot send to itself");
+  const auto dev = device_of(tensors, "send");
+  const uint64_t nbytes = bytes(tensors[0]);
+  const uint64_t offset = nbytes ? comm_->offset_of(ptr(tensors[0]), nbytes) : 0;
+  const int32_t dt = static_cast<int32_t>(tensors[0].scalar_type());
+  return enqueue("hccl:send", Lane::Send, dev, tensors, tensors,
+                 [=](ShmComm& c, uint64_t seq) { c.send(dst, offset, nbytes, dt, {"send", seq}); });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recv(std::vector<at::Tensor>& tensors, int src, int) {
+  TORCH_CHECK(tensors.size() == 1, "hccl: recv takes one tensor");
+  check_rank(src, size_, "recv", "source rank");
+  TORCH_CHECK(src != rank_, "hccl: recv: rank ", rank_, " cannot receive from itself");
+  const auto dev = device_of(tensors, "recv");
+  void* p = ptr(tensors[0]);
+  const uint64_t nbytes = bytes(tensors[0]);
+  const int32_t dt = static_cast<int32_t>(tensors[0].scalar_type());
+  return enqueue("hccl:recv", Lane::Recv, dev, tensors, tensors,
+                 [=](ShmComm& c, uint64_t seq) { c.recv(src, p, nbytes, dt, {"recv", seq}); });
+}
+
+}  // namespace torch_npu::distributed

@@ -1,0 +1,39 @@
+// torch_npu._C._distributed_c10d: ProcessGroupHCCL as a subclass of torch's c10d Backend
+// (and its Options of Backend.Options), as torch registers ProcessGroupGloo.
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "torch_npu/distributed/process_group_hccl.h"
+#include "torch_npu/distributed/python.h"
+
+namespace py = pybind11;
+
+namespace torch_npu::distributed {
+
+void init_python_bindings(PyObject* module) {
+  auto m = py::reinterpret_borrow<py::module_>(module).def_submodule("_distributed_c10d", "HCCL backend");
+  auto c10d = py::module_::import("torch._C._distributed_c10d");
+  using PG = ProcessGroupHCCL;
+  auto pg = py::class_<PG, c10::intrusive_ptr<PG>>(m, "ProcessGroupHCCL", c10d.attr("Backend"));
+  pg.def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                     std::chrono::milliseconds timeout) {
+           auto options = c10::make_intrusive<PG::Options>();
+           options->timeout = timeout;
+           return c10::make_intrusive<PG>(store, rank, size, options);
+         }),
+         py::arg("store"), py::arg("rank"), py::arg("size"),
+         py::arg("timeout") = std::chrono::milliseconds(::kBackendDefaultTimeout),
+         py::call_guard<py::gil_scoped_release>())
+      .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, c10::intrusive_ptr<PG::Options>>(),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("options"),
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("options", &PG::options);
+  py::class_<PG::Options, c10::intrusive_ptr<PG::Options>>(pg, "Options", c10d.attr("Backend").attr("Options"))
+      .def(py::init<bool>(), py::arg("is_high_priority_stream") = false)
+      .def_readwrite("op_timeout", &PG::Options::op_timeout)
+      .def_readwrite("is_high_priority_stream", &PG::Options::is_high_priority_stream)
+      .def_readwrite("hccl_config", &PG::Options::hccl_config)
+      .def_readwrite("group_id", &PG::Options::group_id);
+}
+
+}  // namespace torch_npu::distributed

@@ -1,0 +1,342 @@
+#include "shm_comm.h"
+
+#include <acl/acl_rt.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/exception.h>
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+namespace torch_npu::distributed {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct ShmComm::Segment {
+  std::atomic<uint32_t> bell;      // bumped by every publication; futex word
+  std::atomic<uint32_t> sleepers;  // ranks inside futex_wait (skip the wake syscall if 0)
+  std::atomic<int32_t> failed_by;  // rank that failed the communicator, -1 while healthy
+  char why[1024];
+};
+
+namespace {
+
+constexpr uint64_t kNack = 1ull << 63;  // receiver rejected a message (size/dtype mismatch)
+
+size_t slots_offset() { return (sizeof(ShmComm::Segment) + 63) / 64 * 64; }
+
+std::string hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::string str(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, milliseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>(timeout.count() % 1000) * 1000000};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Exited, or a zombie its parent has not reaped yet.
+bool process_gone(int32_t pid) {
+  if (kill(pid, 0) != 0) return errno == ESRCH;
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return false;
+  char buf[512] = {};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const char* close_paren = std::strrchr(buf, ')');
+  return n && close_paren && close_paren[1] == ' ' && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
+[[noreturn]] void dist_error(const std::string& msg) { C10_THROW_ERROR(DistBackendError, msg); }
+
+}  // namespace
+
+ShmComm::ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::string group, Timeouts timeouts)
+    : store_(std::move(store)), rank_(rank), size_(size), group_(std::move(group)), timeouts_(timeouts),
+      peers_(new Peer[size]) {
+  TORCH_CHECK(size >= 1 && size <= kMaxRanks, "hccl: the shared-memory transport supports up to ", kMaxRanks,
+              " ranks on one host, got a group of ", size);
+  seg_bytes_ = slots_offset() + sizeof(Slot) * size;
+  const std::string host = hostname();
+  std::string name;
+  int fd = -1;
+  try {
+    if (rank == 0) {
+      std::random_device rd;
+      name = "/torch_npu_hccl." + std::to_string(getpid()) + "." + std::to_string(rd());
+      fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      TORCH_CHECK(fd >= 0, "hccl: shm_open(", name, ") failed: ", std::strerror(errno));
+      TORCH_CHECK(ftruncate(fd, static_cast<off_t>(seg_bytes_)) == 0, "hccl: ftruncate of ", name, " failed: ",
+                  std::strerror(errno));
+      store_->set("hccl/segment", bytes(name + "\n" + host));
+    } else {
+      try {
+        store_->wait({"hccl/segment"}, timeouts_.connect);
+      } catch (const std::exception& e) {
+        dist_error("hccl: rank " + std::to_string(rank) + " of group '" + group_ +
+                   "' timed out after " + std::to_string(timeouts_.connect.count() / 1000) +
+                   " s waiting for rank 0 to create the communicator (HCCL_CONNECT_TIMEOUT): " + e.what());
+      }
+      std::string v = str(store_->get("hccl/segment"));
+      name = v.substr(0, v.find('\n'));
+      std::string root_host = v.substr(v.find('\n') + 1);
+      TORCH_CHECK(root_host == host, "hccl: rank ", rank, " runs on host '", host, "' but rank 0 on '", root_host,
+                  "': only the same-host (shared memory) transport exists yet; TCP between hosts is not "
+                  "implemented");
+      fd = shm_open(name.c_str(), O_RDWR, 0600);
+      TORCH_CHECK(fd >= 0, "hccl: rank ", rank, ": shm_open(", name, ") failed: ", std::strerror(errno));
+    }
+    void* p = mmap(nullptr, seg_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    TORCH_CHECK(p != MAP_FAILED, "hccl: mmap of ", name, " failed: ", std::strerror(errno));
+    close(fd);
+    fd = -1;
+    seg_ = static_cast<Segment*>(p);
+    slots_ = reinterpret_cast<Slot*>(static_cast<char*>(p) + slots_offset());
+    if (rank == 0) seg_->failed_by.store(-1);
+    mine().pid = static_cast<int32_t>(getpid());
+    store_->set("hccl/attached/" + std::to_string(rank), bytes("1"));
+    if (rank == 0) {
+      // Once every rank has mapped the segment its name is no longer needed: unlinking now
+      // leaves nothing in /dev/shm, however the processes end.
+      std::vector<std::string> keys;
+      for (int r = 1; r < size; ++r) keys.push_back("hccl/attached/" + std::to_string(r));
+      try {
+        if (!keys.empty()) store_->wait(keys, timeouts_.connect);
+      } catch (const std::exception& e) {
+        dist_error("hccl: rank 0 of group '" + group_ + "' timed out after " +
+                   std::to_string(timeouts_.connect.count() / 1000) +
+                   " s waiting for the other ranks to join (HCCL_CONNECT_TIMEOUT): " + e.what());
+      }
+      shm_unlink(name.c_str());
+    }
+  } catch (...) {
+    if (fd >= 0) close(fd);
+    if (rank == 0 && !name.empty()) shm_unlink(name.c_str());
+    if (seg_) munmap(seg_, seg_bytes_);
+    seg_ = nullptr;
+    throw;
+  }
+}
+
+ShmComm::~ShmComm() {
+  for (int r = 0; r < size_; ++r) {
+    if (char* b = peers_[r].base.load()) munmap(b, peers_[r].bytes);
+  }
+  if (seg_) munmap(seg_, seg_bytes_);
+}
+
+void ShmComm::bind(int device) {
+  std::lock_guard<std::mutex> lock(map_mu_);
+  if (device_ >= 0) return;
+  void* base = nullptr;
+  size_t bytes_ = 0;
+  int fd = -1;
+  TORCH_CHECK(aclsimDeviceArena(device, &base, &bytes_, &fd) == ACL_SUCCESS && fd >= 0,
+              "hccl: npu:", device, " has no shareable memory arena: ", aclGetRecentErrMsg());
+  base_ = static_cast<char*>(base);
+  arena_bytes_ = bytes_;
+  device_ = device;
+  std::ostringstream v;
+  v << getpid() << " " << fd << " " << bytes_;
+  store_->set("hccl/arena/" + std::to_string(rank_), bytes(v.str()));
+}
+
+uint64_t ShmComm::offset_of(const void* p, size_t nbytes) const {
+  const char* c = static_cast<const char*>(p);
+  TORCH_CHECK(device_ >= 0 && c >= base_ && c + nbytes <= base_ + arena_bytes_, "hccl: rank ", rank_,
+              ": a buffer at ", p, " is not in the memory arena of npu:", device_,
+              " (memory from PYTORCH_NPU_ALLOC_CONF=expandable_segments:True cannot be shared yet)");
+  return static_cast<uint64_t>(c - base_);
+}
+
+char* ShmComm::addr(int r, uint64_t offset, uint64_t nbytes) {
+  if (r == rank_) return base_ + offset;
+  Peer& peer = peers_[r];
+  char* b = peer.base.load(std::memory_order_acquire);
+  if (!b) {
+    std::lock_guard<std::mutex> lock(map_mu_);
+    b = peer.base.load();
+    if (!b) {
+      const std::string key = "hccl/arena/" + std::to_string(r);
+      store_->wait({key}, timeouts_.connect);
+      std::istringstream v(str(store_->get(key)));
+      long pid = 0;
+      int fd = -1;
+      size_t size = 0;
+      v >> pid >> fd >> size;
+      const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+      int local = open(path.c_str(), O_RDWR);
+      TORCH_CHECK(local >= 0, "hccl: rank ", rank_, " cannot open the device memory of rank ", r, " (", path,
+                  "): ", std::strerror(errno), ". Ranks of a group must run on one host as one user.");
+      void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, local, 0);
+      close(local);
+      TORCH_CHECK(p != MAP_FAILED, "hccl: mapping the device memory of rank ", r, " failed: ", std::strerror(errno));
+      peer.bytes = size;
+      b = static_cast<char*>(p);
+      peer.base.store(b, std::memory_order_release);
+    }
+  }
+  // Offsets come from the peer's slot: check them before touching memory.
+  TORCH_CHECK(offset <= peer.bytes && nbytes <= peer.bytes - offset, "hccl: rank ", r,
+              " published a buffer outside its device memory (offset ", offset, ", ", nbytes, " bytes)");
+  return b + offset;
+}
+
+void ShmComm::ring() {
+  seg_->bell.fetch_add(1);
+  if (seg_->sleepers.load() > 0) futex_wake_all(&seg_->bell);
+}
+
+void ShmComm::check_abort(const OpDesc& op) {
+  int32_t by = seg_->failed_by.load(std::memory_order_acquire);
+  if (by < 0) return;
+  dist_error("hccl: rank " + std::to_string(rank_) + ": " + op.name + " (sequence number " + std::to_string(op.seq) +
+             ") of group '" + group_ + "' cannot run: the communicator failed on rank " + std::to_string(by) +
+             ": " + seg_->why);
+}
+
+void ShmComm::fail(const std::string& msg) {
+  int32_t expected = -1;
+  if (seg_->failed_by.load() < 0) {
+    std::snprintf(seg_->why, sizeof(seg_->why), "%s", msg.c_str());
+    seg_->failed_by.compare_exchange_strong(expected, rank_);
+  }
+  ring();
+  dist_error(msg);
+}
+
+void ShmComm::timeout(const OpDesc& op, const std::vector<int>& missing) {
+  std::string who;
+  for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
+  fail("hccl: rank " + std::to_string(rank_) + " timed out after " + std::to_string(timeouts_.exec.count()) +
+       " ms in " + op.name + " (sequence number " + std::to_string(op.seq) + ") of group '" + group_ +
+       "': rank(s) " + who +
+       " never arrived (HCCL_EXEC_TIMEOUT / ProcessGroupHCCL.Options.op_timeout). The communicator is "
+       "aborted.");
+}
+
+void ShmComm::check_alive(const OpDesc& op, const std::vector<int>& missing) {
+  for (int r : missing) {
+    const int32_t pid = slots_[r].pid;
+    if (pid > 0 && process_gone(pid)) {
+      fail("hccl: rank " + std::to_string(rank_) + ": " + op.name + " (sequence number " + std::to_string(op.seq) +
+           ") of group '" + group_ + "' cannot complete: rank " + std::to_string(r) + " (pid " +
+           std::to_string(pid) + ") exited. The communicator is aborted.");
+    }
+  }
+}
+
+template <class Ready, class Missing>
+void ShmComm::wait_for(Ready ready, Missing missing, const OpDesc& op) {
+  if (ready()) return;
+  const auto start = Clock::now();
+  // Peers usually arrive within microseconds: spin, then yield the core (2 cores are
+  // shared by all ranks), then sleep on the futex.
+  for (int i = 0; i < 200; ++i) {
+    if (ready()) return;
+    __builtin_ia32_pause();
+  }
+  while (Clock::now() - start < milliseconds(2)) {
+    if (ready()) return;
+    check_abort(op);
+    sched_yield();
+  }
+  const auto deadline = start + timeouts_.exec;
+  while (true) {
+    check_abort(op);
+    uint32_t bell = seg_->bell.load();
+    seg_->sleepers.fetch_add(1);
+    if (ready()) {
+      seg_->sleepers.fetch_sub(1);
+      return;
+    }
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      seg_->sleepers.fetch_sub(1);
+      timeout(op, missing());
+    }
+    futex_wait(&seg_->bell, bell, std::min(left, milliseconds(100)));
+    seg_->sleepers.fetch_sub(1);
+    if (!ready()) check_alive(op, missing());
+  }
+}
+
+void ShmComm::barrier(const OpDesc& op) {
+  check_abort(op);
+  const uint64_t e = ++epoch_;
+  mine().arrived.store(e);
+  ring();
+  wait_for(
+      [&] {
+        for (int r = 0; r < size_; ++r)
+          if (slots_[r].arrived.load(std::memory_order_acquire) < e) return false;
+        return true;
+      },
+      [&] {
+        std::vector<int> m;
+        for (int r = 0; r < size_; ++r)
+          if (slots_[r].arrived.load() < e) m.push_back(r);
+        return m;
+      },
+      op);
+}
+
+void ShmComm::send(int dst, uint64_t offset, uint64_t nbytes, int32_t dtype, const OpDesc& op) {
+  check_abort(op);
+  const uint64_t n = ++sent_[dst];
+  Mailbox& box = mine().box[dst];
+  box.offset = offset;
+  box.nbytes = nbytes;
+  box.dtype = dtype;
+  box.posted.store(n, std::memory_order_release);
+  ring();
+  std::atomic<uint64_t>& ack = slots_[dst].ack[rank_];
+  wait_for([&] { return (ack.load(std::memory_order_acquire) & ~kNack) >= n; }, [&] { return std::vector<int>{dst}; },
+           op);
+  TORCH_CHECK(!(ack.load() & kNack), "hccl: rank ", rank_, ": ", op.name, " (sequence number ", op.seq,
+              ") to rank ", dst, " was rejected: the receiver expected another size or dtype (", nbytes,
+              " bytes sent)");
+}
+
+void ShmComm::recv(int src, void* dst, uint64_t nbytes, int32_t dtype, const OpDesc& op) {
+  check_abort(op);
+  const uint64_t n = ++taken_[src];
+  Mailbox& box = slots_[src].box[rank_];
+  wait_for([&] { return box.posted.load(std::memory_order_acquire) >= n; }, [&] { return std::vector<int>{src}; },
+           op);
+  if (box.nbytes != nbytes || box.dtype != dtype) {
+    const uint64_t got = box.nbytes;
+    const int32_t got_dtype = box.dtype;
+    mine().ack[src].store(n | kNack, std::memory_order_release);
+    ring();
+    TORCH_CHECK(false, "hccl: rank ", rank_, ": ", op.name, " (sequence number ", op.seq, ") from rank ", src,
+                " expected ", nbytes, " bytes of ", c10::toString(static_cast<c10::ScalarType>(dtype)),
+                " but rank ", src, " sent ", got, " bytes of ",
+                c10::toString(static_cast<c10::ScalarType>(got_dtype)));
+  }
+  std::memcpy(dst, addr(src, box.offset, nbytes), nbytes);
+  mine().ack[src].store(n, std::memory_order_release);
+  ring();
+}
+
+}  // namespace torch_npu::distributed

@@ -1,0 +1,135 @@
+// The same-host transport of HCCL: one communicator per process group.
+//
+// Control: a shared-memory segment (shm_open, unlinked as soon as every rank has mapped
+// it, so nothing stays in /dev/shm) holding one slot per rank: a barrier counter, the
+// header of the rank's current collective (checked against every peer's), a table of
+// buffer offsets and sizes, and point-to-point mailboxes. Waits spin briefly, then sleep
+// on a futex in the segment, and give up after the execution timeout.
+//
+// Data: npu memory is host memory in a per-device memfd arena (core/acl), so each rank
+// maps its peers' arenas (opened through /proc/<pid>/fd) and reads their buffers in
+// place: no staging copy, no sockets. Buffers are named by (arena offset) in the tables.
+#pragma once
+
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace torch_npu::distributed {
+
+// Ranks of one group on one host (the slot table is fixed-size).
+constexpr int kMaxRanks = 64;
+
+// What each rank declares about its part of a collective; all ranks must agree.
+struct OpHeader {
+  uint64_t seq;
+  uint32_t coll;    // Coll
+  int32_t dtype;    // c10::ScalarType
+  int64_t count;    // elements per rank (meaning per collective), -1: not compared
+  int32_t root;     // -1: none
+  int32_t redop;    // -1: none
+};
+
+// A collective as named in errors: "allreduce (sequence number 7)".
+struct OpDesc {
+  const char* name;
+  uint64_t seq;
+};
+
+struct Mailbox {  // sender side of one (src -> dst) pair, in the sender's slot
+  std::atomic<uint64_t> posted;
+  uint64_t offset;
+  uint64_t nbytes;
+  int32_t dtype;
+  int32_t pad;
+};
+
+struct alignas(64) Slot {
+  std::atomic<uint64_t> arrived;  // barrier epochs reached by this rank
+  int32_t pid;                    // to tell a slow peer from a dead one
+  alignas(64) OpHeader header;
+  uint64_t offset[kMaxRanks];     // arena offsets of this rank's buffers for the op
+  uint64_t send_bytes[kMaxRanks];  // all-to-all: bytes this rank sends to each peer
+  uint64_t recv_bytes[kMaxRanks];  // ... and expects from each peer
+  Mailbox box[kMaxRanks];          // point-to-point: this rank -> peer
+  std::atomic<uint64_t> ack[kMaxRanks];  // point-to-point: messages taken from peer
+};
+
+struct Timeouts {
+  std::chrono::milliseconds connect;  // rendezvous (HCCL_CONNECT_TIMEOUT)
+  std::chrono::milliseconds exec;     // one wait inside a collective (HCCL_EXEC_TIMEOUT)
+};
+
+class ShmComm {
+ public:
+  ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std::string group, Timeouts timeouts);
+  ~ShmComm();
+  ShmComm(const ShmComm&) = delete;
+  ShmComm& operator=(const ShmComm&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& group() const { return group_; }
+  const Timeouts& timeouts() const { return timeouts_; }
+
+  // The device whose arena holds this rank's buffers; fixed at the first call. Publishes
+  // the arena for peers (through the store).
+  void bind(int device);
+  int device() const { return device_; }
+  // Arena offset of [p, p + nbytes) of this rank (error if outside the bound arena).
+  uint64_t offset_of(const void* p, size_t nbytes) const;
+  // Address of a peer's (or our own) buffer; maps the peer's arena on first use.
+  char* addr(int rank, uint64_t offset, uint64_t nbytes);
+
+  Slot& slot(int rank) { return slots_[rank]; }
+  Slot& mine() { return slots_[rank_]; }
+
+  // Every rank reaches this point (each collective calls it the same number of times).
+  void barrier(const OpDesc& op);
+  // Point-to-point (pull): the sender posts a buffer and waits until the receiver took it.
+  void send(int dst, uint64_t offset, uint64_t nbytes, int32_t dtype, const OpDesc& op);
+  void recv(int src, void* dst, uint64_t nbytes, int32_t dtype, const OpDesc& op);
+
+  // Marks the communicator failed for every rank (peers waiting raise at once).
+  [[noreturn]] void fail(const std::string& msg);
+
+  struct Segment;  // header of the control segment (defined in shm_comm.cpp)
+
+ private:
+  template <class Ready, class Missing>
+  void wait_for(Ready ready, Missing missing, const OpDesc& op);
+  [[noreturn]] void timeout(const OpDesc& op, const std::vector<int>& missing);
+  void check_alive(const OpDesc& op, const std::vector<int>& missing);
+  void ring();
+  void check_abort(const OpDesc& op);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_;
+  int size_;
+  std::string group_;
+  Timeouts timeouts_;
+  Segment* seg_ = nullptr;
+  Slot* slots_ = nullptr;
+  size_t seg_bytes_ = 0;
+  uint64_t epoch_ = 0;               // barriers passed (collective stream only)
+  uint64_t sent_[kMaxRanks] = {};    // send stream only
+  uint64_t taken_[kMaxRanks] = {};   // recv stream only
+  int device_ = -1;
+  char* base_ = nullptr;  // own arena
+  size_t arena_bytes_ = 0;
+  struct Peer {
+    std::atomic<char*> base{nullptr};
+    size_t bytes = 0;
+  };
+  std::unique_ptr<Peer[]> peers_;
+  std::mutex map_mu_;
+};
+
+}  // namespace torch_npu::distributed

@@ -1,0 +1,268 @@
+"""torchnpugen: the op table (ops/npu_native_functions.yaml) -> registrations for one pair.
+
+Reads the table and PyTorch's own native_functions.yaml (through torchgen, from the torch
+of the pair being built) and writes:
+
+  --cpp   the PrivateUse1 registrations of the supported zero-copy operators and the
+          per-operator data the kernels consult (dtype masks, why an operator is missing);
+  --py    torch_npu/_op_table.py: the supported / unsupported operators, for
+          torch.npu.is_op_supported and the op-support CLI;
+  --md    this pair's section of docs/OPS.md.
+
+usage: torchnpugen.py --table T --torch 2.13.0 --cann 8.5.0 --version 2.13.0.post1 --pair P
+                      [--cpp F] [--py F] [--md F]
+"""
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import yaml
+
+DTYPES = {  # table name -> c10::ScalarType enumerator
+    "uint8": "Byte", "int8": "Char", "int16": "Short", "int32": "Int", "int64": "Long",
+    "float16": "Half", "float32": "Float", "float64": "Double", "complex64": "ComplexFloat",
+    "complex128": "ComplexDouble", "bool": "Bool", "bfloat16": "BFloat16",
+}
+ENTRY_KEYS = {"op", "kernel", "cann", "dtypes", "supported", "note", "autograd"}
+KERNELS = {"zero_copy", "native"}
+
+
+@dataclass
+class Entry:
+    op: str
+    kernel: str = "zero_copy"
+    cann: str = ""
+    dtypes: Optional[List[str]] = None
+    supported: bool = True
+    note: str = ""
+    autograd: bool = False
+
+
+@dataclass
+class PairTable:
+    supported: List[Entry] = field(default_factory=list)
+    registered: List[str] = field(default_factory=list)         # zero-copy ops without a composite kernel
+    unsupported: Dict[str, str] = field(default_factory=dict)   # op -> why
+    absent: List[str] = field(default_factory=list)             # in the table, not in this torch
+    untabled: List[str] = field(default_factory=list)           # CPU kernels the table lacks
+    custom: List[Entry] = field(default_factory=list)
+
+
+def version_tuple(text: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in text.split("."))
+
+
+def cann_admits(spec: str, cann: str) -> bool:
+    """`spec` is a comma-separated list of comparisons such as ">=8.5,<9.1"."""
+    have = version_tuple(cann)
+    for clause in filter(None, (c.strip() for c in spec.split(","))):
+        m = re.fullmatch(r"(>=|<=|==|>|<)\s*(\d+(?:\.\d+)*)", clause)
+        if not m:
+            raise ValueError(f"bad cann range {spec!r}: expected clauses like '>=9.1' or '<9.1'")
+        want = version_tuple(m.group(2))
+        want += (0,) * (len(have) - len(want))
+        ok = {">=": have >= want, "<=": have <= want, "==": have == want, ">": have > want,
+              "<": have < want}[m.group(1)]
+        if not ok:
+            return False
+    return True
+
+
+def parse_entry(raw, where: str) -> Entry:
+    if isinstance(raw, str):
+        return Entry(op=raw)
+    if not isinstance(raw, dict) or "op" not in raw:
+        raise ValueError(f"{where}: expected an operator name or a mapping with 'op', got {raw!r}")
+    unknown = set(raw) - ENTRY_KEYS
+    if unknown:
+        raise ValueError(f"{where} ({raw['op']}): unknown keys {sorted(unknown)}; allowed: {sorted(ENTRY_KEYS)}")
+    e = Entry(**raw)
+    if e.kernel not in KERNELS:
+        raise ValueError(f"{where} ({e.op}): kernel must be one of {sorted(KERNELS)}, got {e.kernel!r}")
+    for d in e.dtypes or []:
+        if d not in DTYPES:
+            raise ValueError(f"{where} ({e.op}): unknown dtype {d!r}; known: {sorted(DTYPES)}")
+    if e.cann:
+        cann_admits(e.cann, "1.0")  # validates the syntax
+    return e
+
+
+@dataclass
+class Operator:
+    has_cpu: bool        # a CPU kernel: what the zero-copy path runs
+    has_composite: bool  # a CompositeExplicitAutograd(NonFunctional) kernel serves every backend
+
+
+def torch_operators() -> Dict[str, Operator]:
+    """Every overload of this torch's native_functions.yaml, with its kernels."""
+    import torchgen
+    from torchgen.gen import parse_native_yaml
+    from torchgen.model import DispatchKey
+
+    root = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native")
+    parsed = parse_native_yaml(os.path.join(root, "native_functions.yaml"), os.path.join(root, "tags.yaml"))
+    cpu = parsed.backend_indices[DispatchKey.CPU]
+    explicit = parsed.backend_indices[DispatchKey.CompositeExplicitAutograd]
+    non_functional = parsed.backend_indices[DispatchKey.CompositeExplicitAutogradNonFunctional]
+    by_name = {f.func.name: f for f in parsed.native_functions}
+    ops = {}
+    for f in parsed.native_functions:
+        delegate = f.structured_delegate
+        ops[str(f.func.name)] = Operator(
+            has_cpu=cpu.has_kernel(f) or (delegate is not None and cpu.has_kernel(by_name[delegate])),
+            # Structured ops' functional and in-place forms are registered under
+            # CompositeExplicitAutogradNonFunctional by PyTorch's codegen.
+            has_composite=explicit.has_kernel(f) or non_functional.has_kernel(f) or delegate is not None)
+    return ops
+
+
+def build_pair_table(table: dict, cann: str, operators: Dict[str, Operator]) -> PairTable:
+    out = PairTable()
+    seen = set()
+    for i, raw in enumerate(table.get("aten") or []):
+        e = parse_entry(raw, f"aten[{i}]")
+        if e.op in seen:
+            raise ValueError(f"aten[{i}]: {e.op} is listed twice")
+        seen.add(e.op)
+        if e.op not in operators:
+            out.absent.append(e.op)
+            continue
+        if not e.supported:
+            out.unsupported[e.op] = e.note or "no NPU kernel"
+        elif e.cann and not cann_admits(e.cann, cann):
+            out.unsupported[e.op] = f"needs CANN {e.cann}" + (f": {e.note}" if e.note else "")
+        elif e.kernel == "zero_copy" and not operators[e.op].has_cpu:
+            # Torch releases differ: the overload exists here without a CPU kernel.
+            out.unsupported[e.op] = "no CPU kernel in this torch release for the zero-copy path to run"
+        else:
+            out.supported.append(e)
+            # An operator with a composite kernel reaches the NPU through it (e.g. add.Tensor
+            # allocates and calls add.out); registering the zero-copy kernel would override it.
+            if e.kernel == "zero_copy" and not operators[e.op].has_composite:
+                out.registered.append(e.op)
+    for name, o in sorted(operators.items()):
+        if o.has_cpu and name not in seen:
+            out.untabled.append(name)
+            out.unsupported[name] = "not in the op table (ops/npu_native_functions.yaml)"
+    for i, raw in enumerate(table.get("custom") or []):
+        out.custom.append(parse_entry(raw, f"custom[{i}]"))
+    return out
+
+
+def c_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def dtype_mask(e: Entry) -> str:
+    if not e.dtypes:
+        return "kAnyDtype"
+    return " | ".join(f"dtype_bit(c10::ScalarType::{DTYPES[d]})" for d in e.dtypes)
+
+
+def write_cpp(path: str, t: PairTable, torch_version: str, cann: str, version: str) -> None:
+    restricted = sorted((e for e in t.supported if e.dtypes), key=lambda e: e.op)
+    lines = [
+        f"// Generated by ops/torchnpugen from ops/npu_native_functions.yaml for torch {torch_version}, "
+        f"CANN {cann}. Do not edit.",
+        '#include <torch/library.h>',
+        '',
+        '#include "ops/src/op_table.h"',
+        '',
+        'namespace torch_npu::ops {',
+        '',
+        f'const char* const kPairDescription = {c_string(f"torch_npu {version}, CANN {cann}")};',
+        '',
+        'const OpDtypes kRestrictedDtypes[] = {',
+        *[f"    {{{c_string(e.op)}, {dtype_mask(e)}}}," for e in restricted],
+        '    {nullptr, 0},',
+        '};',
+        '',
+        'const OpNote kUnsupportedOps[] = {',
+        *[f"    {{{c_string(op)}, {c_string(why)}}}," for op, why in sorted(t.unsupported.items())],
+        '    {nullptr, nullptr},',
+        '};',
+        '',
+        '}  // namespace torch_npu::ops',
+        '',
+        'TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {',
+        '  const auto kernel = [] { return torch::CppFunction::makeFromBoxedFunction<&torch_npu::ops::zero_copy_kernel>(); };',
+        *[f"  m.impl({c_string(op)}, kernel());" for op in sorted(t.registered)],
+        '}',
+        '',
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
+def write_py(path: str, t: PairTable, torch_version: str, cann: str) -> None:
+    supported = sorted(e.op for e in t.supported)
+    with open(path, "w") as f:
+        f.write(f'"""Generated by ops/torchnpugen for torch {torch_version}, CANN {cann}. Do not edit."""\n\n')
+        f.write(f"TORCH = {torch_version!r}\nCANN = {cann!r}\n\n")
+        f.write("# aten overloads the NPU serves\nSUPPORTED = frozenset({\n")
+        f.writelines(f"    {op!r},\n" for op in supported)
+        f.write("})\n\n# aten overloads that reach a backend but have no NPU kernel in this pair, and why\n")
+        f.write("UNSUPPORTED = {\n")
+        f.writelines(f"    {op!r}: {why!r},\n" for op, why in sorted(t.unsupported.items()))
+        f.write("}\n\n# torch.ops.npu fused operators -> whether they have their own backward\nCUSTOM = {\n")
+        f.writelines(f"    {e.op!r}: {e.autograd!r},\n" for e in t.custom)
+        f.write("}\n\n# aten overloads whose dtypes are restricted on the NPU\nDTYPES = {\n")
+        f.writelines(f"    {e.op!r}: {tuple(e.dtypes)!r},\n" for e in t.supported if e.dtypes)
+        f.write("}\n")
+
+
+def write_md(path: str, t: PairTable, torch_version: str, cann: str, pair: str) -> None:
+    native = sorted(e.op for e in t.supported if e.kernel == "native")
+    zero_copy = sorted(e.op for e in t.supported if e.kernel == "zero_copy")
+    out = [f"## {pair}: torch {torch_version}, CANN {cann}", "",
+           f"{len(t.supported)} ATen overloads supported ({len(zero_copy)} through the zero-copy path, "
+           f"{len(native)} native), {len(t.unsupported)} unsupported, {len(t.custom)} fused `torch.ops.npu` "
+           f"operators.", ""]
+    out += ["### Unsupported", "", "| operator | why |", "|---|---|"]
+    out += [f"| `aten::{op}` | {why} |" for op, why in sorted(t.unsupported.items())]
+    notes = {e.op: e.note for e in t.supported if e.note or e.dtypes}
+    out += ["", "### Supported with notes", "", "| operator | kernel | note |", "|---|---|---|"]
+    for e in sorted(t.supported, key=lambda e: e.op):
+        if e.op in notes:
+            extra = f"dtypes: {', '.join(e.dtypes)}. " if e.dtypes else ""
+            out.append(f"| `aten::{e.op}` | {e.kernel} | {extra}{e.note} |")
+    out += ["", "### Fused operators (`torch.ops.npu`, `torch_npu.<name>`)", "",
+            ", ".join(f"`{e.op}`" + (" (autograd)" if e.autograd else "") for e in t.custom), "",
+            "### All supported ATen overloads", "", ", ".join(f"`{op}`" for op in sorted(zero_copy + native)), ""]
+    if t.absent:
+        out += ["", f"Listed in the table but absent from torch {torch_version}: "
+                + ", ".join(f"`{op}`" for op in sorted(t.absent)), ""]
+    with open(path, "w") as f:
+        f.write("\n".join(out))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name in ("table", "torch", "cann", "version", "pair"):
+        p.add_argument("--" + name, required=True)
+    for name in ("cpp", "py", "md"):
+        p.add_argument("--" + name)
+    args = p.parse_args(argv)
+    with open(args.table) as f:
+        table = yaml.safe_load(f)
+    try:
+        t = build_pair_table(table, args.cann, torch_operators())
+    except ValueError as err:
+        raise SystemExit(f"torchnpugen: {args.table}: {err}")
+    if t.untabled:
+        print(f"torchnpugen: {len(t.untabled)} operator(s) of torch {args.torch} with CPU kernels are not in the "
+              f"op table and will be unsupported: {', '.join(t.untabled[:20])}"
+              + (" ..." if len(t.untabled) > 20 else ""), file=sys.stderr)
+    if args.cpp:
+        write_cpp(args.cpp, t, args.torch, args.cann, args.version)
+    if args.py:
+        write_py(args.py, t, args.torch, args.cann)
+    if args.md:
+        write_md(args.md, t, args.torch, args.cann, args.pair)
+
+
+if __name__ == "__main__":
+    main()

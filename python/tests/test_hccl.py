@@ -1,0 +1,432 @@
+"""HCCL (the ``hccl`` c10d backend): real multi-process runs on one host.
+
+Each test spawns its ranks (torch.multiprocessing, or torchrun); a rank that fails an
+assertion makes the spawn raise with its traceback. Ranks use npu:<rank>.
+"""
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import torch_npu  # noqa: F401
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spawn(fn, world, *args, env=None):
+    old = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        mp.spawn(fn, args=(world, _free_port()) + args, nprocs=world, join=True)
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def _init(rank, world, port, timeout=None):
+    import datetime
+
+    import torch_npu  # noqa: F401  (spawned interpreters start fresh)
+    torch.npu.set_device(rank)
+    kwargs = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
+    dist.init_process_group("hccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, **kwargs)
+    return torch.device("npu", rank)
+
+
+def _shm_segments():
+    return sorted(f for f in os.listdir("/dev/shm") if f.startswith("torch_npu_hccl"))
+
+
+# ---- every collective, every dtype / op ---------------------------------------------------
+
+def _expected_reduce(values, op):
+    out = values[0].clone()
+    for v in values[1:]:
+        if op == dist.ReduceOp.SUM or op == dist.ReduceOp.AVG:
+            out = out + v
+        elif op == dist.ReduceOp.PRODUCT:
+            out = out * v
+        elif op == dist.ReduceOp.MIN:
+            out = torch.minimum(out, v)
+        elif op == dist.ReduceOp.MAX:
+            out = torch.maximum(out, v)
+    if op == dist.ReduceOp.AVG:
+        out = out / len(values)
+    return out
+
+
+def _value(rank, n, dtype, salt=0):
+    """Small exact values (fp16/bf16 sums and products stay exact)."""
+    base = torch.arange(n, dtype=torch.int64) % 3 + rank + 1 + salt
+    return base.to(dtype)
+
+
+def _w_collectives(rank, world, port):
+    dev = _init(rank, world, port)
+    ranks = range(world)
+
+    # all_reduce: every op x dtype, small (one-shot) and large (two-shot) messages
+    for dtype in DTYPES:
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN,
+                   dist.ReduceOp.MAX):
+            if op == dist.ReduceOp.AVG and not dtype.is_floating_point:
+                continue
+            for n in (7, 100_003):
+                t = _value(rank, n, dtype).to(dev)
+                dist.all_reduce(t, op=op)
+                want = _expected_reduce([_value(r, n, torch.float64) for r in ranks], op)
+                torch.testing.assert_close(t.cpu().double(), want.to(dtype).double(), msg=f"{dtype} {op} {n}")
+    b = torch.tensor([rank == 0, True, False]).to(dev)
+    dist.all_reduce(b, op=dist.ReduceOp.MAX)
+    assert b.cpu().tolist() == [True, True, False]
+    dist.all_reduce(b, op=dist.ReduceOp.MIN)
+    assert b.cpu().tolist() == [True, True, False]
+
+    # broadcast / reduce
+    for root in ranks:
+        t = _value(rank, 1000, torch.float32).to(dev)
+        dist.broadcast(t, src=root)
+        assert torch.equal(t.cpu(), _value(root, 1000, torch.float32))
+        t = _value(rank, 1000, torch.int64).to(dev)
+        dist.reduce(t, dst=root, op=dist.ReduceOp.SUM)
+        if rank == root:
+            assert torch.equal(t.cpu(), sum(_value(r, 1000, torch.int64) for r in ranks))
+
+    # all_gather (list and into_tensor), reduce_scatter (list and tensor)
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        x = _value(rank, 513, dtype).to(dev)
+        outs = [torch.empty(513, dtype=dtype, device=dev) for _ in ranks]
+        dist.all_gather(outs, x)
+        for r in ranks:
+            assert torch.equal(outs[r].cpu(), _value(r, 513, dtype))
+        flat = torch.empty(513 * world, dtype=dtype, device=dev)
+        dist.all_gather_into_tensor(flat, x)
+        assert torch.equal(flat.cpu(), torch.cat([_value(r, 513, dtype) for r in ranks]))
+
+        ins = [_value(rank, 300, dtype, salt=i).to(dev) for i in ranks]
+        out = torch.empty(300, dtype=dtype, device=dev)
+        dist.reduce_scatter(out, ins)
+        assert torch.equal(out.cpu(), sum(_value(r, 300, torch.int64, salt=rank) for r in ranks).to(dtype))
+        big = torch.cat([_value(rank, 300, dtype, salt=i) for i in ranks]).to(dev)
+        dist.reduce_scatter_tensor(out, big, op=dist.ReduceOp.MAX)
+        assert torch.equal(out.cpu(), _value(world - 1, 300, dtype, salt=rank))
+
+    # all_to_all_single: even and uneven splits; all_to_all with lists
+    x = torch.arange(world * 4, dtype=torch.float32).add(100 * rank).to(dev)
+    y = torch.empty_like(x)
+    dist.all_to_all_single(y, x)
+    want = torch.cat([torch.arange(world * 4).add(100 * r)[rank * 4:(rank + 1) * 4] for r in ranks])
+    assert torch.equal(y.cpu(), want.float())
+    # rank r sends (d + 1) rows of 3 to rank d
+    send = torch.cat([torch.full((d + 1, 3), 10 * rank + d) for d in ranks]).to(dev)
+    recv = torch.empty((rank + 1) * world, 3, dtype=send.dtype, device=dev)
+    dist.all_to_all_single(recv, send, output_split_sizes=[rank + 1] * world,
+                           input_split_sizes=[d + 1 for d in ranks])
+    assert torch.equal(recv.cpu(), torch.cat([torch.full((rank + 1, 3), 10 * s + rank) for s in ranks]))
+    outs = [torch.empty(s + 2, device=dev) for s in ranks]
+    dist.all_to_all(outs, [torch.full((rank + 2,), float(rank * 10 + d), device=dev) for d in ranks])
+    for s in ranks:
+        assert torch.equal(outs[s].cpu(), torch.full((s + 2,), float(s * 10 + rank)))
+
+    # gather / scatter
+    x = torch.full((5,), float(rank), device=dev)
+    outs = [torch.empty(5, device=dev) for _ in ranks] if rank == 1 else None
+    dist.gather(x, outs, dst=1)
+    if rank == 1:
+        assert [o.cpu()[0].item() for o in outs] == [float(r) for r in ranks]
+    out = torch.empty(5, device=dev)
+    dist.scatter(out, [torch.full((5,), float(r * 7), device=dev) for r in ranks] if rank == 0 else None, src=0)
+    assert torch.equal(out.cpu(), torch.full((5,), float(rank * 7)))
+
+    # send / recv, isend / irecv, batch_isend_irecv (a ring)
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    if rank == 0:
+        dist.send(torch.arange(10, device=dev), dst=1)
+    elif rank == 1:
+        t = torch.empty(10, dtype=torch.int64, device=dev)
+        dist.recv(t, src=0)
+        assert torch.equal(t.cpu(), torch.arange(10))
+    s = torch.full((1000,), float(rank), device=dev)
+    r = torch.empty(1000, device=dev)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)])
+    for q in reqs:
+        q.wait()
+    assert torch.equal(r.cpu(), torch.full((1000,), float(prv)))
+
+    # async_op + wait orders the current stream after the collective; the comm stream
+    # starts after work already queued on the current stream
+    t = torch.ones(1 << 20, device=dev)
+    t.mul_(rank + 1)  # queued on the current stream before the collective
+    work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    t.add_(1)  # queued after the wait: sees the reduced values
+    assert t.cpu()[::4096].eq(sum(r + 1 for r in ranks) + 1).all()
+    fut = dist.all_reduce(torch.ones(4, device=dev), async_op=True).get_future()
+    assert fut.wait()[0].cpu().tolist() == [float(world)] * 4
+
+    # coalesced all_reduce
+    ts = [torch.ones(3, device=dev) * (rank + 1), torch.ones(5, device=dev)]
+    dist.all_reduce_coalesced(ts)
+    assert ts[0].cpu().tolist() == [float(sum(r + 1 for r in ranks))] * 3
+
+    # subgroups
+    if world >= 3:
+        g = dist.new_group([0, 2])
+        if rank in (0, 2):
+            t = torch.full((4,), float(rank), device=dev)
+            dist.all_reduce(t, group=g)
+            assert t.cpu().tolist() == [2.0] * 4
+    else:
+        g = dist.new_group([0, 1])
+        t = torch.full((4,), float(rank + 1), device=dev)
+        dist.all_reduce(t, group=g, op=dist.ReduceOp.PRODUCT)
+        assert t.cpu().tolist() == [2.0] * 4
+
+    # bad input: clear errors before any communication
+    def raises(fn, text):
+        try:
+            fn()
+        except (RuntimeError, ValueError) as e:
+            assert text in str(e), str(e)
+        else:
+            raise AssertionError(f"no error containing {text!r}")
+    backend = dist.group.WORLD._get_backend(torch.device("npu"))
+    raises(lambda: backend.allreduce([torch.ones(3)]), "expects npu tensors")
+    other = torch.ones(3, device=torch.device("npu", (rank + 1) % world))
+    raises(lambda: dist.all_reduce(other), "uses npu:%d" % rank)
+    raises(lambda: dist.broadcast(torch.ones(3, device=dev), src=world), "invalid")
+    raises(lambda: dist.all_gather_into_tensor(torch.empty(3, device=dev), torch.ones(2, device=dev)),
+           "world_size")
+    raises(lambda: dist.all_reduce(torch.ones(4, 4, device=dev).t()), "contiguous")
+    raises(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32, device=dev), op=dist.ReduceOp.AVG),
+           "floating point")
+    dist.barrier()
+    torch.npu.synchronize()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_collectives(world):
+    before = _shm_segments()
+    _spawn(_w_collectives, world)
+    assert _shm_segments() == before
+
+
+# ---- mismatched sizes across ranks ---------------------------------------------------------
+
+def _w_mismatch(rank, world, port):
+    dev = _init(rank, world, port)
+    t = torch.ones(10 + rank, device=dev)
+    dist.all_reduce(t)
+    try:
+        torch.npu.synchronize()
+    except RuntimeError as e:
+        msg = str(e)
+        assert "does not match across ranks" in msg and "10 elements" in msg and "11 elements" in msg, msg
+    else:
+        raise AssertionError("mismatched all_reduce did not raise")
+    dist.destroy_process_group()
+
+
+def test_mismatched_sizes_raise():
+    _spawn(_w_mismatch, 2)
+
+
+# ---- a rank that never arrives -------------------------------------------------------------
+
+def _w_timeout(rank, world, port):
+    import time
+
+    dev = _init(rank, world, port)
+    t = torch.ones(8, device=dev)
+    dist.all_reduce(t)  # sequence number 1: both ranks
+    torch.npu.synchronize()
+    if rank == 0:
+        start = time.time()
+        dist.all_reduce(t)  # rank 1 skips this one
+        try:
+            torch.npu.synchronize()
+        except RuntimeError as e:
+            msg = str(e)
+            assert "timed out" in msg and "rank(s) 1" in msg and "allreduce" in msg, msg
+            assert "sequence number 2" in msg, msg
+            assert time.time() - start < 20, "took longer than HCCL_EXEC_TIMEOUT allows"
+        else:
+            raise AssertionError("no timeout error")
+        # the communicator is aborted: later calls fail at once instead of hanging
+        try:
+            dist.all_reduce(t)
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("a collective on a failed communicator did not raise")
+    else:
+        time.sleep(4)  # stay alive (peer present but absent from the collective)
+    dist.destroy_process_group()
+
+
+def test_timeout_names_rank_and_collective():
+    before = _shm_segments()
+    _spawn(_w_timeout, 2, env={"HCCL_EXEC_TIMEOUT": "2"})
+    assert _shm_segments() == before
+
+
+def _w_dead_peer(rank, world, port):
+    import time
+
+    dev = _init(rank, world, port)
+    t = torch.ones(8, device=dev)
+    dist.all_reduce(t)
+    torch.npu.synchronize()
+    if rank == 1:
+        os._exit(0)  # dies without a word
+    start = time.time()
+    dist.all_reduce(t)
+    try:
+        torch.npu.synchronize()
+    except RuntimeError as e:
+        assert "rank 1" in str(e) and "exited" in str(e), str(e)
+        assert time.time() - start < 15, "a dead peer must be noticed long before HCCL_EXEC_TIMEOUT"
+    else:
+        raise AssertionError("no error for a dead peer")
+
+
+def test_dead_peer_is_detected():
+    _spawn(_w_dead_peer, 2, env={"HCCL_EXEC_TIMEOUT": "120"})
+
+
+# ---- DDP --------------------------------------------------------------------------------
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+
+
+def _w_ddp(rank, world, port, result_path):
+    dev = _init(rank, world, port)
+    model = torch.nn.parallel.DistributedDataParallel(_model().to(dev), bucket_cap_mb=0.001)
+    torch.manual_seed(1)
+    x = torch.randn(world * 8, 16)
+    y = torch.randn(world * 8, 4)
+    xs, ys = x[rank * 8:(rank + 1) * 8].to(dev), y[rank * 8:(rank + 1) * 8].to(dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(xs), ys).backward()
+        opt.step()
+    if rank == 0:
+        torch.save([p.detach().cpu() for p in model.parameters()], result_path)
+    dist.destroy_process_group()
+
+
+def test_ddp_matches_single_process(tmp_path):
+    world = 2
+    path = str(tmp_path / "weights.pt")
+    _spawn(_w_ddp, world, path)
+    # the same two steps on the whole batch in one process
+    model = _model()
+    torch.manual_seed(1)
+    x = torch.randn(world * 8, 16)
+    y = torch.randn(world * 8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    for got, want in zip(torch.load(path), model.parameters()):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+
+
+def _w_fsdp2(rank, world, port, result_path):
+    from torch.distributed.fsdp import fully_shard
+
+    _init(rank, world, port)
+    model = _model().npu()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    torch.manual_seed(1)
+    x = torch.randn(world * 8, 16)
+    y = torch.randn(world * 8, 4)
+    xs, ys = x[rank * 8:(rank + 1) * 8].npu(), y[rank * 8:(rank + 1) * 8].npu()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(xs), ys).backward()
+        opt.step()
+    full = [p.full_tensor().cpu() for p in model.parameters()]  # a collective: every rank
+    if rank == 0:
+        torch.save(full, result_path)
+    dist.destroy_process_group()
+
+
+def test_fsdp2_matches_single_process(tmp_path):
+    world = 2
+    path = str(tmp_path / "weights.pt")
+    _spawn(_w_fsdp2, world, path)
+    model = _model()
+    torch.manual_seed(1)
+    x = torch.randn(world * 8, 16)
+    y = torch.randn(world * 8, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    for got, want in zip(torch.load(path), model.parameters()):
+        torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+
+
+# ---- torchrun (env://) -------------------------------------------------------------------
+
+def test_torchrun_env_init(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""
+        import os, torch, torch_npu, torch.distributed as dist
+        local = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("hccl")  # env://
+        dist.barrier()  # before set_device: runs on the current device, then done
+        torch.npu.set_device(local)
+        t = torch.full((3,), float(dist.get_rank() + 1), device="npu")
+        dist.all_reduce(t)
+        assert t.cpu().tolist() == [3.0] * 3, t
+        assert isinstance(dist.ProcessGroupHCCL.Options(), dist.ProcessGroupHCCL.Options)
+        dist.destroy_process_group()
+        print("ok", local)
+    """))
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [package_root, os.environ.get("PYTHONPATH")] if p))
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                          f"--master_port={_free_port()}", str(script)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("ok") == 2
+
+
+def test_options_and_registration():
+    opts = dist.ProcessGroupHCCL.Options()
+    assert opts.is_high_priority_stream is False
+    opts.hccl_config = {"hccl_buffer_size": 200, "group_name": "x"}
+    assert opts.hccl_config["hccl_buffer_size"] == 200
+    import datetime
+    opts.op_timeout = datetime.timedelta(seconds=5)
+    assert opts.op_timeout == datetime.timedelta(seconds=5)
+    assert torch_npu._C._distributed_c10d.ProcessGroupHCCL is dist.ProcessGroupHCCL
+    assert "hccl" in dist.Backend.backend_list
+    assert dist.Backend.default_device_backend_map.get("npu") == "hccl"

@@ -1,0 +1,137 @@
+"""The op table (ops/npu_native_functions.yaml) at work: unsupported operators, the CPU
+fallback, dtype restrictions, torch.npu.is_op_supported and the op-support CLI."""
+import os
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import torch_npu
+from torch_npu import _op_table
+from torch_npu.npu import op_support
+
+from conftest import run_python
+
+NEEDS_CANN_91 = "linalg_lstsq.out"  # supported from (simulated) CANN 9.1 on
+
+
+@pytest.fixture
+def no_cpu_fallback():
+    before = torch.npu.get_cpu_fallback()
+    torch.npu.set_cpu_fallback(False)
+    yield
+    torch.npu.set_cpu_fallback(before)
+
+
+def test_table_matches_this_pair():
+    assert _op_table.TORCH == torch_npu.version.torch_version
+    assert _op_table.CANN == torch_npu.version.cann_version
+    assert "add.out" in _op_table.SUPPORTED and "mm.out" in _op_table.SUPPORTED
+    assert "npu_rms_norm" in _op_table.CUSTOM and _op_table.CUSTOM["npu_rms_norm"] is True
+    # The CANN ranges of the table make the pairs differ.
+    cann91 = tuple(int(p) for p in _op_table.CANN.split(".")) >= (9, 1)
+    assert (NEEDS_CANN_91 in _op_table.SUPPORTED) == cann91
+
+
+def test_every_supported_operator_has_an_npu_kernel():
+    """A supported overload either has a PrivateUse1 kernel of its own (generated or native)
+    or a composite kernel that serves every backend."""
+    missing = []
+    for name in _op_table.SUPPORTED:
+        qualified = "aten::" + name
+        if not torch._C._dispatch_has_kernel(qualified):
+            continue  # an overload of another torch release
+        if not any(torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)
+                   for key in ("PrivateUse1", "CompositeExplicitAutograd",
+                               "CompositeExplicitAutogradNonFunctional")):
+            missing.append(name)
+    assert missing == []
+
+
+def test_is_op_supported():
+    assert torch.npu.is_op_supported("aten::add.Tensor")
+    assert torch.npu.is_op_supported(torch.ops.aten.add.Tensor)
+    assert torch.npu.is_op_supported("aten::addmm")
+    assert torch.npu.is_op_supported("npu_rms_norm")
+    assert torch.npu.is_op_supported("torchvision::nms")  # other libraries' CPU kernels run zero-copy
+    assert not torch.npu.is_op_supported("aten::quantize_per_tensor")
+    assert torch.npu.is_op_supported("aten::linalg_lstsq") == (NEEDS_CANN_91 in _op_table.SUPPORTED)
+    assert "quantized" in op_support.unsupported_reason("aten::quantize_per_tensor")
+    with pytest.raises(TypeError, match="op must be"):
+        torch.npu.is_op_supported(3)
+
+
+@pytest.mark.skipif(NEEDS_CANN_91 in _op_table.SUPPORTED, reason="linalg_lstsq is supported on this pair")
+def test_unsupported_operator_raises_with_what_to_do(no_cpu_fallback):
+    a, b = torch.randn(4, 3).npu(), torch.randn(4, 2).npu()
+    with pytest.raises(NotImplementedError) as err:
+        torch.linalg.lstsq(a, b)
+    text = str(err.value)
+    assert "aten::linalg_lstsq.out is not supported on NPU" in text
+    assert torch_npu.__version__ in text and _op_table.CANN in text
+    assert "TORCH_NPU_CPU_FALLBACK=1" in text and "set_cpu_fallback(True)" in text
+
+
+@pytest.mark.skipif(NEEDS_CANN_91 in _op_table.SUPPORTED, reason="linalg_lstsq is supported on this pair")
+def test_cpu_fallback_runs_on_the_cpu_and_warns_once(no_cpu_fallback):
+    a, b = torch.randn(5, 3), torch.randn(5, 2)
+    torch.npu.set_cpu_fallback(True)
+    assert torch.npu.get_cpu_fallback()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = torch.linalg.lstsq(a.npu(), b.npu()).solution
+        second = torch.linalg.lstsq(a.npu(), b.npu()).solution
+    assert first.device.type == "npu"
+    torch.testing.assert_close(first.cpu(), torch.linalg.lstsq(a, b).solution)
+    torch.testing.assert_close(second.cpu(), first.cpu())
+    messages = [str(w.message) for w in caught if "linalg_lstsq" in str(w.message)]
+    assert len(messages) <= 1  # once per operator and process (it may have warned earlier)
+
+
+@pytest.mark.skipif(NEEDS_CANN_91 in _op_table.SUPPORTED, reason="linalg_lstsq is supported on this pair")
+def test_cpu_fallback_from_the_environment():
+    result = run_python(textwrap.dedent("""
+        import torch, torch_npu
+        print(torch.npu.get_cpu_fallback())
+        a = torch.eye(3).npu()
+        print(torch.linalg.lstsq(a, a).solution.device)
+    """), env={"TORCH_NPU_CPU_FALLBACK": "1"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "npu:0"]
+    assert "will fall back to run on the CPU" in result.stderr
+
+
+def test_dtype_restriction_names_the_dtype():
+    a = torch.randn(3, 3, dtype=torch.float64).npu()
+    with pytest.raises(RuntimeError, match=r"aten::mm.out does not support Double on NPU .* it takes"):
+        a @ a
+    ints = torch.ones(2, 2, dtype=torch.int64).npu()
+    with pytest.raises(RuntimeError, match="does not support Long"):
+        torch.mm(ints, ints)
+    x = torch.randn(3, 3).npu()
+    torch.testing.assert_close((x @ x).cpu(), x.cpu() @ x.cpu())
+
+
+def test_unsupported_ops_of_a_model():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU())
+    found = op_support.unsupported_ops_of(model, torch.randn(2, 4))
+    assert found == {}
+
+    def uses_lstsq(a, b):
+        return torch.linalg.lstsq(a, b).solution
+
+    found = op_support.unsupported_ops_of(uses_lstsq, torch.randn(4, 3), torch.randn(4, 2))
+    # The functional overload is reported: it reaches the NPU through linalg_lstsq.out.
+    assert bool(found) == (NEEDS_CANN_91 not in _op_table.SUPPORTED)
+    assert all("linalg_lstsq.out" in why for why in found.values())
+
+
+def test_cli_lists_unsupported_operators(tmp_path):
+    script = tmp_path / "model.py"
+    script.write_text("import torch\nprint(torch.linalg.lstsq(torch.randn(4, 3), torch.randn(4, 2)).solution.shape)\n")
+    result = run_python(f"from torch_npu.npu import op_support; raise SystemExit(op_support.main([{str(script)!r}]))")
+    expect_missing = NEEDS_CANN_91 not in _op_table.SUPPORTED
+    assert ("needs CANN >=9.1" in result.stdout) == expect_missing, result.stdout + result.stderr
+    assert "not supported on NPU" in result.stdout
+    assert result.returncode == (1 if expect_missing else 0)

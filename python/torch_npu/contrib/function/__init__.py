@@ -1,0 +1,27 @@
+"""torch_npu.contrib.function: detection helpers and fused compositions with torch_npu's
+names and signatures (thin wrappers over the ``torch.ops.npu`` kernels and ATen ops)."""
+from .iou import npu_iou, npu_ptiou, npu_giou, npu_diou, npu_ciou
+from .nms import npu_multiclass_nms, npu_batched_multiclass_nms
+from .bbox_coder import (npu_bbox_coder_encode_yolo, npu_bbox_coder_encode_xyxy2xywh,
+                         npu_bbox_coder_decode_xywh2xyxy)
+from .fuse_add_softmax_dropout import fuse_add_softmax_dropout
+from .roll import roll
+from .matmul_transpose import matmul_transpose
+from .npu_functional import dropout_with_byte_mask
+
+__all__ = [
+    "npu_iou",
+    "npu_ptiou",
+    "npu_giou",
+    "npu_diou",
+    "npu_ciou",
+    "npu_multiclass_nms",
+    "npu_batched_multiclass_nms",
+    "npu_bbox_coder_encode_yolo",
+    "npu_bbox_coder_encode_xyxy2xywh",
+    "npu_bbox_coder_decode_xywh2xyxy",
+    "fuse_add_softmax_dropout",
+    "roll",
+    "matmul_transpose",
+    "dropout_with_byte_mask",
+]

@@ -1,0 +1,34 @@
+"""torch_npu.contrib.module: modules with torch_npu's names, signatures and defaults."""
+from .channel_shuffle import ChannelShuffle
+from .prefetcher import Prefetcher
+from .crossentropy import LabelSmoothingCrossEntropy
+from .roi_align import ROIAlign
+from .deform_conv import ModulatedDeformConv, DCNv2
+from .activations import Mish, SiLU, Swish
+from .ensemble_dropout import NpuFairseqDropout, NpuCachedDropout
+from .drop_path import NpuDropPath
+from .focus import Focus
+from .batchnorm import FastBatchNorm1d, FastBatchNorm2d, FastBatchNorm3d
+from .npu_modules import DropoutWithByteMask
+from .multihead_attention import MultiheadAttention
+
+__all__ = [
+    "ChannelShuffle",
+    "Prefetcher",
+    "LabelSmoothingCrossEntropy",
+    "ROIAlign",
+    "ModulatedDeformConv",
+    "DCNv2",
+    "Mish",
+    "SiLU",
+    "Swish",
+    "NpuFairseqDropout",
+    "NpuCachedDropout",
+    "NpuDropPath",
+    "Focus",
+    "FastBatchNorm1d",
+    "FastBatchNorm2d",
+    "FastBatchNorm3d",
+    "DropoutWithByteMask",
+    "MultiheadAttention",
+]

@@ -1,0 +1,90 @@
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn import Parameter
+
+from .ensemble_dropout import NpuCachedDropout
+
+__all__ = ["MultiheadAttention"]
+
+
+class MultiheadAttention(nn.Module):
+    """fairseq-style multi-head attention with torch_npu's interface (its fused path,
+    torch_npu.npu_multi_head_attention, composed here from ATen ops).
+
+    forward(query [bsz * tgt_len, E], key [bsz * s_len, kdim], value [bsz * s_len, vdim],
+    bsz, tgt_len, s_len, key_padding_mask=None, ...) -> (attn [bsz * tgt_len, E], None);
+    rows are batch-major, ``key_padding_mask`` is an additive float mask broadcastable to
+    [bsz, num_heads, tgt_len, s_len]. ``q_noise`` (fairseq's quantisation noise) is not
+    applied."""
+
+    def __init__(self, embed_dim, num_heads, kdim=None, vdim=None, dropout=0.0, bias=True, add_bias_kv=False,
+                 add_zero_attn=False, self_attention=False, encoder_decoder_attention=False, q_noise=0.0,
+                 qn_block_size=8):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.kdim = kdim if kdim is not None else embed_dim
+        self.vdim = vdim if vdim is not None else embed_dim
+        self.qkv_same_dim = self.kdim == embed_dim and self.vdim == embed_dim
+        self.num_heads = num_heads
+        self.dropout_module = NpuCachedDropout(dropout, module_name=self.__class__.__name__)
+        self.dropout_prob = dropout
+        self.head_dim = embed_dim // num_heads
+        if self.head_dim * num_heads != self.embed_dim:
+            raise ValueError("embed_dim must be divisible by num_heads")
+        self.scaling = self.head_dim ** -0.5
+        self.self_attention = self_attention
+        self.encoder_decoder_attention = encoder_decoder_attention
+        if self.self_attention and not self.qkv_same_dim:
+            raise ValueError("Self-attention requires query, key and value to be of the same size")
+        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        if add_bias_kv:
+            self.bias_k = Parameter(torch.Tensor(1, 1, embed_dim))
+            self.bias_v = Parameter(torch.Tensor(1, 1, embed_dim))
+        else:
+            self.bias_k = self.bias_v = None
+        self.add_zero_attn = add_zero_attn
+        self.reset_parameters()
+        self.onnx_trace = False
+        self.tpu = False
+
+    def prepare_for_onnx_export_(self):
+        self.onnx_trace = True
+
+    def prepare_for_tpu_(self, **kwargs):
+        self.tpu = True
+
+    def reset_parameters(self):
+        gain = 1 / math.sqrt(2) if self.qkv_same_dim else 1.
+        for proj in (self.k_proj, self.v_proj, self.q_proj):
+            nn.init.xavier_uniform_(proj.weight, gain=gain)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        if self.out_proj.bias is not None:
+            nn.init.constant_(self.out_proj.bias, 0.0)
+        if self.bias_k is not None:
+            nn.init.xavier_normal_(self.bias_k)
+        if self.bias_v is not None:
+            nn.init.xavier_normal_(self.bias_v)
+
+    def forward(self, query, key, value, bsz, tgt_len, s_len, key_padding_mask=None, incremental_state=None,
+                need_weights=True, static_kv=False, attn_mask=None, before_softmax=False, need_head_weights=False):
+        return self.multi_attn(query, key, value, key_padding_mask, bsz, tgt_len), None
+
+    def multi_attn(self, query, key, value, key_padding_mask, bsz, tgt_len):
+        src_len = key.size(0) // bsz
+        h, d = self.num_heads, self.head_dim
+        q = (self.q_proj(query) * self.scaling).view(bsz, tgt_len, h, d).transpose(1, 2)
+        k = self.k_proj(key).view(bsz, src_len, h, d).transpose(1, 2)
+        v = self.v_proj(value).view(bsz, src_len, h, d).transpose(1, 2)
+        scores = q @ k.transpose(-2, -1)
+        if key_padding_mask is not None:
+            scores = scores + key_padding_mask.to(scores.dtype)
+        probs = F.softmax(scores.float(), dim=-1).to(scores.dtype)
+        probs = self.dropout_module(probs)
+        context = (probs @ v).transpose(1, 2).reshape(bsz * tgt_len, self.embed_dim)
+        return self.out_proj(context)
