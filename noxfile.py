@@ -5,6 +5,7 @@
                        run the Python tests against the installed wheel
   nox -s quickstart    build the default pair and train a small transformer on npu:0
   nox -s benchmarks    run benchmarks/ and write docs/BENCHMARKS.md
+  nox -s conformance   the full OpInfo conformance suite -> the Conformance section of docs/OPS.md
 Select pairs with `-- v2.13.0-8.5.0 ...` (default: all).
 """
 import json
@@ -93,3 +94,14 @@ def benchmarks(session):
     python = _install(session, DEFAULT_PAIR)
     session.chdir(os.path.join(ROOT, "benchmarks"))
     session.run(python, "run_all.py", "--write", os.path.join(ROOT, "docs", "BENCHMARKS.md"), external=True)
+
+
+@nox.session(python=False)
+def conformance(session):
+    """The full OpInfo conformance suite (every dtype, backward) of the default pair ->
+    the Conformance section of docs/OPS.md (the default pytest run has a fast slice only)."""
+    python = _install(session, DEFAULT_PAIR)
+    # From outside the tree so `import torch_npu` is the installed wheel.
+    session.chdir(os.path.join(ROOT, "python", "tests"))
+    session.run(python, os.path.join("ops", "report.py"), "--write", os.path.join(ROOT, "docs", "OPS.md"),
+                *session.posargs, external=True)

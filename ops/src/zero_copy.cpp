@@ -57,7 +57,11 @@ void release_npu_storage(void* ctx) { c10::raw::intrusive_ptr::decref(static_cas
 
 // A tensor over `storage` with `like`'s dtype, sizes, strides, offset and conj/neg bits.
 at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  c10::DispatchKeySet keys(key);
+  // A ZeroTensor (at::_efficientzerotensor, e.g. the gradient of sgn on real inputs) has no
+  // data: without its key, kernels would read its null buffer.
+  if (like._is_zerotensor()) keys = keys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), keys, like.dtype());
   impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   impl->_set_conj(like.is_conj());
   impl->_set_neg(like.is_neg());
@@ -70,6 +74,8 @@ at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Ten
 // keeps pointing at the bytes, without owning them.
 c10::DataPtr take_buffer(c10::StorageImpl* cpu, c10::DeviceIndex device) {
   const size_t nbytes = cpu->nbytes();
+  // No bytes behind it (a ZeroTensor's storage claims nbytes over a null pointer).
+  if (cpu->data() == nullptr) return c10::DataPtr(nullptr, c10::Device(kNPU, device));
   if (cpu->data() != nullptr && aclsimPointerDevice(cpu->data()) == device &&
       cpu->data_ptr().get_deleter() != &release_npu_storage) {
     c10::DataPtr dp = cpu->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
@@ -537,6 +543,13 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Through PyTorch's generic structured wrapper, mse_loss(reduction="mean") would call
   // mse_loss.out with a 0-dim output that the CPU kernel resizes, warning on every call.
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+  // These have a CPU kernel and also a CompositeExplicitAutograd one (math_*), which the
+  // generator leaves to PyTorch, so on npu they ran decomposed: other rounding, and
+  // layer/group norm's mean and rstd in the input dtype where the CPU gives float32.
+  m.impl("native_layer_norm", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+  m.impl("native_group_norm", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+  m.impl("addr", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+  m.impl("addr.out", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
   m.impl("add.Tensor", TORCH_FN(add_tensor));
   m.impl("sub.Tensor", TORCH_FN(sub_tensor));
   m.impl("mul.Tensor", TORCH_FN(mul_tensor));
