@@ -7,6 +7,8 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <type_traits>
+#include <vector>
 
 #include "fused.h"
 #include "vmath.h"
@@ -39,33 +41,61 @@ RmsShape rms_shape(const char* op, const Tensor& x, const Tensor& gamma) {
   return s;
 }
 
-// y = x * rstd * gamma with rstd = 1 / sqrt(mean(x^2) + eps), one row at a time.
-// With `residual`, x is x1 + x2 and is also written to `sum`.
+// Sum of squares with 16 partial sums (a reduction GCC vectorises only when the
+// order of additions is spelled out), and y = x * inv * g.
+inline float sum_squares(const float* x, int64_t n) {
+  float part[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    for (int j = 0; j < 16; ++j) part[j] += x[i + j] * x[i + j];
+  }
+  float s = 0.f;
+  for (int j = 0; j < 16; ++j) s += part[j];
+  for (; i < n; ++i) s += x[i] * x[i];
+  return s;
+}
+NPU_SIMD float rms_row_f(const float* x, const float* g, float* y, int64_t n, float eps) {
+  const float inv = 1.f / std::sqrt(sum_squares(x, n) / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * g[i];
+  return inv;
+}
+double rms_row_f(const double* x, const double* g, double* y, int64_t n, double eps) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += x[i] * x[i];
+  const double inv = 1.0 / std::sqrt(acc / static_cast<double>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv * g[i];
+  return inv;
+}
+
+// y = x * rstd * gamma with rstd = 1 / sqrt(mean(x^2) + eps), one row at a time, in the
+// compute type A. With `residual`, x is x1 + x2 (rounded to T) and is also written to `sum`.
 template <typename T, typename G>
 void rms_norm_rows(const T* x1, const T* x2, const G* gamma, T* y, float* rstd, T* sum, int64_t rows,
                    int64_t cols, double eps) {
   using A = vmath::acc_t<T>;
+  std::vector<A> g(gamma, gamma + cols);
   at::parallel_for(0, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1)), [&](int64_t b, int64_t e) {
+    // Rows in the compute type, unless T is it already (then x and y are used in place).
+    std::vector<A> xbuf(std::is_same_v<T, A> && !x2 ? 0 : cols), ybuf(std::is_same_v<T, A> ? 0 : cols);
     for (int64_t r = b; r < e; ++r) {
       const T* a = x1 + r * cols;
-      const T* c = x2 ? x2 + r * cols : nullptr;
-      T* s = sum ? sum + r * cols : nullptr;
-      A acc = 0;
-      for (int64_t i = 0; i < cols; ++i) {
-        A v = static_cast<A>(a[i]);
-        if (c) {
-          const T t = static_cast<T>(v + static_cast<A>(c[i]));  // rounded as the stored sum
-          s[i] = t;
-          v = static_cast<A>(t);
+      const A* xs = reinterpret_cast<const A*>(a);
+      if (x2) {
+        const T* c = x2 + r * cols;
+        T* s = sum + r * cols;
+        for (int64_t i = 0; i < cols; ++i) {
+          s[i] = static_cast<T>(static_cast<A>(a[i]) + static_cast<A>(c[i]));  // rounded as stored
+          xbuf[i] = static_cast<A>(s[i]);
         }
-        acc += v * v;
+        xs = xbuf.data();
+      } else if (!std::is_same_v<T, A>) {
+        for (int64_t i = 0; i < cols; ++i) xbuf[i] = static_cast<A>(a[i]);
+        xs = xbuf.data();
       }
-      const A inv = A(1) / std::sqrt(acc / static_cast<A>(cols) + static_cast<A>(eps));
-      rstd[r] = static_cast<float>(inv);
-      const T* xs = c ? s : a;
-      T* out = y + r * cols;
-      for (int64_t i = 0; i < cols; ++i) {
-        out[i] = static_cast<T>(static_cast<A>(xs[i]) * inv * static_cast<A>(gamma[i]));
+      A* out = std::is_same_v<T, A> ? reinterpret_cast<A*>(y + r * cols) : ybuf.data();
+      rstd[r] = static_cast<float>(rms_row_f(xs, g.data(), out, cols, static_cast<A>(eps)));
+      if (!std::is_same_v<T, A>) {
+        for (int64_t i = 0; i < cols; ++i) y[r * cols + i] = static_cast<T>(out[i]);
       }
     }
   });
