@@ -280,7 +280,8 @@ CASES: List[Case] = [
     Case("attention_naive", f"npu_fusion_attention causal S={ATT_SEQ} vs naive on npu", 1.0,
          n=1, repeats=5, warmup=1, build=_build_attention, unit="ms", sides=("naive", "fused"),
          note="naive: softmax((q @ k^T * scale).masked_fill(causal, -inf)) @ v on npu, which holds three "
-              "[8, 4096, 4096] f32 matrices (512 MiB each); peak memory: attention_peak_memory()"),
+              "[8, 4096, 4096] f32 matrices (512 MiB each); peak memory of both: cases.attention_peak_memory(), "
+              "measured in the hand-written section below"),
 ]
 
 BY_NAME = {c.name: c for c in CASES}
