@@ -6,6 +6,8 @@ allocator (:mod:`.memory`), random number generators (:mod:`.random`), mixed
 precision (:mod:`.amp`) and runtime options (:mod:`.config`).
 """
 
+import atexit
+import glob
 import os
 import threading
 import traceback
@@ -209,6 +211,39 @@ def _lazy_init() -> None:
         finally:
             delattr(_tls, "is_initializing")
         _initialized = True
+
+
+def _drain_autograd_threads_at_exit() -> None:
+    """Lets PyTorch's autograd worker thread of each used npu finish before Python shuts down.
+
+    backward() returns as soon as the graph is done, while the npu worker thread may still
+    be releasing the graph's nodes; for a Python node (e.g. DDP's hooks) it takes the GIL. If
+    the interpreter is finalizing by then, Python ends that thread with pthread_exit, whose
+    unwinding through libtorch's noexcept frames aborts the process ("terminate called
+    without an active exception"). A tiny backward queued behind that work on each used
+    device returns only after it.
+    """
+    if not _initialized or _is_in_bad_fork() or os.getpid() != _original_pid:
+        return
+    try:
+        # PyTorch names its worker threads "pt_autograd_<device>"; without them (no backward
+        # ran) there is nothing to wait for, and a backward here would start them at exit.
+        names = []
+        for path in glob.glob("/proc/self/task/*/comm"):
+            with open(path) as f:
+                names.append(f.read())
+        if not any(name.startswith("pt_autograd_") for name in names):
+            return
+        for index in range(device_count()):
+            if memory.max_memory_allocated(index) == 0:
+                continue  # never ran anything, so no autograd worker thread either
+            x = torch.zeros((), device=torch.device("npu", index), requires_grad=True)
+            (x * 1).backward()
+    except Exception:  # nothing to save at exit: the process is ending either way
+        pass
+
+
+atexit.register(_drain_autograd_threads_at_exit)
 
 
 def _after_fork_in_child() -> None:
