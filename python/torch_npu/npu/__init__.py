@@ -217,11 +217,15 @@ def _drain_autograd_threads_at_exit() -> None:
     """Lets PyTorch's autograd worker thread of each used npu finish before Python shuts down.
 
     backward() returns as soon as the graph is done, while the npu worker thread may still
-    be releasing the graph's nodes; for a Python node (e.g. DDP's hooks) it takes the GIL. If
-    the interpreter is finalizing by then, Python ends that thread with pthread_exit, whose
-    unwinding through libtorch's noexcept frames aborts the process ("terminate called
-    without an active exception"). A tiny backward queued behind that work on each used
-    device returns only after it.
+    hold the last reference to the finished GraphTask. Destroying it there releases the
+    Python objects its thread-local state captured (torch.autograd stashes a contextvars
+    context for every backward), which takes the GIL. If the interpreter is finalizing by
+    then, Python ends that thread with pthread_exit, whose unwinding through libtorch's
+    noexcept frames aborts the process ("terminate called without an active exception").
+
+    A tiny backward queued on each used device is picked up by its worker only after the
+    previous GraphTask is released. It calls the engine directly, without the stashed
+    context, so releasing its own GraphTask needs no GIL and cannot race finalization.
     """
     if not _initialized or _is_in_bad_fork() or os.getpid() != _original_pid:
         return
@@ -234,11 +238,13 @@ def _drain_autograd_threads_at_exit() -> None:
                 names.append(f.read())
         if not any(name.startswith("pt_autograd_") for name in names):
             return
+        engine = torch.autograd.Variable._execution_engine
         for index in range(device_count()):
             if memory.max_memory_allocated(index) == 0:
                 continue  # never ran anything, so no autograd worker thread either
             x = torch.zeros((), device=torch.device("npu", index), requires_grad=True)
-            (x * 1).backward()
+            y = x * 1
+            engine.run_backward((y,), (torch.ones_like(y),), False, False, (), True, True)
     except Exception:  # nothing to save at exit: the process is ending either way
         pass
 
