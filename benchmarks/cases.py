@@ -212,10 +212,11 @@ def _attention_sdpa(q, k, v, scale):
 
 
 def _build_attention(side: str):
-    """npu: npu_fusion_attention; naive: the unfused composition on npu; cpu: SDPA on cpu."""
+    """npu: npu_fusion_attention; naive: the unfused composition on npu; cpu: SDPA on cpu;
+    npu_sdpa: SDPA on npu (which runs the fused kernel)."""
     q, k, v, scale = _attention_inputs("cpu" if side == "cpu" else "npu")
     fn = {"cpu": _attention_sdpa, "npu": _attention_fused, "fused": _attention_fused,
-          "naive": _attention_naive}[side](q, k, v, scale)
+          "naive": _attention_naive, "npu_sdpa": _attention_sdpa}[side](q, k, v, scale)
     sync = _sync("cpu" if side == "cpu" else "npu")
 
     def run(n: int) -> None:
@@ -231,7 +232,8 @@ def attention_peak_memory() -> dict:
     import torch_npu  # noqa: F401
     q, k, v, scale = _attention_inputs("npu")
     peaks = {}
-    for name, make in (("npu_fusion_attention", _attention_fused), ("naive", _attention_naive)):
+    for name, make in (("npu_fusion_attention", _attention_fused), ("sdpa", _attention_sdpa),
+                       ("naive", _attention_naive)):
         fn = make(q, k, v, scale)
         torch.npu.synchronize()
         base = torch.npu.memory_allocated()
@@ -277,6 +279,10 @@ CASES: List[Case] = [
          n=1, repeats=5, warmup=1, build=_build_attention, unit="ms",
          note="npu_fusion_attention (BNSD, sparse_mode=2 with the compressed 2048x2048 mask) against "
               "torch.nn.functional.scaled_dot_product_attention(is_causal=True) on cpu"),
+    Case("sdpa", f"F.scaled_dot_product_attention causal S={ATT_SEQ} D={ATT_DIM} {ATT_HEADS} heads f32", 1.2,
+         n=1, repeats=5, warmup=1, build=_build_attention, unit="ms", sides=("cpu", "npu_sdpa"),
+         note="the same call on both sides: on cpu PyTorch's flash kernel, on npu the overrideable SDPA "
+              "backend, i.e. npu_fusion_attention (contrib/src/sdpa.cpp)"),
     Case("attention_naive", f"npu_fusion_attention causal S={ATT_SEQ} vs naive on npu", 1.0,
          n=1, repeats=5, warmup=1, build=_build_attention, unit="ms", sides=("naive", "fused"),
          note="naive: softmax((q @ k^T * scale).masked_fill(causal, -inf)) @ v on npu, which holds three "
