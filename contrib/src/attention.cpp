@@ -8,6 +8,8 @@
 // keys in tiles of kBlockKV with an online softmax, so no S1 x S2 matrix is ever stored;
 // the backward recomputes probabilities from softmax_max/softmax_sum. Products of tiles
 // go through ATen's small GEMM (cpublas::brgemm); the softmax rows are vectorised loops.
+// The problem description (Problem) and the forward's entry point (fa::forward) are
+// shared with the inference operators (infer_attention.cpp) through attention.h.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/native/CPUBlas.h>
@@ -29,6 +31,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attention.h"
 #include "fused.h"
 #include "vmath.h"
 #include "torch_npu/core/npu_generator.h"
@@ -36,13 +39,10 @@
 namespace torch_npu::contrib {
 namespace {
 
+using namespace fa;
+
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-constexpr int64_t kBlockQ = 64;    // query rows per block
-constexpr int64_t kBlockKV = 128;  // keys per tile
-constexpr int64_t kStatLanes = 8;  // softmax_max/softmax_sum repeat each value 8 times
-constexpr int64_t kTokensMax = int64_t{1} << 40;  // pre/next_tockens beyond any sequence
 
 // ---- row kernels ---------------------------------------------------------------------------
 // Plain loops over float (or double) rows; the float entry points are compiled per ISA
@@ -158,18 +158,7 @@ void transpose(const S* src, int64_t src_ld, int64_t rows, int64_t cols, D* dst,
   }
 }
 
-// ---- dropout: Philox-4x32-10 keyed by seed, one 32-bit draw per element ---------------
-// Element e of the [B, N, S1, S2] mask (TND: the batches' [N, Sq, Skv] one after the
-// other) is kept when draw number offset + e of the Philox stream of `seed` is below
-// keep_prob * 2^32. The backward regenerates the same draws from (seed, offset).
-struct Dropout {
-  bool on = false;
-  uint64_t seed = 0;
-  uint64_t offset = 0;
-  uint32_t threshold = 0;
-  double inv_keep = 1.0;
-};
-
+// ---- dropout (see Dropout in attention.h) ----------------------------------------------
 inline void philox(uint64_t key, uint64_t counter, uint32_t out[4]) {
   uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
   uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
@@ -202,101 +191,6 @@ void dropout_keep(const Dropout& d, uint64_t e, int64_t n, uint8_t* keep) {
   }
 }
 
-// ---- the problem: shapes, layouts, masks ------------------------------------------------
-enum class Layout { BSH, SBH, BNSD, BSND, TND };
-
-// Where row i of head n of batch b starts in a dense operand:
-// b * batch + (first[b] + i) * seq + n * head. `first` is the batch's first row for TND
-// (whose batch stride is 0) and 0 otherwise.
-struct Strides {
-  int64_t batch = 0;
-  int64_t seq = 0;
-  int64_t head = 0;
-  int64_t at(int64_t b, int64_t row, int64_t n) const { return b * batch + row * seq + n * head; }
-};
-
-Strides layout_strides(Layout layout, int64_t B, int64_t S, int64_t heads, int64_t dim) {
-  switch (layout) {
-    case Layout::BSH:
-    case Layout::BSND:
-      return {S * heads * dim, heads * dim, dim};
-    case Layout::SBH:
-      return {heads * dim, B * heads * dim, dim};
-    case Layout::BNSD:
-      return {heads * S * dim, dim, S * dim};
-    case Layout::TND:
-      return {0, heads * dim, dim};
-  }
-  return {};
-}
-
-struct Problem {
-  Layout layout = Layout::BSH;
-  int64_t B = 0, N = 0, Nkv = 0, G = 1, D = 0, Dv = 0;  // G = N / Nkv query heads per kv head
-  int64_t S1 = 0, S2 = 0;  // longest query / key sequence
-  // Per batch: sequence lengths and (TND) first rows.
-  std::vector<int64_t> sq, skv, q_first, kv_first;
-  int64_t last_batch = 0;  // the last batch with queries (sparse_mode 7)
-  Strides q, k, v, out, stat;
-  std::vector<int64_t> out_sizes, stat_sizes;
-  bool tnd_tail = false;  // TND rows that belong to no batch: left zero
-  double scale = 1.0;
-
-  // Which keys row i may see: an interval from the sparse mode, and the mask tensor.
-  int64_t sparse_mode = 0;
-  bool band = false;      // atten_mask given: the sparse mode applies
-  bool use_mask = false;  // the mask tensor is read (modes 0, 1, 5)
-  Strides mask;           // (b, i, n) -> row of the mask
-  int64_t pre = 0, next = 0;
-  std::vector<int64_t> prefix;
-
-  bool has_pse = false;
-  bool pse_full = false;  // pse has one element per score: its gradient is written, not summed
-  Strides pse;
-  int64_t pse_numel = 0;
-  bool has_sink = false;
-
-  Dropout dropout;
-  std::vector<int64_t> drop_first;  // first mask element of each batch
-  int64_t numels = 0;
-
-  // Keys [lo, hi) that row i of batch b sees before the mask tensor.
-  std::pair<int64_t, int64_t> keys(int64_t b, int64_t i) const {
-    const int64_t len = skv[b];
-    int64_t lo = 0, hi = len;
-    if (band) {
-      const int64_t shift = len - sq[b];  // right-down alignment
-      auto banded = [&](int64_t origin) {
-        lo = origin - pre;
-        hi = origin + next + 1;
-      };
-      switch (sparse_mode) {
-        case 0: banded(i); break;
-        case 2: hi = i + 1; break;
-        case 3: hi = i + shift + 1; break;
-        case 4: banded(i + shift); break;
-        case 6: hi = std::max(i + shift + 1, prefix[b]); break;
-        case 7:  // sequence split across devices: the last batch is a band, the others causal
-          if (b == last_batch) {
-            banded(i + shift);
-          } else {
-            hi = i + shift + 1;
-          }
-          break;
-        case 8:
-          if (b == 0) {
-            banded(i + shift);
-          } else {
-            hi = i + 1;
-          }
-          break;
-        default: break;  // 1, 5: the mask alone
-      }
-    }
-    return {std::clamp<int64_t>(lo, 0, len), std::clamp<int64_t>(hi, 0, len)};
-  }
-};
-
 Layout parse_layout(const char* op, c10::string_view s) {
   std::string u(s);
   for (auto& c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -309,8 +203,9 @@ Layout parse_layout(const char* op, c10::string_view s) {
   return Layout::BSH;
 }
 
-// Per-batch lengths and first rows from TND's cumulative ends ("2 4 6" for lengths
-// 2 2 2). Trailing zeros mark batches left out, whose rows (if any) stay zero.
+}  // namespace
+
+namespace fa {
 void split_cumulative(const char* op, const char* arg, c10::IntArrayRef ends, int64_t rows, const char* tensor,
                       std::vector<int64_t>& len, std::vector<int64_t>& first, bool& tail) {
   int64_t used = static_cast<int64_t>(ends.size());
@@ -329,6 +224,9 @@ void split_cumulative(const char* op, const char* arg, c10::IntArrayRef ends, in
               ") add up to ", prev, ", but ", tensor, " has ", rows, " rows (dimension 0 of the TND layout)");
   tail = tail || prev < rows;
 }
+}  // namespace fa
+
+namespace {
 
 // Strides of a dense [B|1, N|1, S1|1, S2] (or [S1, S2]) mask or pse: 0 along broadcast dims.
 Strides broadcast_strides(const Tensor& t) {
@@ -599,6 +497,7 @@ struct Operands {
   const T* pse = nullptr;
   const uint8_t* mask = nullptr;
   const F* sink = nullptr;
+  const int32_t* block_table = nullptr;
 };
 
 template <typename X>
@@ -606,14 +505,14 @@ const X* ptr_or_null(const Tensor& t) {
   return t.defined() ? t.const_data_ptr<X>() : nullptr;
 }
 
-// Adds scale * pse to the scores x of row i of head n against keys [j0, j0 + jn) and
-// sets those the row may not see to -inf.
+// Adds scale * pse (or pse, when !pse_scaled) to the scores x of row i of head n against
+// keys [j0, j0 + jn) and sets those the row may not see to -inf.
 template <typename T, typename F>
 void mask_scores(const Problem& p, const Operands<T, F>& a, int64_t b, int64_t n, int64_t i, int64_t lo, int64_t hi,
                  int64_t j0, int64_t jn, F* x) {
   if (a.pse) {
     const T* row = a.pse + p.pse.at(b, i, n) + j0;
-    const F s = static_cast<F>(p.scale);
+    const F s = p.pse_scaled ? static_cast<F>(p.scale) : F(1);
     for (int64_t j = 0; j < jn; ++j) x[j] += s * static_cast<F>(row[j]);
   }
   const int64_t from = std::clamp<int64_t>(lo - j0, 0, jn), to = std::clamp<int64_t>(hi - j0, from, jn);
@@ -625,17 +524,38 @@ void mask_scores(const Problem& p, const Operands<T, F>& a, int64_t b, int64_t n
   }
 }
 
-// One query block of one head: its rows and the keys they see.
+// A block of query rows of one batch and the keys they see: rows i0.. of one head, or
+// (decode, one query per sequence) row 0 of consecutive heads of one kv head, so that
+// a GQA decode multiplies [heads, D] blocks rather than single rows.
 struct QueryBlock {
   int64_t i0 = 0, rows = 0;
+  int64_t n[kBlockQ], i[kBlockQ];  // head and query row of each block row
   int64_t lo[kBlockQ], hi[kBlockQ];
   int64_t jlo = 0, jhi = 0;  // union of the rows' key ranges
 
-  QueryBlock(const Problem& p, int64_t b, int64_t block) : i0(block * kBlockQ) {
+  // Query block `block` of head `head`.
+  QueryBlock(const Problem& p, int64_t b, int64_t block, int64_t head = 0) : i0(block * kBlockQ) {
     rows = std::min(kBlockQ, p.sq[b] - i0);
+    for (int64_t r = 0; r < rows; ++r) {
+      n[r] = head;
+      i[r] = i0 + r;
+    }
+    bound(p, b);
+  }
+  // Row 0 of heads head0 .. head0 + count - 1 (at most kBlockQ of them).
+  struct Heads {};
+  QueryBlock(const Problem& p, int64_t b, Heads, int64_t head0, int64_t count) {
+    rows = p.sq[b] > 0 ? std::min(kBlockQ, count) : 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      n[r] = head0 + r;
+      i[r] = 0;
+    }
+    bound(p, b);
+  }
+  void bound(const Problem& p, int64_t b) {
     jlo = std::numeric_limits<int64_t>::max();
     for (int64_t r = 0; r < rows; ++r) {
-      std::tie(lo[r], hi[r]) = p.keys(b, i0 + r);
+      std::tie(lo[r], hi[r]) = p.keys(b, i[r]);
       if (lo[r] < hi[r]) {
         jlo = std::min(jlo, lo[r]);
         jhi = std::max(jhi, hi[r]);
@@ -679,6 +599,15 @@ void run_items(const Split& s, const Fn& fn) {
 
 template <typename T, typename F>
 void forward_kernel(const Problem& p, const Operands<T, F>& a, T* out, F* smax, F* ssum) {
+  if (p.paged) {  // ids come from the device: checked here, before any is followed
+    for (int64_t b = 0; b < p.B; ++b) {
+      for (int64_t blk = 0; blk * p.block_size < p.skv[b]; ++blk) {
+        const int64_t id = a.block_table[b * p.max_blocks + blk];
+        TORCH_CHECK(id >= 0 && id < p.num_blocks, "block_table[", b, "][", blk, "] = ", id,
+                    " is not a block of the key/value cache (expected 0 <= id < ", p.num_blocks, ")");
+      }
+    }
+  }
   const Split split = split_work(p);
   const int64_t ld = std::max<int64_t>(p.S2, 1);  // packed keys/values: one row/column per key
   const int64_t per_slot = p.D * ld + ld * p.Dv + kBlockQ * (p.D + kBlockKV + p.Dv + 2);
@@ -697,68 +626,88 @@ void forward_kernel(const Problem& p, const Operands<T, F>& a, T* out, F* smax, 
     F* ob = sb + kBlockQ * kBlockKV;  // [rows, Dv]: unnormalised output
     F* m = ob + kBlockQ * p.Dv;       // running max
     F* l = m + kBlockQ;               // running sum
-    transpose(a.k + p.k.at(b, p.kv_first[b], kvh), p.k.seq, skv, p.D, kT, ld);
-    copy_rows(a.v + p.v.at(b, p.kv_first[b], kvh), p.v.seq, skv, p.Dv, vb, p.Dv);
+    if (p.paged) {  // block by block, through the batch's row of the block table
+      for (int64_t j0 = 0; j0 < skv; j0 += p.block_size) {
+        const int64_t id = a.block_table[b * p.max_blocks + j0 / p.block_size];
+        const int64_t rows = std::min(p.block_size, skv - j0);
+        transpose(a.k + p.k.at(id, 0, kvh), p.k.seq, rows, p.D, kT + j0, ld);
+        copy_rows(a.v + p.v.at(id, 0, kvh), p.v.seq, rows, p.Dv, vb + j0 * p.Dv, p.Dv);
+      }
+    } else {
+      transpose(a.k + p.k.at(b, p.kv_first[b], kvh), p.k.seq, skv, p.D, kT, ld);
+      copy_rows(a.v + p.v.at(b, p.kv_first[b], kvh), p.v.seq, skv, p.Dv, vb, p.Dv);
+    }
     uint8_t keep[kBlockKV];
 
-    for (int64_t g = 0; g < p.G; ++g) {
-      const int64_t n = kvh * p.G + g;
-      for (int64_t block = chunk; block * kBlockQ < p.sq[b]; block += split.chunks) {
-        const QueryBlock qblk(p, b, block);
-        const int64_t rows = qblk.rows, i0 = qblk.i0;
-        copy_rows(a.q + p.q.at(b, p.q_first[b] + i0, n), p.q.seq, rows, p.D, qb, p.D, static_cast<F>(p.scale));
-        std::fill(ob, ob + rows * p.Dv, F(0));
+    auto run_block = [&](const QueryBlock& qblk) {
+      const int64_t rows = qblk.rows;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t n = qblk.n[r];
+        copy_rows(a.q + p.q.at(b, p.q_first[b] + qblk.i[r], n), p.q.seq, 1, p.D, qb + r * p.D, p.D,
+                  static_cast<F>(p.scale));
+        m[r] = a.sink ? a.sink[n] : kNegInf;  // the sink is one more logit, with no value
+        l[r] = a.sink ? F(1) : F(0);
+      }
+      std::fill(ob, ob + rows * p.Dv, F(0));
+      for (int64_t j0 = qblk.jlo; j0 < qblk.jhi; j0 += kBlockKV) {
+        const int64_t jn = std::min(kBlockKV, qblk.jhi - j0);
+        gemm(rows, jn, p.D, qb, p.D, kT + j0, ld, sb, kBlockKV, false);
         for (int64_t r = 0; r < rows; ++r) {
-          m[r] = a.sink ? a.sink[n] : kNegInf;  // the sink is one more logit, with no value
-          l[r] = a.sink ? F(1) : F(0);
-        }
-        for (int64_t j0 = qblk.jlo; j0 < qblk.jhi; j0 += kBlockKV) {
-          const int64_t jn = std::min(kBlockKV, qblk.jhi - j0);
-          gemm(rows, jn, p.D, qb, p.D, kT + j0, ld, sb, kBlockKV, false);
-          for (int64_t r = 0; r < rows; ++r) {
-            F* x = sb + r * kBlockKV;
-            if (!qblk.sees(r, j0, jn)) {
-              std::fill(x, x + jn, F(0));
-              continue;
-            }
-            mask_scores(p, a, b, n, i0 + r, qblk.lo[r], qblk.hi[r], j0, jn, x);
-            const F mx = std::max(m[r], row_max(x, jn));
-            if (mx == kNegInf) {  // nothing visible yet
-              std::fill(x, x + jn, F(0));
-              continue;
-            }
-            const F alpha = std::exp(m[r] - mx);
-            l[r] = l[r] * alpha + exp_shift(x, jn, mx, F(1));
-            m[r] = mx;
-            if (alpha != F(1)) scale_row(ob + r * p.Dv, p.Dv, alpha);
-            if (p.dropout.on) {
-              dropout_keep(p.dropout, p.drop_first[b] + (n * p.sq[b] + i0 + r) * skv + j0, jn, keep);
-              const F inv = static_cast<F>(p.dropout.inv_keep);
-              for (int64_t j = 0; j < jn; ++j) x[j] = keep[j] ? x[j] * inv : F(0);
-            }
+          F* x = sb + r * kBlockKV;
+          if (!qblk.sees(r, j0, jn)) {
+            std::fill(x, x + jn, F(0));
+            continue;
           }
-          gemm(rows, p.Dv, jn, sb, kBlockKV, vb + j0 * p.Dv, p.Dv, ob, p.Dv, true);
+          const int64_t n = qblk.n[r], i = qblk.i[r];
+          mask_scores(p, a, b, n, i, qblk.lo[r], qblk.hi[r], j0, jn, x);
+          const F mx = std::max(m[r], row_max(x, jn));
+          if (mx == kNegInf) {  // nothing visible yet
+            std::fill(x, x + jn, F(0));
+            continue;
+          }
+          const F alpha = std::exp(m[r] - mx);
+          l[r] = l[r] * alpha + exp_shift(x, jn, mx, F(1));
+          m[r] = mx;
+          if (alpha != F(1)) scale_row(ob + r * p.Dv, p.Dv, alpha);
+          if (p.dropout.on) {
+            dropout_keep(p.dropout, p.drop_first[b] + (n * p.sq[b] + i) * skv + j0, jn, keep);
+            const F inv = static_cast<F>(p.dropout.inv_keep);
+            for (int64_t j = 0; j < jn; ++j) x[j] = keep[j] ? x[j] * inv : F(0);
+          }
         }
-        // A row that sees no key (and no sink) gives 0; its max is the lowest float.
-        for (int64_t r = 0; r < rows; ++r) {
-          copy_rows(ob + r * p.Dv, p.Dv, 1, p.Dv, out + p.out.at(b, p.q_first[b] + i0 + r, n), p.out.seq,
-                    l[r] > 0 ? F(1) / l[r] : F(0));
-          const int64_t s = p.stat.at(b, p.q_first[b] + i0 + r, n);
-          std::fill(smax + s, smax + s + kStatLanes, m[r] == kNegInf ? std::numeric_limits<F>::lowest() : m[r]);
-          std::fill(ssum + s, ssum + s + kStatLanes, l[r]);
+        gemm(rows, p.Dv, jn, sb, kBlockKV, vb + j0 * p.Dv, p.Dv, ob, p.Dv, true);
+      }
+      // A row that sees no key (and no sink) gives 0; its max is the lowest float.
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row = p.q_first[b] + qblk.i[r], n = qblk.n[r];
+        copy_rows(ob + r * p.Dv, p.Dv, 1, p.Dv, out + p.out.at(b, row, n), p.out.seq,
+                  l[r] > 0 ? F(1) / l[r] : F(0));
+        const int64_t s = p.stat.at(b, row, n);
+        if (p.lse) {
+          if (smax) std::fill(smax + s, smax + s + p.stat_lanes, l[r] > 0 ? m[r] + std::log(l[r]) : kNegInf);
+          continue;
         }
+        if (smax) {
+          std::fill(smax + s, smax + s + p.stat_lanes, m[r] == kNegInf ? std::numeric_limits<F>::lowest() : m[r]);
+        }
+        if (ssum) std::fill(ssum + s, ssum + s + p.stat_lanes, l[r]);
+      }
+    };
+
+    if (p.S1 == 1) {  // decode: the kv head's query heads, kBlockQ at a time
+      for (int64_t g0 = 0; g0 < p.G; g0 += kBlockQ) {
+        run_block(QueryBlock(p, b, QueryBlock::Heads{}, kvh * p.G + g0, p.G - g0));
+      }
+      return;
+    }
+    for (int64_t g = 0; g < p.G; ++g) {
+      for (int64_t block = chunk; block * kBlockQ < p.sq[b]; block += split.chunks) {
+        run_block(QueryBlock(p, b, block, kvh * p.G + g));
       }
     }
   });
 }
 
-int64_t work_estimate(const Problem& p) {
-  const double w = static_cast<double>(p.B) * p.N * p.S1 * p.S2 * std::max<int64_t>(p.D, 1);
-  return w > 1e18 ? int64_t{1} << 60 : static_cast<int64_t>(w);
-}
-
-// Tensors of the forward kernel, in the order the launch passes them.
-enum FwdArg { kQ, kK, kV, kPse, kMask, kSink, kOut, kMax, kSum };
 
 template <typename T, typename F>
 Operands<T, F> operands(const std::vector<Tensor>& t) {
@@ -769,8 +718,29 @@ Operands<T, F> operands(const std::vector<Tensor>& t) {
   a.pse = ptr_or_null<T>(t[kPse]);
   a.mask = t[kMask].defined() ? static_cast<const uint8_t*>(t[kMask].const_data_ptr()) : nullptr;
   a.sink = ptr_or_null<F>(t[kSink]);
+  if (t.size() > kBlockTable) a.block_table = ptr_or_null<int32_t>(t[kBlockTable]);
   return a;
 }
+
+}  // namespace
+
+namespace fa {
+int64_t work_estimate(const Problem& p) {
+  const double w = static_cast<double>(p.B) * p.N * p.S1 * p.S2 * std::max<int64_t>(p.D, 1);
+  return w > 1e18 ? int64_t{1} << 60 : static_cast<int64_t>(w);
+}
+
+void forward(const Problem& p, const std::vector<Tensor>& t) {
+  NPU_DISPATCH_FLOAT(t[kQ].scalar_type(), "attention_forward", [&] {
+    using F = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+    forward_kernel<scalar_t, F>(p, operands<scalar_t, F>(t), t[kOut].mutable_data_ptr<scalar_t>(),
+                                t[kMax].defined() ? t[kMax].mutable_data_ptr<F>() : nullptr,
+                                t[kSum].defined() ? t[kSum].mutable_data_ptr<F>() : nullptr);
+  });
+}
+}  // namespace fa
+
+namespace {
 
 // Queues the forward on the current stream of the query's device; out, softmax_max and
 // softmax_sum are allocated by the caller.
@@ -779,13 +749,7 @@ void launch_forward(const char* op, const std::shared_ptr<const Problem>& p, con
   const Tensor mask = p->use_mask ? dense(in.atten_mask) : Tensor();
   ops::launch_kernel(op, in.q.device().index(),
                      {dense(in.q), dense(in.k), dense(in.v), dense(in.pse), mask, dense(in.sink), out, smax, ssum},
-                     work_estimate(*p), [p](const std::vector<Tensor>& t) {
-                       NPU_DISPATCH_FLOAT(t[kQ].scalar_type(), "npu_fusion_attention", [&] {
-                         using F = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-                         forward_kernel<scalar_t, F>(*p, operands<scalar_t, F>(t), t[kOut].mutable_data_ptr<scalar_t>(),
-                                                     t[kMax].mutable_data_ptr<F>(), t[kSum].mutable_data_ptr<F>());
-                       });
-                     });
+                     work_estimate(*p), [p](const std::vector<Tensor>& t) { forward(*p, t); });
 }
 
 Tensor new_output(const Problem& p, c10::IntArrayRef sizes, const at::TensorOptions& options) {
@@ -1030,7 +994,7 @@ void backward_kernel(const Problem& p, const Operands<T, F>& a, const GradTensor
   }
 }
 
-enum GradArg { kDy = kSum + 1, kAttn, kDq, kDk, kDv, kDpse, kDsink };
+enum GradArg { kDy = kBlockTable + 1, kAttn, kDq, kDk, kDv, kDpse, kDsink };
 
 using GradResult = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
 
@@ -1089,7 +1053,7 @@ GradResult npu_fusion_attention_grad(
   ops::launch_kernel(
       op, device,
       {dense(query), dense(key), dense(value), dense(in.pse), p->use_mask ? dense(in.atten_mask) : Tensor(),
-       dense(in.sink), Tensor(), dense(smax), dense(ssum), dense(dy), dense(o), dq, dk, dv,
+       dense(in.sink), Tensor(), dense(smax), dense(ssum), Tensor(), dense(dy), dense(o), dq, dk, dv,
        in.pse.defined() ? dpse : Tensor(), in.sink.defined() ? dsink : Tensor()},
       2 * work_estimate(*p), [p](const std::vector<Tensor>& t) {
         NPU_DISPATCH_FLOAT(t[kQ].scalar_type(), "npu_fusion_attention_grad", [&] {

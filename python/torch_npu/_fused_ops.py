@@ -328,3 +328,72 @@ def _npu_deformable_conv2dbk(input, grad_output, offset_out, weight, offset, ker
                              dilation=(1, 1, 1, 1), groups=1, deformable_groups=1, modulated=True):
     return (input.new_empty(input.shape), weight.new_empty(weight.shape), offset.new_empty(offset.shape),
             weight.new_empty((weight.shape[0],)))
+
+
+def _infer_attention_out(query, value, block_table, num_heads, num_key_value_heads, input_layout):
+    """attention_out of the inference attention operators (torch_npu's shape rule): the
+    query's shape in the output layout ("BNSD_BSND": BNSD in, BSND out), with value's D."""
+    layout = input_layout.upper()
+    q_layout, _, out_layout = layout.partition("_")
+    out_layout = out_layout or q_layout
+    nkv = num_key_value_heads or num_heads
+    if block_table is not None:  # paged cache: [blocks, block_size, H] or [blocks, Nkv, block_size, D]
+        dv = value.shape[2] // nkv if value.dim() == 3 else value.shape[3]
+    else:
+        dv = value.shape[2] // nkv if q_layout == "BSH" else value.shape[-1]
+    if q_layout == "TND":
+        return query.new_empty([query.shape[0], query.shape[1], dv])
+    if q_layout == "BSH":
+        b, s, n = query.shape[0], query.shape[1], num_heads
+    elif q_layout == "BSND":
+        b, s, n = query.shape[0], query.shape[1], query.shape[2]
+    else:
+        b, n, s = query.shape[0], query.shape[1], query.shape[2]
+    shape = {"BSH": [b, s, n * dv], "BSND": [b, s, n, dv], "BNSD": [b, n, s, dv]}[out_layout]
+    return query.new_empty(shape)
+
+
+@_fake("npu::npu_prompt_flash_attention")
+def _npu_prompt_flash_attention(query, key, value, *, padding_mask=None, atten_mask=None, pse_shift=None,
+                                actual_seq_lengths=None, deq_scale1=None, quant_scale1=None, deq_scale2=None,
+                                quant_scale2=None, quant_offset2=None, num_heads=1, scale_value=1.0,
+                                pre_tokens=2147483647, next_tokens=0, input_layout="BSH", num_key_value_heads=0,
+                                actual_seq_lengths_kv=None, sparse_mode=0):
+    return _infer_attention_out(query, value, None, num_heads, num_key_value_heads, input_layout)
+
+
+@_fake("npu::npu_incre_flash_attention")
+def _npu_incre_flash_attention(query, key, value, *, padding_mask=None, atten_mask=None, pse_shift=None,
+                               actual_seq_lengths=None, antiquant_scale=None, antiquant_offset=None,
+                               block_table=None, dequant_scale1=None, quant_scale1=None, dequant_scale2=None,
+                               quant_scale2=None, quant_offset2=None, kv_padding_size=None, num_heads=1,
+                               scale_value=1.0, input_layout="BSH", num_key_value_heads=0, block_size=0,
+                               inner_precise=1):
+    return _infer_attention_out(query, value, block_table, num_heads, num_key_value_heads, input_layout)
+
+
+@_fake("npu::npu_fused_infer_attention_score")
+def _npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten_mask=None, actual_seq_lengths=None,
+                                     actual_seq_lengths_kv=None, dequant_scale1=None, quant_scale1=None,
+                                     dequant_scale2=None, quant_scale2=None, quant_offset2=None,
+                                     antiquant_scale=None, antiquant_offset=None, key_antiquant_scale=None,
+                                     key_antiquant_offset=None, value_antiquant_scale=None,
+                                     value_antiquant_offset=None, block_table=None, query_padding_size=None,
+                                     kv_padding_size=None, key_shared_prefix=None, value_shared_prefix=None,
+                                     actual_shared_prefix_len=None, query_rope=None, key_rope=None,
+                                     key_rope_antiquant_scale=None, num_heads=1, scale=1.0, pre_tokens=2147483647,
+                                     next_tokens=2147483647, input_layout="BSH", num_key_value_heads=0,
+                                     sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0,
+                                     key_antiquant_mode=0, value_antiquant_mode=0, softmax_lse_flag=False):
+    out = _infer_attention_out(query, value, block_table, num_heads, num_key_value_heads, input_layout)
+    lse_dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    if not softmax_lse_flag:
+        return out, query.new_empty([0], dtype=lse_dtype)
+    layout = input_layout.upper()
+    if layout == "TND":
+        lse_shape = [query.shape[0], query.shape[1], 1]
+    elif layout.startswith("BNSD"):
+        lse_shape = [query.shape[0], query.shape[1], query.shape[2], 1]
+    else:  # BSH / BSND
+        lse_shape = [query.shape[0], num_heads, query.shape[1], 1]
+    return out, query.new_empty(lse_shape, dtype=lse_dtype)
