@@ -34,6 +34,18 @@ KEEP_MARKER = "<!-- keep: everything below this line is hand-written and kept by
 RESULT_TAG = "@@RESULT@@ "
 
 
+# Modules of this folder with more cases (a list CASES of cases.Case), run after cases.py's.
+CASE_MODULES = ["compile_bench", "mlir_bench"]
+
+
+def all_cases():
+    import importlib
+
+    from cases import CASES
+
+    return list(CASES) + [c for name in CASE_MODULES for c in importlib.import_module(name).CASES]
+
+
 # ---- worker (one mode, one process) ---------------------------------------------------
 def worker(mode: str, only, scale: float) -> None:
     import warnings
@@ -42,8 +54,9 @@ def worker(mode: str, only, scale: float) -> None:
     import torch
     import torch_npu
 
-    from cases import CASES
     from harness import measure, measure_cpu_only
+
+    CASES = all_cases()
 
     info = {
         "mode": mode,
@@ -330,7 +343,8 @@ def main() -> None:
         worker(args.worker, args.only, args.scale)
         return
 
-    from cases import BY_NAME, CASES
+    CASES = all_cases()
+    BY_NAME = {c.name: c for c in CASES}
 
     if args.only:
         unknown = [n for n in args.only if n not in BY_NAME]

@@ -5,6 +5,7 @@ usage: build_wheel.py --out X.whl --version V --requires REQ --tag T
 Each FILE is stored under its path with the first matching prefix removed.
 """
 import argparse
+import ast
 import base64
 import hashlib
 import zipfile
@@ -30,9 +31,32 @@ Root-Is-Purelib: false
 Tag: {tag}
 """
 
-ENTRY_POINTS = """[torch.backends]
-torch_npu = torch_npu:_autoload
-"""
+# Entry point group -> lines "name = module:attribute". Add a line to declare one more.
+ENTRY_POINTS = {
+    "torch.backends": ["torch_npu = torch_npu:_autoload"],
+    # Dynamo backends: read from the BACKENDS table of this package file, the same table
+    # `import torch_npu` registers at run time (add a backend there, not here).
+    "torch_dynamo_backends": "torch_npu/dynamo/__init__.py:BACKENDS",
+}
+
+
+def _dict_literal(source: bytes, name: str) -> dict:
+    """The literal dict assigned to ``name`` at the top level of a Python source."""
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"build_wheel: no top-level {name} = {{...}} found")
+
+
+def entry_points(entries: dict) -> str:
+    """entry_points.txt; ``entries`` maps archive paths to file contents."""
+    text = ""
+    for group, lines in ENTRY_POINTS.items():
+        if isinstance(lines, str):  # "path:NAME" of a {name: "module:attribute"} table
+            path, name = lines.rsplit(":", 1)
+            lines = [f"{k} = {v}" for k, v in _dict_literal(entries[path], name).items()]
+        text += f"[{group}]\n" + "".join(line + "\n" for line in lines) + "\n"
+    return text
 
 
 def digest(data: bytes) -> str:
@@ -64,7 +88,7 @@ def main() -> None:
     dist = f"{NAME}-{a.version}.dist-info"
     entries[f"{dist}/METADATA"] = METADATA.format(version=a.version, requires=a.requires).encode()
     entries[f"{dist}/WHEEL"] = WHEEL.format(tag=a.tag).encode()
-    entries[f"{dist}/entry_points.txt"] = ENTRY_POINTS.encode()
+    entries[f"{dist}/entry_points.txt"] = entry_points(entries).encode()
     entries[f"{dist}/top_level.txt"] = (NAME + "\n").encode()
     record = [f"{k},{digest(v)},{len(v)}" for k, v in sorted(entries.items())]
     record.append(f"{dist}/RECORD,,")

@@ -10,7 +10,8 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ["pyyaml", "numpy", "expecttest", "pytest", "hypothesis"]
+PACKAGES = ["pyyaml", "numpy", "expecttest", "pytest", "hypothesis==6.140.3",
+            "iree-base-compiler==3.13.0", "iree-base-runtime==3.13.0"]
 
 
 def ensure(pair: str) -> str:

@@ -2,7 +2,7 @@
 // kernel (npu_fusion_attention), as torch_npu routes it: the PrivateUse1 entry of
 // PyTorch's _fused_sdp_choice stub picks the "overrideable" backend for inputs the kernel
 // takes, and _scaled_dot_product_fused_attention_overrideable (+ _backward, whose
-// autograd formula PyTorch owns) call the kernel in layout BNSD. Without this, SDPA on
+// autograd formula PyTorch owns) call the kernel in layout BNSD or BSND. Without this, SDPA on
 // npu ran PyTorch's math path: the B x N x Sq x Sk score matrix, several times over.
 //
 // SDPA's conventions differ from npu_fusion_attention's and are mapped here:
@@ -17,6 +17,7 @@
 #include <ATen/native/DispatchStub.h>
 #include <ATen/native/transformers/attention.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/log.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -132,25 +133,47 @@ double softmax_scale(const Tensor& q, std::optional<double> scale) {
   return scale.has_value() ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
 }
 
+// The kernel's layout for SDPA's [B, N, S, D] tensors: BSND when the query is a transposed
+// [B, S, N, D] tensor (how models make it: view(B, S, N, D).transpose(1, 2)), so no copy
+// is needed; else BNSD.
+struct KernelLayout {
+  bool bsnd;
+  explicit KernelLayout(const Tensor& query) : bsnd(!query.is_contiguous() && query.transpose(1, 2).is_contiguous()) {}
+  const char* name() const { return bsnd ? "BSND" : "BNSD"; }
+  Tensor in(const Tensor& t) const { return bsnd ? t.transpose(1, 2) : t; }   // [B, N, S, D] -> kernel
+  Tensor out(const Tensor& t) const { return bsnd ? t.transpose(1, 2) : t; }  // kernel -> [B, N, S, D]
+};
+
+// PyTorch's meta functions give each result the layout of its input (empty_like), and
+// compiled graphs check it: `t` (same sizes as `like`) in that layout.
+Tensor in_layout_of(const Tensor& t, const Tensor& like) {
+  if (!t.defined() || (like.is_non_overlapping_and_dense() && t.strides() == like.strides())) return t;
+  Tensor target = at::empty_like(like);
+  if (t.strides() == target.strides()) return t;
+  target.copy_(t);
+  return target;
+}
+
 std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Tensor, Tensor> sdpa_forward(
     const Tensor& query, const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_bias,
     double dropout_p, bool is_causal, bool return_debug_mask, std::optional<double> scale) {
   TORCH_CHECK(!return_debug_mask, "scaled_dot_product_attention on npu: return_debug_mask=True is not supported");
   const double s = softmax_scale(query, scale);
   const MappedMask m = map_mask(attn_bias, is_causal, query, s);
+  const KernelLayout layout(query);
   static const auto fa = op_handle<FaForward>("npu::npu_fusion_attention");
   auto [out, smax, ssum, sout, seed, offset, numels] =
-      fa.call(query, key, value, query.size(1), "BNSD", m.pse, std::nullopt, m.atten_mask, s, 1.0 - dropout_p,
-              kNoLimit, kNoLimit, 0, std::nullopt, std::nullopt, std::nullopt, m.sparse_mode, true, false, "",
-              std::nullopt, std::nullopt, 0, 0);
-  // The statistics hold each value 8 times; logsumexp is [B, N, Sq].
-  Tensor lse = smax.select(-1, 0).add(at::log(ssum.select(-1, 0)));
+      fa.call(layout.in(query), layout.in(key), layout.in(value), query.size(1), layout.name(), m.pse, std::nullopt,
+              m.atten_mask, s, 1.0 - dropout_p, kNoLimit, kNoLimit, 0, std::nullopt, std::nullopt, std::nullopt,
+              m.sparse_mode, true, false, "", std::nullopt, std::nullopt, 0, 0);
+  // The statistics hold each value 8 times; logsumexp is [B, N, Sq] float.
+  Tensor lse = smax.select(-1, 0).add(at::log(ssum.select(-1, 0))).to(at::kFloat);
   const auto cpu_i64 = at::TensorOptions().dtype(at::kLong);
   Tensor philox_seed = at::scalar_tensor(seed, cpu_i64);
   Tensor philox_offset = at::scalar_tensor(offset, cpu_i64);
   Tensor none;
-  return {out, lse, none, none, c10::SymInt(query.size(2)), c10::SymInt(key.size(2)), philox_seed, philox_offset,
-          at::empty({0}, query.options())};
+  return {in_layout_of(layout.out(out), query), lse, none, none, c10::SymInt(query.size(2)),
+          c10::SymInt(key.size(2)), philox_seed, philox_offset, at::empty({0}, query.options())};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_backward(
@@ -171,17 +194,19 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> sdpa_backward(
   Tensor ssum = at::ones(stat_sizes, smax.options());
   const int64_t seed = philox_seed.defined() ? philox_seed.item<int64_t>() : 0;
   const int64_t offset = philox_offset.defined() ? philox_offset.item<int64_t>() : 0;
+  const KernelLayout layout(query);
   static const auto fa_grad = op_handle<FaBackward>("npu::npu_fusion_attention_grad");
   auto [dq, dk, dv, dpse, dsink] = fa_grad.call(
-      query, key, value, grad_out, query.size(1), "BNSD", m.pse, std::nullopt, m.atten_mask, smax, ssum, std::nullopt,
-      out, s, 1.0 - dropout_p, kNoLimit, kNoLimit, 0, seed, offset, 0, std::nullopt, std::nullopt, std::nullopt,
-      m.sparse_mode, true, false, "", std::nullopt);
+      layout.in(query), layout.in(key), layout.in(value), layout.in(grad_out), query.size(1), layout.name(), m.pse,
+      std::nullopt, m.atten_mask, smax, ssum, std::nullopt, layout.in(out), s, 1.0 - dropout_p, kNoLimit, kNoLimit, 0,
+      seed, offset, 0, std::nullopt, std::nullopt, std::nullopt, m.sparse_mode, true, false, "", std::nullopt);
   Tensor dbias;
   if (grad_input_mask[3] && attn_bias.defined() && attn_bias.scalar_type() != at::kBool && dpse.defined()) {
     dbias = dpse.div(s).sum_to_size(attn_bias.sizes());
   }
-  return {grad_input_mask[0] ? dq : Tensor(), grad_input_mask[1] ? dk : Tensor(), grad_input_mask[2] ? dv : Tensor(),
-          dbias};
+  return {grad_input_mask[0] ? in_layout_of(layout.out(dq), query) : Tensor(),
+          grad_input_mask[1] ? in_layout_of(layout.out(dk), key) : Tensor(),
+          grad_input_mask[2] ? in_layout_of(layout.out(dv), value) : Tensor(), dbias};
 }
 
 }  // namespace

@@ -204,5 +204,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getCpuFallback", [] { return ops::cpu_fallback_enabled(); });
   m.def("_npu_setCpuFallback", [](bool enabled) { ops::set_cpu_fallback(enabled); });
 
+  // A CPU tensor over an npu tensor's bytes (same sizes, strides, offset; it keeps the npu
+  // storage alive): hands npu memory to code outside the dispatcher (DLPack consumers such
+  // as the IREE runtime) without copies. No ordering: the caller synchronizes the stream.
+  m.def("_npu_cpuAlias", [](const at::Tensor& t) {
+    TORCH_CHECK(t.defined() && t.device().type() == kNPU, "_npu_cpuAlias: expected an npu tensor, got ",
+                t.defined() ? t.device().str() : "an undefined tensor");
+    return ops::AliasMap(t.device().index()).alias(t);
+  });
+
   distributed::init_python_bindings(m.ptr());  // torch_npu._C._distributed_c10d (hccl)
 }

@@ -8,6 +8,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch_npu  # noqa: F401
 
 B, N, S1, S2, D = 2, 4, 37, 45, 16
+S = S1
 
 
 def _run(device, q, k, v, grad, **kwargs):
@@ -136,3 +137,21 @@ def test_gradcheck_float64():
     mask = torch.randn(5, 5, generator=g, dtype=torch.float64).npu().requires_grad_()
     assert torch.autograd.gradcheck(
         lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m), (q, k, v, mask))
+
+
+def test_results_keep_the_inputs_layout():
+    # Models make q/k/v as view(B, S, N, D).transpose(1, 2); PyTorch's meta functions (and
+    # so compiled graphs) expect the output and gradients in the inputs' layout.
+    g = torch.Generator().manual_seed(4)
+    q, k, v = [torch.randn(B, S, N, D, generator=g).transpose(1, 2) for _ in range(3)]
+    grad = torch.randn(B, N, S, D, generator=g)
+    expected = _run("cpu", q, k, v, grad, is_causal=True)
+    qn, kn, vn = [t.npu().requires_grad_() for t in (q, k, v)]
+    kn_bnsd = kn.detach().contiguous().requires_grad_()  # one input in the other layout
+    out = F.scaled_dot_product_attention(qn, kn_bnsd, vn, is_causal=True)
+    assert out.stride() == q.stride()
+    out.backward(grad.npu())
+    assert qn.grad.stride() == q.stride() and vn.grad.stride() == v.stride()
+    assert kn_bnsd.grad.stride() == kn_bnsd.stride()
+    for e, a in zip(expected, (out, qn.grad, kn_bnsd.grad, vn.grad)):
+        torch.testing.assert_close(a.detach().cpu(), e, atol=2e-5, rtol=1e-4)

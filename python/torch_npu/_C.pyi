@@ -43,6 +43,7 @@ def _npu_copiedBytes(kind: int) -> int: ...   # kind: 1 H2D, 2 D2H, 3 D2D
 def _npu_taskQueueEnabled() -> bool: ...       # TASK_QUEUE_ENABLE (default 1)
 def _npu_getCpuFallback() -> bool: ...         # unsupported ops run on the CPU (TORCH_NPU_CPU_FALLBACK)
 def _npu_setCpuFallback(enabled: bool) -> None: ...
+def _npu_cpuAlias(tensor: torch.Tensor) -> torch.Tensor: ...  # CPU tensor over the npu bytes (zero-copy, no sync)
 
 # ---- events ------------------------------------------------------------------------
 # torch.Event.elapsed_time() only accepts an exact torch.Event (a Py_TYPE check), so

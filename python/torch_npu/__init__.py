@@ -104,6 +104,7 @@ from torch_npu import _fused_ops  # noqa: E402
 __all__ = ["npu", "utils", "__version__"] + _fused_ops.export(__import__(__name__))
 
 import torch_npu.distributed  # noqa: E402,F401  (registers the "hccl" c10d backend)
+import torch_npu._inductor  # noqa: E402,F401  (torch.compile on npu, Inductor and MLIR; registers lazily)
 
 
 def _transfer_to_npu_if_requested() -> None:

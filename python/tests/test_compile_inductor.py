@@ -1,0 +1,319 @@
+"""torch.compile on npu through Inductor's C++ code generator (torch_npu._inductor).
+
+Every compiled result is compared with the same module run eagerly on npu. Cold Inductor
+compiles cost several seconds each on this machine, so shapes are small and each test
+compiles one or two graphs; the Inductor cache goes to a fresh directory per session.
+"""
+import copy
+import os
+import re
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_npu
+from conftest import run_python
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _inductor_cache(tmp_path_factory):
+    """A fresh Inductor cache: every compile here is a real (cold) one."""
+    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor_cache"))
+    yield
+    if old is None:
+        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo():
+    """Each test compiles from scratch (no graphs or recompile counts left by the previous one)."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _code(fn, *args):
+    """(result, generated wrapper + kernel source) of a compiled call."""
+    from torch._inductor.utils import run_and_get_code
+
+    out, sources = run_and_get_code(fn, *args)
+    return out, "\n".join(sources)
+
+
+def _close(actual, expected, atol=1e-4, rtol=1e-4):
+    torch.testing.assert_close(actual.cpu(), expected.cpu(), atol=atol, rtol=rtol)
+
+
+# ---- registration ----------------------------------------------------------------------------
+def test_import_does_not_load_dynamo_and_npu_backend_is_listed():
+    r = run_python(
+        "import sys, torch, torch_npu\n"
+        "assert 'torch._dynamo' not in sys.modules, 'import torch_npu imported torch._dynamo'\n"
+        "assert 'torch._inductor.codegen.cpp' not in sys.modules\n"
+        "import torch._dynamo\n"
+        "from torch._dynamo.device_interface import get_interface_for_device\n"
+        "print(get_interface_for_device('npu').__name__, 'npu' in torch._dynamo.list_backends())\n")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["NpuInterface", "True"]
+
+
+def test_wheel_declares_the_dynamo_backends_as_entry_points():
+    tools = os.path.join(os.path.dirname(__file__), "..", "..", "tools")
+    if not os.path.exists(os.path.join(tools, "build_wheel.py")):
+        pytest.skip("tools/build_wheel.py is not next to the tests (installed wheel)")
+    sys.path.insert(0, tools)
+    try:
+        import build_wheel
+    finally:
+        sys.path.remove(tools)
+    dynamo_init = os.path.join(os.path.dirname(torch_npu.__file__), "dynamo", "__init__.py")
+    with open(dynamo_init) as f:
+        text = build_wheel.entry_points({"torch_npu/dynamo/__init__.py": f.read().encode()})
+    assert "[torch_dynamo_backends]\nnpu = torch_npu.dynamo:npu_backend\n" in text
+    assert "[torch.backends]\ntorch_npu = torch_npu:_autoload\n" in text
+
+
+def test_missing_private_hook_names_the_torch_version():
+    from torch_npu._inductor import registration
+
+    with pytest.raises(ImportError, match=re.escape(f"torch {torch.__version__} does not provide")):
+        registration._private("torch._inductor.codegen.common", "no_such_hook")
+
+
+def test_npu_backend_rejects_unknown_option():
+    with pytest.raises(Exception, match="no_such_option"):
+        torch.compile(lambda x: x + 1, backend="npu", options={"no_such_option": 1})(torch.ones(2).npu())
+
+
+def test_cpp_wrapper_is_refused_with_a_clear_error():
+    fn = torch.compile(lambda x: torch.relu(x) + 1, options={"cpp_wrapper": True})
+    with pytest.raises(Exception, match="does not support Inductor's cpp_wrapper"):
+        fn(torch.ones(4).npu())
+
+
+# ---- fusion and ordering with the stream -------------------------------------------------------
+def _pointwise_chain(x, y):
+    return torch.relu(x * y + 1.0) * torch.sigmoid(y)
+
+
+def test_fusion_and_stream_ordering():
+    """One kernel fuses the pointwise chain, and it waits for queued work on its input.
+
+    The input comes from a chain of big matmuls still queued on the stream when the compiled
+    function is called; without the wait before the generated kernel (which runs at once on
+    the calling thread) it reads the matmul's output buffer before it is written.
+    """
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(512, 512, generator=g).npu()
+    b = (torch.randn(512, 512, generator=g) / 16).npu()
+    compiled = torch.compile(_pointwise_chain)
+    out, code = _code(compiled, a, b)
+    _close(out, _pointwise_chain(a, b))
+    kernels = set(re.findall(r"\bcpp_fused_\w+", code))
+    assert len(kernels) == 1, kernels
+    kernel = kernels.pop()
+    assert all(op in kernel for op in ("add", "mul", "relu", "sigmoid")), kernel
+    assert re.search(rf"npu_wait_for_stream\(0\)\n\s*{kernel}\(", code), "no wait before the kernel"
+
+    for _ in range(4):
+        c = a @ b @ b @ b  # queued: still running when the compiled call starts
+        out = compiled(c, b)
+        _close(out, _pointwise_chain(c, b))
+
+
+def test_second_device_and_side_stream():
+    """A graph on npu:1 allocates there, and waits for the current stream of npu:1 (a side stream)."""
+    if torch.npu.device_count() < 2:
+        pytest.skip("needs 2 npu devices")
+
+    def fn(x, w):
+        return torch.relu(x @ w).sum(0) * 2 + 1
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 256, generator=g).to("npu:1")
+    w = (torch.randn(256, 256, generator=g) / 16).to("npu:1")
+    compiled = torch.compile(fn)
+    stream = torch.npu.Stream("npu:1")
+    with torch.npu.stream(stream):
+        y = x @ w @ w  # queued on the side stream
+        out = compiled(y, w)
+        expected = fn(y, w)
+    stream.synchronize()
+    assert out.device == torch.device("npu:1")
+    _close(out, expected)
+
+
+# ---- models ------------------------------------------------------------------------------------
+class MLP(nn.Module):
+    def __init__(self, d=64, hidden=256):
+        super().__init__()
+        self.fc1, self.fc2, self.norm = nn.Linear(d, hidden), nn.Linear(hidden, d), nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.norm(x + self.fc2(F.gelu(self.fc1(x))))
+
+
+def test_mlp_matmuls_stay_extern_calls():
+    torch.manual_seed(0)
+    model = MLP().npu().eval()
+    x = torch.randn(32, 64).npu()
+    with torch.no_grad():
+        out, code = _code(torch.compile(model), x)
+        _close(out, model(x))
+    assert "extern_kernels.addmm" in code
+    assert re.search(r"cpp_fused_\w*gelu", code), "GELU was not generated as a C++ kernel"
+    assert re.search(r"cpp_fused_\w*native_layer_norm", code), "LayerNorm (a reduction) was not fused"
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block; attention by SDPA or torch_npu.npu_fusion_attention."""
+
+    def __init__(self, d=64, heads=4, fused_attention=False):
+        super().__init__()
+        self.heads, self.fused = heads, fused_attention
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if self.fused:
+            attn = torch_npu.npu_fusion_attention(q, k, v, self.heads, "BNSD", scale=(d // self.heads) ** -0.5,
+                                                  next_tockens=0, sparse_mode=0,
+                                                  atten_mask=self.causal_mask(s, x.device))[0]
+        else:
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, s, d))
+        return x + self.mlp(self.norm2(x))
+
+    @staticmethod
+    def causal_mask(s, device):
+        # npu_fusion_attention's mask: True where attention is *not* allowed.
+        return torch.ones(s, s, dtype=torch.bool, device=device).triu(1)
+
+
+@pytest.mark.parametrize("fused_attention", [
+    pytest.param(False, id="sdpa"),
+    pytest.param(True, id="npu_fusion_attention"),
+])
+def test_transformer_block_forward_and_backward(fused_attention):
+    torch.manual_seed(0)
+    eager = Block(fused_attention=fused_attention).npu()
+    compiled = copy.deepcopy(eager)
+    x = torch.randn(2, 16, 64).npu()
+
+    def step(fn):
+        out = fn(x)
+        out.square().mean().backward()
+        return out
+
+    out, code = _code(step, torch.compile(compiled))
+    _close(out, step(eager))
+    for (name, p_e), p_c in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(p_c.grad.cpu(), p_e.grad.cpu(), atol=1e-5, rtol=1e-4, msg=name)
+    if fused_attention:  # the custom op and its backward stay calls into torch_npu
+        assert "npu.npu_fusion_attention.default(" in code
+        assert "npu.npu_fusion_attention_grad.default(" in code
+
+
+def test_custom_ops_trace_into_one_graph():
+    """torch_npu's fused ops (fake impls in _fused_ops.py) stay calls inside one Inductor graph."""
+    def fn(x, w, cos, sin):
+        y = torch_npu.npu_rms_norm(x, w)[0]
+        z = torch_npu.npu_swiglu(torch.cat([y, y * 2], -1))
+        return torch_npu.npu_rotary_mul(z.view(2, 8, 4, 16), cos, sin).relu() + 1
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(2, 8, 64, generator=g).npu(), torch.rand(64, generator=g).npu(),
+            torch.randn(1, 8, 1, 16, generator=g).npu(), torch.randn(1, 8, 1, 16, generator=g).npu()]
+    out, code = _code(torch.compile(fn, fullgraph=True), *args)
+    _close(out, fn(*args))
+    for op in ("npu_rms_norm", "npu_swiglu", "npu_rotary_mul"):
+        assert f"torch.ops.npu.{op}.default(" in code, op
+
+
+class ResBlock(nn.Module):
+    def __init__(self, c=16):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+        self.conv2, self.bn2 = nn.Conv2d(c, c, 3, padding=1, bias=False), nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(x + self.bn2(self.conv2(y)))
+
+
+def test_resnet_block():
+    torch.manual_seed(0)
+    model = ResBlock().npu().eval()
+    for bn in (model.bn1, model.bn2):  # non-trivial running statistics
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 1.5)
+    x = torch.randn(2, 16, 12, 12).npu()
+    with torch.no_grad():
+        out, code = _code(torch.compile(model), x)
+        _close(out, model(x))
+    assert "extern_kernels.convolution" in code
+
+
+def test_training_step_adamw_matches_eager():
+    """A compiled module (forward and backward by Inductor) trained with AdamW for 2 steps."""
+    torch.manual_seed(0)
+    eager = MLP().npu()
+    compiled = MLP().npu()
+    compiled.load_state_dict(eager.state_dict())
+    # eps well above the rounding differences of fused vs unfused gradients (~1e-9): with the
+    # default 1e-8, an element whose gradient is ~1e-9 moves by +-lr on either side.
+    opt_e = torch.optim.AdamW(eager.parameters(), lr=1e-2, eps=1e-4)
+    opt_c = torch.optim.AdamW(compiled.parameters(), lr=1e-2, eps=1e-4)
+    step = torch.compile(compiled)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(2):
+        x, target = torch.randn(32, 64, generator=g).npu(), torch.randn(32, 64, generator=g).npu()
+        for model, fn, opt in ((eager, eager, opt_e), (compiled, step, opt_c)):
+            opt.zero_grad()
+            F.mse_loss(fn(x), target).backward()
+            opt.step()
+    for (name, p_e), p_c in zip(eager.named_parameters(), compiled.parameters()):
+        torch.testing.assert_close(p_c.cpu(), p_e.cpu(), atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_dynamic_shapes_compile_once():
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("inductor")
+
+    def fn(x, w):
+        return F.silu(x @ w) * x.sum(-1, keepdim=True)
+
+    compiled = torch.compile(fn, backend=counter, dynamic=True)
+    w = torch.randn(32, 32).npu()
+    for rows in (8, 24):
+        x = torch.randn(rows, 32).npu()
+        _close(compiled(x, w), fn(x, w))
+    assert counter.frame_count == 1
+
+
+def test_graph_break_falls_back_to_eager():
+    """``.item()`` and ``print`` in the middle split the function; results stay correct."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend("npu")
+
+    def fn(x):
+        y = torch.tanh(x) * 3
+        scale = y.abs().max().item()  # graph break
+        print("scale", round(scale, 3))  # graph break
+        return torch.sin(y / scale) + 1
+
+    x = torch.randn(100).npu()
+    out = torch.compile(fn, backend=counter)(x)
+    _close(out, fn(x))
+    assert counter.frame_count == 2

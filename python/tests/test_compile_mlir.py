@@ -1,0 +1,397 @@
+"""torch.compile(..., options={"npu_backend": "mlir"}): npu graphs compiled through IREE.
+
+Each distinct graph costs one iree-compile (~2-3 s here); the tests share a disk cache
+(one temporary TORCHINDUCTOR_CACHE_DIR for the module), so a graph compiled once is loaded
+from disk afterwards.
+"""
+import copy
+import glob
+import os
+import re
+import textwrap
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_npu  # noqa: F401
+from torch_npu._inductor import mlir
+
+from conftest import run_python
+
+try:
+    import iree.compiler  # noqa: F401
+    import iree.runtime  # noqa: F401
+    _HAVE_IREE = True
+except ImportError:
+    _HAVE_IREE = False
+
+needs_iree = pytest.mark.skipif(not _HAVE_IREE, reason="iree-base-compiler/iree-base-runtime are not installed "
+                                                       "(pip install iree-base-compiler==3.13.0 "
+                                                       "iree-base-runtime==3.13.0)")
+MLIR = {"npu_backend": "mlir"}
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("inductor_cache"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", path)
+        mp.delenv(mlir.ENV_VAR, raising=False)
+        yield path
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo(cache_dir):
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _stats():
+    from torch_npu._inductor.mlir import compiler
+
+    return dict(compiler.stats)
+
+
+def _delta(before):
+    after = _stats()
+    return {k: after[k] - before[k] for k in after}
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, d=64, h=256):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(d, h)
+        self.fc2 = torch.nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x))) + x
+
+
+class NormBlock(torch.nn.Module):
+    """Elementwise/normalisation-heavy: LayerNorm + GELU + residual, bias-dropout-add."""
+
+    def __init__(self, d=256):
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.bias = torch.nn.Parameter(torch.randn(d) * 0.1)
+
+    def forward(self, x, residual):
+        h = F.gelu(self.ln1(x)) + x
+        h = F.dropout(h + self.bias, p=0.1, training=self.training) + residual
+        return self.ln2(h) * torch.sigmoid(h)
+
+
+def _assert_close(actual, expected, atol=1e-4, rtol=1e-4):
+    assert actual.device.type == "npu"
+    torch.testing.assert_close(actual.cpu(), expected.cpu(), atol=atol, rtol=rtol)
+
+
+# ---- backend selection -------------------------------------------------------------
+
+def test_resolve_priority_options_then_config_then_env(monkeypatch):
+    import torch._inductor.config as config
+
+    monkeypatch.delenv(mlir.ENV_VAR, raising=False)
+    assert mlir.resolve_backend() == "default"
+    monkeypatch.setenv(mlir.ENV_VAR, "mlir")
+    assert mlir.resolve_backend() == "mlir"
+    # A higher level wins: the lower one is not even consulted (an invalid value there
+    # raises nothing).
+    monkeypatch.setenv(mlir.ENV_VAR, "no-such-backend")
+    with config.patch(npu_backend="mlir"):
+        assert config.npu_backend == "mlir"
+        assert mlir.resolve_backend() == "mlir"
+    with config.patch(npu_backend="no-such-backend"):
+        assert mlir.resolve_backend("mlir") == "mlir"
+    monkeypatch.delenv(mlir.ENV_VAR)
+    assert config.npu_backend == "default"
+    assert mlir.resolve_backend("default") == "default"
+
+
+@pytest.mark.parametrize("source", ["options", "config", "env"])
+def test_bad_backend_value_is_a_clear_error(source, monkeypatch):
+    import torch._inductor.config as config
+
+    fn = torch.nn.Linear(4, 4).npu()
+    x = torch.randn(2, 4).npu()
+    expected = r"Unsupported npu_backend 'tvm' .*expected one of 'default', 'mlir'"
+    if source == "options":
+        with pytest.raises(ValueError, match=expected):
+            torch.compile(fn, options={"npu_backend": "tvm"})
+        return
+    # (config.patch, not monkeypatch.setattr: undoing the latter deletes the config key)
+    with config.patch(npu_backend="tvm" if source == "config" else "default"):
+        if source == "env":
+            monkeypatch.setenv(mlir.ENV_VAR, "tvm")
+        with pytest.raises(Exception, match=expected):
+            torch.compile(fn)(x)
+
+
+def test_npu_backend_is_an_inductor_config_key():
+    import torch._inductor.config as config
+
+    assert "npu_backend" in config.get_config_copy()
+    with pytest.raises(ValueError, match="Unsupported npu_backend 1"):
+        torch.compile(torch.nn.Linear(2, 2), options={"npu_backend": 1})
+
+
+@needs_iree
+@pytest.mark.parametrize("source", ["options", "config", "env"])
+def test_three_ways_select_mlir(source, monkeypatch):
+    import torch._inductor.config as config
+
+    torch.manual_seed(0)
+    m = MLP().npu().eval()
+    x = torch.randn(8, 64).npu()
+    options = MLIR if source == "options" else None
+    if source == "env":
+        monkeypatch.setenv(mlir.ENV_VAR, "mlir")
+    before = _stats()
+    with torch.no_grad(), config.patch(npu_backend="mlir" if source == "config" else "default"):
+        y = torch.compile(m, options=options)(x)
+        _assert_close(y, m(x))
+    d = _delta(before)
+    assert d["compiled"] + d["cache_hits"] == 1 and d["fallbacks"] == 0, d
+
+
+# ---- correctness ---------------------------------------------------------------------
+
+@needs_iree
+def test_mlp_matches_eager():
+    torch.manual_seed(0)
+    m = MLP().npu().eval()
+    c = torch.compile(m, options=MLIR)
+    before = _stats()
+    with torch.no_grad():
+        for _ in range(3):  # compiled once, then reused with fresh inputs
+            x = torch.randn(8, 64).npu()
+            _assert_close(c(x), m(x))
+    d = _delta(before)
+    assert d["compiled"] + d["cache_hits"] == 1 and d["fallbacks"] == 0, d
+
+
+@needs_iree
+def test_norm_block_matches_eager():
+    torch.manual_seed(0)
+    m = NormBlock().npu().eval()
+    x, r = torch.randn(32, 256).npu(), torch.randn(32, 256).npu()
+    before = _stats()
+    with torch.no_grad():
+        _assert_close(torch.compile(m, options=MLIR)(x, r), m(x, r))
+    assert _delta(before)["fallbacks"] == 0
+
+
+class TransformerBlock(torch.nn.Module):
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv, self.proj = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+        self.mlp = MLP(d, 4 * d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, -1)
+        q, k, v = [z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v)]
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return self.mlp(self.ln2(x)) + x
+
+
+class ResNetBlock(torch.nn.Module):
+    def __init__(self, c=8):
+        super().__init__()
+        self.conv1, self.conv2 = torch.nn.Conv2d(c, c, 3, padding=1), torch.nn.Conv2d(c, c, 3, padding=1)
+        self.bn1, self.bn2 = torch.nn.BatchNorm2d(c), torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        return F.relu(x + self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+
+
+@needs_iree
+@pytest.mark.parametrize("name", ["transformer_sdpa", "resnet_block"])
+def test_model_blocks_match_eager(name):
+    torch.manual_seed(0)
+    if name == "transformer_sdpa":
+        m, x = TransformerBlock(), torch.randn(2, 16, 64)
+    else:
+        m, x = ResNetBlock(), torch.randn(2, 8, 16, 16)
+        for bn in (m.bn1, m.bn2):  # non-trivial running statistics
+            bn.running_mean.normal_()
+            bn.running_var.uniform_(0.5, 2.0)
+    m = m.eval()
+    with torch.no_grad():
+        expected = m(x)
+        before = _stats()
+        _assert_close(torch.compile(m.npu(), options=MLIR)(x.npu()), expected)
+    assert _delta(before)["fallbacks"] == 0
+
+
+@needs_iree
+def test_adamw_training_steps_match_eager():
+    torch.manual_seed(0)
+    ref = TransformerBlock(32, 2).npu()
+    m = copy.deepcopy(ref)
+    opts = [torch.optim.AdamW(p.parameters(), lr=1e-2) for p in (m, ref)]
+    step = torch.compile(m, options=MLIR)
+    before = _stats()
+    for _ in range(3):
+        x = torch.randn(2, 8, 32).npu()
+        losses = []
+        for model, opt in ((step, opts[0]), (ref, opts[1])):
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            losses.append(loss.detach())
+        _assert_close(losses[0], losses[1])
+        for p, q in zip(m.parameters(), ref.parameters()):
+            _assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-3)
+        for opt in opts:
+            opt.step()
+    assert _delta(before)["fallbacks"] == 0
+    # Adam divides by sqrt(v): on near-zero gradients, float noise moves a parameter by up
+    # to lr; a wrong gradient would be off by about lr (1e-2) everywhere.
+    for p, q in zip(m.parameters(), ref.parameters()):
+        _assert_close(p, q, atol=3e-3, rtol=1e-3)
+
+
+@needs_iree
+def test_training_step_matches_eager():
+    torch.manual_seed(0)
+    ref = MLP(32, 64).npu()
+    m = copy.deepcopy(ref)
+    x = torch.randn(4, 32).npu()
+    before = _stats()
+    loss = torch.compile(m, options=MLIR)(x).square().mean()
+    loss.backward()
+    ref_loss = ref(x).square().mean()
+    ref_loss.backward()
+    d = _delta(before)
+    assert d["compiled"] + d["cache_hits"] == 2 and d["fallbacks"] == 0, d  # forward and backward
+    _assert_close(loss, ref_loss)
+    for p, q in zip(m.parameters(), ref.parameters()):
+        _assert_close(p.grad, q.grad)
+
+
+@needs_iree
+def test_no_copies_and_weights_by_reference():
+    """Inputs, weights and results are npu memory IREE reads and writes in place: a call
+    moves no bytes between host and device, and in-place weight updates are seen."""
+    torch.manual_seed(0)
+    m = MLP(16, 32).npu().eval()
+    c = torch.compile(m, options=MLIR)
+    x = torch.randn(4, 16).npu()
+    with torch.no_grad():
+        c(x)
+        copied = [torch_npu._C._npu_copiedBytes(kind) for kind in (1, 2, 3)]  # H2D, D2H, D2D
+        y = c(x)
+        assert [torch_npu._C._npu_copiedBytes(kind) for kind in (1, 2, 3)] == copied
+        assert y.device.type == "npu"
+        m.fc2.weight.mul_(2)
+        _assert_close(c(x), m(x))
+
+
+@needs_iree
+def test_waits_for_queued_work_on_the_stream():
+    """The input is produced by a chain of kernels still queued on the stream when the
+    compiled function is called: IREE must see their result, not the buffer's old bytes."""
+    torch.manual_seed(0)
+    f = torch.compile(lambda a: torch.tanh(a) * 2 + 1, options=MLIR)
+    big_cpu = torch.randn(1024, 1024)
+    big = big_cpu.npu()
+    f(big)  # compile first, so that nothing below waits for the compiler
+    for rep in range(2):
+        expected = big_cpu.clone()
+        for _ in range(6):
+            expected = expected @ big_cpu / (32 + rep)
+        expected = torch.tanh(expected) * 2 + 1
+        a = big.clone()
+        for _ in range(6):  # ~0.1 s of queued work; nothing synchronizes before f
+            a = a @ big / (32 + rep)
+        _assert_close(f(a), expected, atol=1e-3, rtol=1e-3)
+
+
+@needs_iree
+def test_graph_without_inputs_returns_npu_constants():
+    """A constant-only graph: IREE cannot write it into the npu output buffer (a
+    discard-write fill), so its results come back through the copying entry point."""
+    f = torch.compile(lambda: torch.ones(3, device="npu") * 2, options=MLIR)
+    for _ in range(2):
+        _assert_close(f(), torch.full((3,), 2.0))
+
+
+# ---- fallback ------------------------------------------------------------------------
+
+@needs_iree
+def test_unsupported_graph_falls_back_with_one_warning():
+    def fn(a):  # IREE has no lowering for the Hurwitz zeta function
+        return torch.special.zeta(a.abs() + 2, 2.0) * 3 + a
+
+    x = torch.rand(16).npu()
+    before = _stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = torch.compile(fn, options=MLIR)
+        y1 = c(x)
+        y2 = c(x * 2)
+    ours = [w for w in caught if "MLIR backend" in str(w.message)]
+    assert len(ours) == 1, [str(w.message) for w in ours]
+    assert "falling back to the default backend" in str(ours[0].message)
+    assert "special_zeta" in str(ours[0].message)
+    assert _delta(before)["fallbacks"] == 1
+    _assert_close(y1, fn(x.cpu()))
+    _assert_close(y2, fn((x * 2).cpu()))
+
+
+# ---- disk cache ------------------------------------------------------------------------
+
+@needs_iree
+def test_cache_hit_in_a_fresh_process(tmp_path):
+    code = textwrap.dedent("""
+        import glob, os, torch, torch_npu
+        from torch_npu._inductor.mlir import compiler
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(16, 48), torch.nn.SiLU(), torch.nn.Linear(48, 8)).npu()
+        x = torch.randn(4, 16).npu()
+        with torch.no_grad():
+            y = torch.compile(m, options={"npu_backend": "mlir"})(x)
+            torch.testing.assert_close(y.cpu(), m(x).cpu(), atol=1e-4, rtol=1e-4)
+        files = sorted(glob.glob(os.path.join(compiler.cache_dir(), "*.vmfb")))
+        print("STATS", compiler.stats["compiled"], compiler.stats["cache_hits"], len(files))
+    """)
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        out = run_python(code, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(re.search(r"STATS (\d+) (\d+) (\d+)", out.stdout).groups())
+    assert runs[0] == ("1", "0", "1")  # cold: compiled and stored
+    assert runs[1] == ("0", "1", "1")  # warm: loaded from the stored module, nothing compiled
+
+
+# ---- fusion ------------------------------------------------------------------------------
+
+@needs_iree
+def test_dispatch_fuses_matmul_with_its_epilogue(tmp_path, monkeypatch):
+    """IREE's dumped dispatch sources: the first Linear's matmul and GELU are one kernel."""
+    from torch_npu._inductor.mlir import compiler
+
+    monkeypatch.setenv(compiler.EXTRA_FLAGS_ENV, f"--iree-hal-dump-executable-sources-to={tmp_path}")
+    torch.manual_seed(0)
+    m = MLP(32, 64).npu().eval()
+    x = torch.randn(8, 32).npu()
+    with torch.no_grad():
+        _assert_close(torch.compile(m, options=MLIR)(x), m(x))
+    dispatches = glob.glob(os.path.join(str(tmp_path), "*dispatch*.mlir"))
+    assert dispatches
+    fused = []
+    for path in dispatches:
+        with open(path) as f:
+            src = f.read()
+        if "linalg.matmul" in src and "math.erf" in src:  # GELU(x) = x/2 (1 + erf(x/sqrt 2))
+            fused.append(path)
+    assert fused, dispatches

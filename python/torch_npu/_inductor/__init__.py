@@ -1,0 +1,110 @@
+"""torch.compile on npu through Inductor's C++ (CPU) code generator.
+
+npu memory is host memory here, so the C++ kernels Inductor generates for CPU tensors can
+read and write npu tensors through their data pointers; matmuls and convolutions stay calls
+into torch_npu's op library (``extern_kernels.*``), which queue on the npu stream. What npu
+needs from Dynamo and Inductor (all private hooks of torch, see ``registration.py``):
+
+* a Dynamo device interface for ``npu`` (device count, current device, synchronize, ...);
+* Inductor's code generators for ``npu``: ``CppScheduling`` and a wrapper code generator
+  that waits for the work queued on the current npu stream before each generated host
+  kernel (``runtime.wait_for_stream``);
+* treating ``npu`` like ``cpu`` where Inductor's scheduler checks ``device.type == "cpu"``.
+
+Registration is lazy, so that ``import torch_npu`` does not import Dynamo/Inductor (about
+1-2 s): importing this package (``import torch_npu`` does) calls :func:`install`, which only
+adds import hooks. The Dynamo part runs when ``torch._dynamo`` is first imported
+(``torch.compile`` does that), the Inductor part when ``torch._inductor.compile_fx`` is
+(Inductor's entry point, imported by the ``inductor`` backend on the first compile, before
+any graph is lowered). :func:`register` does both at once.
+"""
+import importlib.util
+import sys
+import warnings
+
+__all__ = ["install", "register"]
+
+_installed = False
+
+
+def register() -> None:
+    """Register npu with Dynamo and Inductor now (idempotent; imports both)."""
+    from torch_npu._inductor import registration
+
+    registration.register_dynamo()
+    registration.register_inductor()
+
+
+def _registering(what: str):
+    """A post-import callback that runs ``registration.register_<what>()``.
+
+    It runs at the end of a torch import, so it never raises: a failure becomes one warning
+    and torch.compile on npu then fails where it needs the missing piece.
+    """
+    def callback() -> None:
+        try:
+            from torch_npu._inductor import registration
+
+            getattr(registration, f"register_{what}")()
+        except Exception as err:
+            warnings.warn(f"torch_npu: registering the npu device with torch {what} failed, torch.compile "
+                          f"on npu tensors will not work: {err}", RuntimeWarning, stacklevel=2)
+    return callback
+
+
+# module whose first import triggers the registration -> what it registers
+_HOOKS = {"torch._dynamo": "dynamo", "torch._inductor.compile_fx": "inductor"}
+
+
+class _PostImportHook:
+    """A meta path finder that runs ``callback`` once ``module`` has been executed.
+
+    It finds the module's spec with the other finders and wraps that spec's loader's
+    ``exec_module`` (an attribute of this one loader instance), then removes itself.
+    """
+
+    def __init__(self, module: str, callback) -> None:
+        self.module = module
+        self.callback = callback
+        self._busy = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.module or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+        callback = self.callback
+
+        def exec_then_callback(module):
+            exec_module(module)
+            callback()
+
+        spec.loader.exec_module = exec_then_callback
+        return spec
+
+
+def install() -> None:
+    """Called by ``import torch_npu``: set up the lazy registration (cheap, idempotent)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    for module, what in _HOOKS.items():
+        if module in sys.modules:
+            _registering(what)()
+        else:
+            sys.meta_path.insert(0, _PostImportHook(module, _registering(what)))
+    from torch_npu._inductor import mlir  # the npu_backend option (MLIR through IREE); imports no IREE
+
+    mlir.install()
+
+
+install()

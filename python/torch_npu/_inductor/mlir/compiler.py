@@ -1,0 +1,346 @@
+"""Compiles a Dynamo graph through IREE: AOTAutograd (ATen graphs, forward and backward)
+-> torch-mlir's FX importer (bundled with iree-base-compiler) -> iree-compile (llvm-cpu,
+host CPU) -> a .vmfb cached on disk -> run by iree.runtime on npu memory without copies
+(see runtime.py).
+
+A graph IREE cannot take (an op the importer or the compiler rejects, dynamic shapes,
+non-tensor inputs) is compiled by the default backend instead, after one warning.
+"""
+import hashlib
+import logging
+import os
+import platform
+import re
+import tempfile
+import warnings
+
+import torch
+
+from . import runtime
+
+log = logging.getLogger(__name__)
+
+TARGET_BACKEND = "llvm-cpu"
+# Tuned on this simulator's host: data tiling and microkernels let matmuls reach MKL-like
+# speed; target-cpu=host makes the code non-portable, hence the CPU in the cache key.
+COMPILE_FLAGS = (
+    "--iree-llvmcpu-target-cpu=host",
+    "--iree-opt-data-tiling",
+    "--iree-llvmcpu-enable-ukernels=all",
+)
+# Calling convention of the compiled main() (part of the cache key): inputs, then output
+# buffers the results are written into.
+_ABI = "main(inputs, output buffers), graph(inputs) -> results; v2"
+# Extra iree-compile flags for experiments and tests (e.g. dumping dispatch sources).
+EXTRA_FLAGS_ENV = "TORCH_NPU_MLIR_EXTRA_FLAGS"
+
+# Counters the tests and benchmarks read: graphs compiled by iree-compile, loaded from the
+# disk cache, and sent to the default backend.
+stats = {"compiled": 0, "cache_hits": 0, "fallbacks": 0}
+
+
+class Unsupported(RuntimeError):
+    """The graph cannot go through IREE (raised before trying the compiler)."""
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs, config_patches=None):
+    """torch.compile's Inductor entry with npu_backend="mlir": returns the compiled callable."""
+    try:
+        return _compile_through_iree(gm, example_inputs)
+    except Exception as err:  # noqa: BLE001 — any rejection means: use the default backend
+        stats["fallbacks"] += 1
+        warnings.warn(
+            f"torch_npu: the MLIR backend (IREE) cannot compile this graph ({_reason(err)}); "
+            f"falling back to the default backend (Inductor)", RuntimeWarning, stacklevel=2)
+        log.debug("MLIR backend failure", exc_info=True)
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, example_inputs, config_patches=config_patches)
+
+
+def _reason(err: Exception) -> str:
+    """One line saying why: iree-compile's first "error:" diagnostic, else the message."""
+    op = re.search(r'failed to legalize operation .*?name = "torch\.([^"]+)"', str(err))
+    if op:  # an ATen op torch-mlir has no lowering for
+        return f"{type(err).__name__}: no lowering for the operator {op.group(1)}"
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    first_error = next((line for line in lines if "error:" in line), lines[0] if lines else "")
+    if "error:" in first_error:  # drop the "<stdin>:8:10: " location prefix
+        first_error = first_error[first_error.index("error:"):]
+    return f"{type(err).__name__}: {first_error[:400]}"
+
+
+def _compile_through_iree(gm, example_inputs):
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise Unsupported(f"input {i} is a {type(x).__name__}, not a tensor (dynamic shapes "
+                              f"are not supported by the MLIR backend)")
+        if any(isinstance(s, torch.SymInt) for s in x.shape):
+            raise Unsupported(f"input {i} has a dynamic shape")
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    gm = _math_attention(gm)
+    # Forward and backward are compiled when AOTAutograd traces (static shapes), so an
+    # IREE failure surfaces here and the whole graph falls back.
+    return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_aten, bw_compiler=_compile_aten,
+                                 decompositions=_decompositions())
+
+
+def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+def _math_attention(gm):
+    """A copy of the graph whose F.scaled_dot_product_attention calls use the math kernel.
+
+    On npu tensors, SDPA dispatches to the PrivateUse1 fused-attention op, which torch-mlir
+    cannot lower (nor its backward); the math form traces to matmuls and a softmax, which
+    IREE fuses. The caller's graph is left alone (the fallback compiles it as it was).
+    """
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if not any(n.op == "call_function" and n.target is sdpa for n in gm.graph.nodes):
+        return gm
+    import copy
+
+    rewritten = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    for n in rewritten.graph.nodes:
+        if n.op == "call_function" and n.target is sdpa:
+            n.target = _sdpa_math
+    rewritten.recompile()
+    return rewritten
+
+
+_DECOMPOSITIONS = None
+
+
+def _decompositions():
+    """ATen ops decomposed before import: those torch-mlir has no lowering for (mostly
+    backward ops) and a few whose decomposition lets IREE fuse more. Deliberately not the
+    whole core-ATen table: building that costs ~1 s per process, and torch-mlir lowers
+    composite ops such as gelu or native_layer_norm directly."""
+    global _DECOMPOSITIONS
+    if _DECOMPOSITIONS is None:
+        from torch._decomp import get_decompositions
+
+        aten = torch.ops.aten
+        _DECOMPOSITIONS = get_decompositions([
+            aten.native_layer_norm_backward, aten.native_group_norm_backward, aten.gelu_backward,
+            aten.embedding_dense_backward, aten.slice_backward, aten.select_backward,
+            aten._safe_softmax, aten._softmax_backward_data, aten._log_softmax_backward_data, aten.sigmoid_backward,
+            aten.tanh_backward, aten.threshold_backward, aten.silu_backward,
+            aten.native_dropout_backward, aten.native_batch_norm_backward,
+            aten._native_batch_norm_legit_functional,
+            aten.native_group_norm, aten.t, aten.addmm, aten.split.Tensor, aten.split_with_sizes,
+            aten.unsafe_split.Tensor, aten.squeeze.dims, aten.masked_fill.Scalar, aten.masked_fill.Tensor,
+            aten.full, aten._to_copy, aten.lift_fresh_copy, aten._unsafe_index.Tensor,
+            aten._scaled_dot_product_flash_attention_for_cpu, aten.nll_loss_forward, aten.nll_loss_backward,
+        ])
+        # PyTorch's own decomposition of this one calls the mutating _native_batch_norm_legit.
+        _DECOMPOSITIONS[aten._native_batch_norm_legit_no_training.default] = _batch_norm_inference
+    return _DECOMPOSITIONS
+
+
+def _batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):
+    """BatchNorm in eval mode from the running statistics (outputs as ATen's: y, and empty
+    saved mean and rstd)."""
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    y = (x - running_mean.view(shape)) * torch.rsqrt(running_var.view(shape) + eps)
+    if weight is not None:
+        y = y * weight.view(shape)
+    if bias is not None:
+        y = y + bias.view(shape)
+    empty = x.new_empty((0,))
+    return y, empty, empty
+
+
+def _compile_aten(gm: torch.fx.GraphModule, example_inputs):
+    """An ATen graph (functional, static shapes) -> a boxed callable running it with IREE."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for n in placeholders:
+        if not isinstance(n.meta.get("val"), torch.Tensor):
+            raise Unsupported(f"graph input {n.name} is not a tensor")
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    _devices_to_cpu(gm)
+    plan = _split_outputs(gm)
+    with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; constants are real
+        vmfb = _vmfb_for(gm, placeholders)
+    module = runtime.load(vmfb)
+    return runtime.make_callable(module, plan)
+
+
+def _devices_to_cpu(gm) -> None:
+    """Factory ops (ones, scalar_tensor, ...) name the npu device; to IREE all memory is
+    host memory, and torch-mlir only lowers those ops for devices it knows (cpu)."""
+    from torch.utils._pytree import tree_map
+
+    def to_cpu(a):
+        return torch.device("cpu") if isinstance(a, torch.device) and a.type == "npu" else a
+
+    for n in gm.graph.nodes:
+        if n.op == "call_function":
+            n.args = tree_map(to_cpu, n.args)
+            n.kwargs = tree_map(to_cpu, n.kwargs)
+
+
+def _split_outputs(gm):
+    """Keep only outputs IREE computes; others are returned by Python (runtime.OutputPlan).
+
+    AOTAutograd graphs return a flat tuple whose entries may be None (no gradient), a graph
+    input returned as is, or a repeated value; IREE's ABI wants distinct computed tensors.
+    """
+    graph = gm.graph
+    out_node = next(n for n in graph.nodes if n.op == "output")
+    values = out_node.args[0]
+    values = list(values) if isinstance(values, (tuple, list)) else [values]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    computed = []  # distinct fx nodes IREE returns
+    sources = []   # per output: ("none",), ("input", i), ("result", j)
+    for v in values:
+        if v is None:
+            sources.append(("none",))
+        elif not isinstance(v, torch.fx.Node) or not isinstance(v.meta.get("val"), torch.Tensor):
+            raise Unsupported(f"graph output {v} is not a tensor")
+        elif v.op == "placeholder":
+            sources.append(("input", placeholders.index(v)))
+        else:
+            if v not in computed:
+                computed.append(v)
+            sources.append(("result", computed.index(v)))
+    out_node.args = (tuple(computed),)
+    graph.lint()
+    gm.recompile()
+    return runtime.OutputPlan(sources, [n.meta["val"] for n in computed])
+
+
+def _graph_key(gm, placeholders) -> str:
+    """Everything the compiled module depends on: graph, input types, constants, compiler."""
+    h = hashlib.sha256()
+    h.update(gm.code.encode())
+    for n in placeholders:
+        v = n.meta["val"]
+        h.update(f"{n.name}:{v.dtype}:{tuple(v.shape)};".encode())
+    for n in gm.graph.nodes:  # constants the graph holds (get_attr): their bytes matter
+        if n.op == "get_attr":
+            t = getattr(gm, n.target)
+            if isinstance(t, torch.Tensor):
+                h.update(f"{n.target}:{t.dtype}:{tuple(t.shape)}".encode())
+                h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    h.update(repr((_ABI, TARGET_BACKEND, _compile_flags(), _host_cpu(), torch.__version__,
+                   _iree_version())).encode())
+    return h.hexdigest()[:40]
+
+
+def _iree_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("iree-base-compiler") + "/" + version("iree-base-runtime")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _host_cpu() -> str:
+    """target-cpu=host output is not portable: key on the CPU model and its features."""
+    model, flags = platform.processor(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and not model:
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    flags = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return model + "|" + hashlib.sha256(flags.encode()).hexdigest()[:16]
+
+
+def _compile_flags():
+    extra = os.environ.get(EXTRA_FLAGS_ENV, "").split()
+    return list(COMPILE_FLAGS) + extra
+
+
+def cache_dir() -> str:
+    """<TORCHINDUCTOR_CACHE_DIR or Inductor's default>/npu_mlir."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+
+    path = os.path.join(inductor_cache_dir(), "npu_mlir")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _vmfb_for(gm, placeholders) -> str:
+    """Path of the compiled module: from the disk cache, or compiled now and stored."""
+    path = os.path.join(cache_dir(), _graph_key(gm, placeholders) + ".vmfb")
+    rejected = path[:-len(".vmfb")] + ".rejected"
+    if os.path.exists(path):
+        stats["cache_hits"] += 1
+        log.debug("MLIR backend: cache hit %s", path)
+        return path
+    if os.path.exists(rejected):  # IREE failed on this graph before: don't pay again
+        with open(rejected) as f:
+            raise Unsupported(f.read())
+    mlir = _import_mlir(gm)
+    try:
+        vmfb = _iree_compile(mlir)
+    except Exception as err:
+        import iree.compiler
+
+        if isinstance(err, iree.compiler.CompilerToolError):  # the graph's fault, not ours
+            _write_atomically(rejected, _reason(err).encode())
+        raise
+    _write_atomically(path, vmfb)
+    stats["compiled"] += 1
+    return path
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """A concurrent process never sees a half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _import_mlir(gm) -> str:
+    """The torch-dialect MLIR of an ATen graph (constants become literals), called as
+    ``main(inputs..., outputs...)``: the graph's results are written into caller-provided
+    buffers (``torch.overwrite.tensor.contents`` into mutable ``!torch.tensor`` arguments,
+    which IREE turns into result storage), so they can be npu memory and need no copy.
+    """
+    from iree.compiler import ir
+    from iree.compiler.extras.fx_importer import FxImporter
+
+    importer = FxImporter()
+    # "graph" stays public: an entry that returns IREE-allocated results, for the rare
+    # graph whose results IREE cannot write into imported buffers (runtime.make_callable).
+    importer.import_graph_module(gm, func_name="graph")
+    module = importer.module_op
+    graph_func = next(op for op in module.regions[0].blocks[0].operations
+                      if op.operation.name == "func.func"
+                      and ir.StringAttr(op.attributes["sym_name"]).value == "graph")
+    ftype = ir.FunctionType(ir.TypeAttr(graph_func.attributes["function_type"]).value)
+    ins, outs = [str(t) for t in ftype.inputs], [str(t) for t in ftype.results]
+    storage = [t.replace("!torch.vtensor<", "!torch.tensor<", 1) for t in outs]
+    params = [f"%in{i}: {t}" for i, t in enumerate(ins)] + [f"%out{j}: {t}" for j, t in enumerate(storage)]
+    lines = [f"  func.func @main({', '.join(params)}) {{"]
+    call = f"call @graph({', '.join(f'%in{i}' for i in range(len(ins)))}) : ({', '.join(ins)}) -> ({', '.join(outs)})"
+    if outs:
+        lines.append(f"    %r:{len(outs)} = {call}" if len(outs) > 1 else f"    %r = {call}")
+    for j, (value_type, storage_type) in enumerate(zip(outs, storage)):
+        result = f"%r#{j}" if len(outs) > 1 else "%r"
+        lines.append(f"    torch.overwrite.tensor.contents {result} overwrites %out{j} : {value_type}, {storage_type}")
+    lines += ["    return", "  }"]
+    text = str(module)
+    # The module's closing brace, before the "{-# dialect_resources ... #-}" of literals.
+    end = text.rfind("}", 0, text.find("\n{-#") if "\n{-#" in text else len(text))
+    return text[:end] + "\n".join(lines) + "\n" + text[end:]
+
+
+def _iree_compile(mlir: str) -> bytes:
+    import iree.compiler
+
+    return iree.compiler.compile_str(mlir, target_backends=[TARGET_BACKEND], input_type="torch",
+                                     extra_args=_compile_flags())
