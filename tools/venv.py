@@ -24,11 +24,16 @@ def ensure(pair: str) -> str:
     python = os.path.join(venv, "bin", "python")
     if not os.path.exists(python):
         subprocess.check_call([sys.executable, "-m", "venv", venv])
-    probe = subprocess.run([python, "-c", "import torch, yaml, pytest, expecttest, numpy; print(torch.__version__)"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0 or probe.stdout.strip().split("+")[0] != spec["torch"]:
+    # The venv records what it was given; a changed PACKAGES list (or torch) reinstalls.
+    wanted = "\n".join([f"torch=={spec['torch']}", *PACKAGES])
+    stamp = os.path.join(venv, "torch_npu_packages.txt")
+    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+    current = open(stamp).read() if os.path.exists(stamp) else None
+    if probe.returncode != 0 or probe.stdout.strip().split("+")[0] != spec["torch"] or current != wanted:
         subprocess.check_call([python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
                                f"torch=={spec['torch']}", *PACKAGES])
+        with open(stamp, "w") as f:
+            f.write(wanted)
     return python
 
 
