@@ -317,7 +317,14 @@ void check_like(const char* op, const char* arg, const Tensor& t, const Tensor& 
   TORCH_CHECK(t.is_contiguous(), op, ": expected ", arg, " to be contiguous");
 }
 
-c10::DeviceIndex check_buffers(const char* op, std::initializer_list<NamedTensor> args) {
+// The last `optional` of `args` may be undefined (absent); the others are required (None
+// from Python arrives as an undefined tensor even where the schema says Tensor).
+c10::DeviceIndex check_buffers(const char* op, std::initializer_list<NamedTensor> args, size_t optional = 0) {
+  size_t i = 0;
+  for (const auto& a : args) {
+    TORCH_CHECK(i++ >= args.size() - optional || a.tensor.defined(), op, ": expected ", a.name,
+                " to be a tensor, got None");
+  }
   const auto device = npu_device(op, args);
   const Tensor& param = args.begin()->tensor;
   check_float(op, args.begin()->name, param);
@@ -368,7 +375,7 @@ std::tuple<Tensor&, Tensor&, Tensor&> npu_apply_adam_w_out(const at::Scalar& bet
   const bool ams = amsgrad.value_or(false);
   const Tensor vmax = ams && max_grad_norm.has_value() ? *max_grad_norm : Tensor();
   TORCH_CHECK(!ams || vmax.defined(), op, ": amsgrad=True requires max_grad_norm");
-  const auto device = check_buffers(op, {{"var", var}, {"m", m}, {"v", v}, {"grad", grad}, {"max_grad_norm", vmax}});
+  const auto device = check_buffers(op, {{"var", var}, {"m", m}, {"v", v}, {"grad", grad}, {"max_grad_norm", vmax}}, 1);
   for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"m", &m}, {"v", &v}, {"grad", &grad},
                                 {"max_grad_norm", &vmax}}) {
     if (t->defined()) check_same_shape(op, name, *t, var);
@@ -454,7 +461,7 @@ void npu_fused_adam_step(const Tensor& param, const Tensor& grad, const Tensor& 
   TORCH_CHECK(!amsgrad || vmax.defined(), op, ": amsgrad=True requires max_exp_avg_sq");
   TORCH_CHECK(step >= 1, op, ": expected step >= 1, got ", step);
   const auto device = check_buffers(op, {{"param", param}, {"grad", grad}, {"exp_avg", exp_avg},
-                                         {"exp_avg_sq", exp_avg_sq}, {"max_exp_avg_sq", vmax}});
+                                         {"exp_avg_sq", exp_avg_sq}, {"max_exp_avg_sq", vmax}}, 1);
   const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(step));
   AdamArgs a{maximize ? -1.0 : 1.0,
@@ -476,7 +483,7 @@ void npu_fused_sgd_step(const Tensor& param, const Tensor& grad, const std::opti
   constexpr const char* op = "_npu_fused_sgd_step";
   const Tensor buf = momentum != 0 && momentum_buffer.has_value() ? *momentum_buffer : Tensor();
   TORCH_CHECK(momentum == 0 || buf.defined(), op, ": momentum != 0 requires momentum_buffer");
-  const auto device = check_buffers(op, {{"param", param}, {"grad", grad}, {"momentum_buffer", buf}});
+  const auto device = check_buffers(op, {{"param", param}, {"grad", grad}, {"momentum_buffer", buf}}, 1);
   SgdArgs a{-lr, momentum, 1.0 - dampening, weight_decay};
   const int mode = momentum == 0 ? 0 : (1 + (nesterov ? 1 : 0) + (first_step ? 2 : 0));
   ops::launch_kernel(op, device, {param, grad, buf}, param.numel(), [a, mode](const std::vector<Tensor>& t) {
@@ -508,7 +515,8 @@ void rmsprop_step(const char* op, const Tensor& param, const Tensor& grad, const
   TORCH_CHECK(!centered || ga.defined(), op, ": centered=True requires grad_avg");
   TORCH_CHECK(momentum <= 0 || buf.defined(), op, ": momentum > 0 requires momentum_buffer");
   const auto device = check_buffers(
-      op, {{"param", param}, {"grad", grad}, {"square_avg", square_avg}, {"grad_avg", ga}, {"momentum_buffer", buf}});
+      op, {{"param", param}, {"grad", grad}, {"square_avg", square_avg}, {"grad_avg", ga}, {"momentum_buffer", buf}},
+      2);
   const bool decoupled = TF && decoupled_decay;
   const bool lr_in = TF && lr_in_momentum && momentum > 0;
   RmsArgs a{alpha, 1.0 - alpha, eps, decoupled ? 0.0 : weight_decay, decoupled ? -weight_decay : 0.0, momentum,

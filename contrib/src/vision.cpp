@@ -440,6 +440,9 @@ std::tuple<Tensor, Tensor> npu_nms_rotated(const Tensor& self, const Tensor& sco
 // 3 (torch_npu's ROIAlign(aligned=True)): both ends shifted by -0.5 pixel, no minimum.
 // sample_num 0 takes ceil(region / pooled) samples per bin.
 
+// The most samples per bin axis (sample_num, or the adaptive grid of sample_num 0).
+constexpr int64_t kMaxRoiSamples = 1024;
+
 struct RoiGeom {
   int64_t batch;
   double x0, y0, bin_w, bin_h;
@@ -457,9 +460,13 @@ RoiGeom roi_geom(const T* r, double scale, int64_t ph, int64_t pw, int64_t sampl
   double w = x2 - x1, h = y2 - y1;
   if (mode != 3) w = std::max(w, 1.0), h = std::max(h, 1.0);
   g.x0 = x1, g.y0 = y1, g.bin_w = w / pw, g.bin_h = h / ph;
-  g.gh = sample_num > 0 ? sample_num : static_cast<int64_t>(std::ceil(h / ph));
-  g.gw = sample_num > 0 ? sample_num : static_cast<int64_t>(std::ceil(w / pw));
-  g.gh = std::max<int64_t>(g.gh, 1), g.gw = std::max<int64_t>(g.gw, 1);
+  // The adaptive grid is capped at kMaxRoiSamples per axis (NaN gives 1): a RoI of absurd size
+  // (coordinates of 1e30) must not turn into an endless loop.
+  auto grid = [](double v) {
+    return v > 1.0 ? static_cast<int64_t>(std::min(std::ceil(v), static_cast<double>(kMaxRoiSamples))) : int64_t{1};
+  };
+  g.gh = sample_num > 0 ? sample_num : grid(h / ph);
+  g.gw = sample_num > 0 ? sample_num : grid(w / pw);
   return g;
 }
 
@@ -488,7 +495,8 @@ void check_roi_args(const char* op, const Tensor& rois, int64_t ph, int64_t pw, 
   TORCH_CHECK(rois.size(1) == 5, op, ": expected rois of shape [K, 5] (batch index, x1, y1, x2, y2), got ",
               rois.sizes());
   TORCH_CHECK(ph > 0 && pw > 0, op, ": expected pooled_height and pooled_width > 0, got ", ph, " and ", pw);
-  TORCH_CHECK(sample_num >= 0, op, ": expected sample_num >= 0, got ", sample_num);
+  TORCH_CHECK(sample_num >= 0 && sample_num <= kMaxRoiSamples, op, ": expected sample_num in [0, ", kMaxRoiSamples,
+              "], got ", sample_num);
   TORCH_CHECK(mode == 0 || mode == 1 || mode == 3, op, ": expected roi_end_mode 0, 1 or 3, got ", mode);
 }
 

@@ -397,3 +397,50 @@ def _npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten
     else:  # BSH / BSND
         lse_shape = [query.shape[0], num_heads, query.shape[1], 1]
     return out, query.new_empty(lse_shape, dtype=lse_dtype)
+
+
+@_fake("npu::npu_ps_roi_pooling")
+def _npu_ps_roi_pooling(self, rois, spatial_scale, group_size, output_dim):
+    return self.new_empty([rois.shape[0] * rois.shape[2], output_dim, group_size, group_size])
+
+
+@_fake("npu::npu_ps_roi_pooling_backward")
+def _npu_ps_roi_pooling_backward(output_grad, rois, spatial_scale, group_size, output_dim, input_size):
+    return output_grad.new_empty([rois.shape[0], output_dim * group_size * group_size, input_size[0], input_size[1]])
+
+
+@_fake("npu::npu_trans_quant_param")
+def _npu_trans_quant_param(scale, offset=None, round_mode=0):
+    shape = scale.shape if offset is None else torch.broadcast_shapes(scale.shape, offset.shape)
+    return scale.new_empty(shape, dtype=torch.int64)
+
+
+def _quant_dtype(v, default):
+    # int? *_dtype arguments arrive as torch.dtype or as the ScalarType number.
+    if v is None:
+        return default
+    if isinstance(v, torch.dtype):
+        return v
+    return {1: torch.int8, 5: torch.float16, 6: torch.float32, 15: torch.bfloat16}[int(v)]
+
+
+@_fake("npu::npu_quant_matmul")
+def _npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None, **_):
+    batch = torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
+    return x1.new_empty([*batch, x1.shape[-2], x2.shape[-1]], dtype=_quant_dtype(output_dtype, torch.int8))
+
+
+@_fake("npu::npu_weight_quant_batchmatmul")
+def _npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
+                                  quant_offset=None, bias=None, antiquant_group_size=0, inner_precise=0,
+                                  weight_dtype=None):
+    return x.new_empty([x.shape[0], weight.shape[1]], dtype=torch.int8 if quant_scale is not None else x.dtype)
+
+
+@_fake("npu::npu_quant_conv2d")
+def _npu_quant_conv2d(input, weight, scale, strides=(1, 1), pads=(0, 0), dilations=(1, 1), groups=1, offset_x=0,
+                      round_mode="rint", output_dtype=None, bias=None, offset=None, input_dtype=None,
+                      weight_dtype=None):
+    hw = [(input.shape[2 + i] + 2 * pads[i] - dilations[i] * (weight.shape[2 + i] - 1) - 1) // strides[i] + 1
+          for i in range(2)]
+    return input.new_empty([input.shape[0], weight.shape[0], *hw], dtype=_quant_dtype(output_dtype, torch.float16))

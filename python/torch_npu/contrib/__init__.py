@@ -12,10 +12,12 @@ import torch as _torch
 from . import function, module
 from .function import (npu_iou, npu_ptiou, npu_giou, npu_diou, npu_ciou, npu_multiclass_nms,
                        npu_batched_multiclass_nms, npu_bbox_coder_encode_yolo, npu_bbox_coder_encode_xyxy2xywh,
-                       npu_bbox_coder_decode_xywh2xyxy, fuse_add_softmax_dropout, roll, matmul_transpose)
+                       npu_bbox_coder_decode_xywh2xyxy, fuse_add_softmax_dropout, roll, matmul_transpose,
+                       npu_fast_condition_index_put)
 from .module import (ChannelShuffle, Prefetcher, LabelSmoothingCrossEntropy, ROIAlign, DCNv2, ModulatedDeformConv,
                      Mish, SiLU, Swish, NpuFairseqDropout, NpuCachedDropout, NpuDropPath, Focus, FastBatchNorm1d,
-                     FastBatchNorm2d, FastBatchNorm3d, MultiheadAttention)
+                     FastBatchNorm2d, FastBatchNorm3d, MultiheadAttention, PSROIPool, BiLSTM, FusedColorJitter,
+                     FastSyncBatchNorm, LinearQuant, LinearA8W8Quant, LinearWeightQuant, QuantConv2d)
 from .function import npu_functional as _npu_functional
 from .module import npu_modules as _npu_modules
 
@@ -33,9 +35,11 @@ __all__ = [
     "npu_iou", "npu_ptiou", "npu_giou", "npu_diou", "npu_ciou",
     "npu_multiclass_nms", "npu_batched_multiclass_nms",
     "npu_bbox_coder_encode_yolo", "npu_bbox_coder_encode_xyxy2xywh", "npu_bbox_coder_decode_xywh2xyxy",
-    "fuse_add_softmax_dropout", "roll", "matmul_transpose",
+    "fuse_add_softmax_dropout", "roll", "matmul_transpose", "npu_fast_condition_index_put",
     # from module
     "ChannelShuffle", "Prefetcher", "LabelSmoothingCrossEntropy", "ROIAlign", "ModulatedDeformConv", "DCNv2",
     "Mish", "SiLU", "Swish", "NpuFairseqDropout", "NpuCachedDropout", "NpuDropPath", "Focus",
     "FastBatchNorm1d", "FastBatchNorm2d", "FastBatchNorm3d", "MultiheadAttention",
+    "PSROIPool", "BiLSTM", "FusedColorJitter", "FastSyncBatchNorm", "LinearQuant", "LinearA8W8Quant",
+    "LinearWeightQuant", "QuantConv2d",
 ]

@@ -8,6 +8,7 @@ from .fuse_add_softmax_dropout import fuse_add_softmax_dropout
 from .roll import roll
 from .matmul_transpose import matmul_transpose
 from .npu_functional import dropout_with_byte_mask
+from .index_op import npu_fast_condition_index_put
 
 __all__ = [
     "npu_iou",
@@ -24,4 +25,5 @@ __all__ = [
     "roll",
     "matmul_transpose",
     "dropout_with_byte_mask",
+    "npu_fast_condition_index_put",
 ]

@@ -11,6 +11,13 @@ from .focus import Focus
 from .batchnorm import FastBatchNorm1d, FastBatchNorm2d, FastBatchNorm3d
 from .npu_modules import DropoutWithByteMask
 from .multihead_attention import MultiheadAttention
+from .ps_roi_pooling import PSROIPool
+from .bidirectional_lstm import BiLSTM
+from .fusedcolorjitter import FusedColorJitter
+from .sync_batchnorm import FastSyncBatchNorm
+from .linear_quant import LinearQuant, LinearA8W8Quant, LinearWeightQuant
+from .quant_conv2d import QuantConv2d
+from .pregen_dropout import NpuPreGenDropout
 
 __all__ = [
     "ChannelShuffle",
@@ -31,4 +38,13 @@ __all__ = [
     "FastBatchNorm3d",
     "DropoutWithByteMask",
     "MultiheadAttention",
+    "PSROIPool",
+    "BiLSTM",
+    "FusedColorJitter",
+    "FastSyncBatchNorm",
+    "LinearQuant",
+    "LinearA8W8Quant",
+    "LinearWeightQuant",
+    "QuantConv2d",
+    "NpuPreGenDropout",
 ]
