@@ -382,8 +382,6 @@ def test_bilstm_matches_bidirectional_lstm():
         m(torch.randn(3, 6))
 
 
-@pytest.mark.xfail(reason="aten::_thnn_fused_lstm_cell (torch.nn.LSTM on a non-CPU device) is not in the NPU "
-                          "op table", raises=NotImplementedError, strict=True)
 def test_bilstm_on_npu():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
