@@ -450,14 +450,15 @@ def test_fast_sync_batchnorm_single_process_equals_batchnorm():
     assert isinstance(converted[0], torch.nn.SyncBatchNorm)
 
 
-def _sync_bn_rank(rank, world, port, x, gy, state):
+def _sync_bn_rank(rank, world, port, x, gy, state, kind):
     import torch.distributed as dist
 
     import torch_npu  # noqa: F401  (spawned interpreters start fresh)
     torch.npu.set_device(rank)
     dist.init_process_group("hccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        m = cm.FastSyncBatchNorm(x.size(1))
+        # torch's own SyncBatchNorm runs the batch_norm_stats/... kernels of ops/src/sync_batch_norm.cpp
+        m = cm.FastSyncBatchNorm(x.size(1)) if kind == "fast" else torch.nn.SyncBatchNorm(x.size(1))
         m.load_state_dict(state)
         m = m.npu()
         chunk = x.chunk(world)[rank].npu().requires_grad_()
@@ -477,7 +478,8 @@ def _sync_bn_rank(rank, world, port, x, gy, state):
         dist.destroy_process_group()
 
 
-def test_fast_sync_batchnorm_two_ranks_equals_batchnorm_on_the_whole_batch():
+@pytest.mark.parametrize("kind", ["fast", "torch"])
+def test_sync_batchnorm_two_ranks_equals_batchnorm_on_the_whole_batch(kind):
     import socket
 
     import torch.multiprocessing as mp
@@ -491,7 +493,7 @@ def test_fast_sync_batchnorm_two_ranks_equals_batchnorm_on_the_whole_batch():
     with torch.no_grad():
         ref.weight.uniform_(0.5, 1.5), ref.bias.uniform_(-1, 1)
     x, gy = torch.randn(4, 3, 5, 5) * 2 + 1, torch.randn(4, 3, 5, 5)
-    mp.spawn(_sync_bn_rank, args=(2, port, x, gy, ref.state_dict()), nprocs=2, join=True)
+    mp.spawn(_sync_bn_rank, args=(2, port, x, gy, ref.state_dict(), kind), nprocs=2, join=True)
 
 
 def test_npu_pregen_dropout():
