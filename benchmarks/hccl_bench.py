@@ -7,8 +7,12 @@ a few warm-up calls, then ``repeats`` timed batches (each ends with a device
 synchronize / a blocking wait); the median batch gives the time per call. As in
 nccl-tests: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n for all-reduce and
 algbw * (n - 1) / n for all-gather and reduce-scatter (bytes = the full tensor). Open MPI is
-measured too when ``mpirun`` and mpi4py are importable (not on this machine otherwise).
+measured too when ``mpirun`` and mpi4py are available (apt install openmpi-bin; pip install mpi4py).
 Not part of run_all.py: it needs the whole machine for a minute.
+
+``--tcp`` adds an ``hccl-tcp`` column: hccl with each rank made its own "host"
+(TORCH_NPU_HCCL_HOST_ID set per rank), so the data goes over the TCP transport (loopback)
+instead of shared memory, as between machines.
 """
 import argparse
 import os
@@ -56,6 +60,9 @@ def _time_batches(fn, sync, nbytes, repeats=5):
 
 
 def _worker(rank, world, port, backend, sizes, out_path):
+    if backend == "hccl-tcp":
+        os.environ["TORCH_NPU_HCCL_HOST_ID"] = f"bench-rank{rank}"  # every rank its own host
+        backend = "hccl"
     if backend == "hccl":
         import torch_npu  # noqa: F401
         torch.npu.set_device(rank)
@@ -134,7 +141,9 @@ def _run_mpi(sizes):
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(MPI_SCRIPT)
     try:
-        res = subprocess.run(["mpirun", "--oversubscribe", "-np", str(WORLD), sys.executable, f.name]
+        # Open MPI refuses to start as root unless told (containers and CI machines run as root).
+        root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        res = subprocess.run(["mpirun", *root, "--oversubscribe", "-np", str(WORLD), sys.executable, f.name]
                              + [str(n) for n in sizes], capture_output=True, text=True, timeout=600)
         if res.returncode != 0:
             return None, "mpirun failed: " + res.stderr.strip()[-300:]
@@ -151,16 +160,19 @@ def _busbw(op, nbytes, t):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default=DEFAULT_SIZES)
+    parser.add_argument("--tcp", action="store_true", help="also hccl over its TCP transport")
     args = parser.parse_args()
     sizes = [_parse_size(s) for s in args.sizes.split(",")]
     results = {"hccl": _run("hccl", sizes), "gloo": _run("gloo", sizes)}
+    if args.tcp:
+        results["hccl-tcp"] = _run("hccl-tcp", sizes)
     mpi, why = _run_mpi(sizes)
     if mpi is not None:
         results["mpi"] = mpi
     names = list(results)
     print(f"\n{WORLD} ranks, float32, time per call (us) and bus bandwidth (GB/s); hccl on npu tensors, "
           f"gloo on cpu tensors" + ("" if mpi is not None else f"; Open MPI not measured ({why})"))
-    header = f"{'collective':<15}{'size':>6}" + "".join(f"{n + ' us':>12}{n + ' GB/s':>12}" for n in names)
+    header = f"{'collective':<15}{'size':>6}" + "".join(f"{n + ' us':>14}{n + ' GB/s':>14}" for n in names)
     header += f"{'busbw x gloo':>14}"
     print(header)
     print("-" * len(header))
@@ -169,7 +181,7 @@ def main():
         line = f"{op:<15}{_fmt_size(n):>6}"
         for name in names:
             t = results[name].get(key)
-            line += f"{t * 1e6:>12.1f}{_busbw(op, n, t):>12.2f}" if t else f"{'-':>12}{'-':>12}"
+            line += f"{t * 1e6:>14.1f}{_busbw(op, n, t):>14.2f}" if t else f"{'-':>14}{'-':>14}"
         line += f"{results['gloo'][key] / results['hccl'][key]:>14.1f}"
         print(line)
 

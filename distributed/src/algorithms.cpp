@@ -79,6 +79,8 @@ void reduce_typed(void* dst, const void* const* src, int nsrc, size_t n, RedOp o
   TORCH_CHECK(false, "hccl: unsupported reduction");
 }
 
+}  // namespace
+
 void reduce_into(void* dst, const void* const* src, int nsrc, size_t n, c10::ScalarType dtype, RedOp op) {
   using c10::ScalarType;
   switch (dtype) {
@@ -99,6 +101,23 @@ void reduce_into(void* dst, const void* const* src, int nsrc, size_t n, c10::Sca
       return reduce_typed<uint8_t, uint8_t>(dst, src, nsrc, n, bop);
     }
     default: TORCH_CHECK(false, "hccl: reductions on ", dtype, " are not supported");
+  }
+}
+
+template <class T, class Acc>
+void scale_typed(void* data, size_t n, Acc f) {
+  T* p = static_cast<T*>(data);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<Acc>(p[i]) * f);
+}
+
+void scale(void* data, size_t n, c10::ScalarType dtype, double factor) {
+  using c10::ScalarType;
+  switch (dtype) {
+    case ScalarType::Float: return scale_typed<float, float>(data, n, static_cast<float>(factor));
+    case ScalarType::Double: return scale_typed<double, double>(data, n, factor);
+    case ScalarType::Half: return scale_typed<c10::Half, float>(data, n, static_cast<float>(factor));
+    case ScalarType::BFloat16: return scale_typed<c10::BFloat16, float>(data, n, static_cast<float>(factor));
+    default: TORCH_CHECK(false, "hccl: cannot scale a tensor of ", dtype);
   }
 }
 
@@ -123,6 +142,15 @@ std::string describe(const OpHeader& h) {
   return s;
 }
 
+bool same_call(const OpHeader& a, const OpHeader& b) {
+  return a.seq == b.seq && a.coll == b.coll && a.dtype == b.dtype && a.count == b.count && a.root == b.root &&
+         a.redop == b.redop;
+}
+
+uint64_t off(ShmComm& c, const void* p, size_t nbytes) { return nbytes ? c.offset_of(p, nbytes) : 0; }
+
+namespace {
+
 [[noreturn]] void mismatch(ShmComm& c, const OpDesc& op, const std::string& what) {
   // Every rank reads the same slots and reaches the same verdict; one more barrier keeps a
   // fast rank from overwriting its slot (next collective) while a slow one still reads it.
@@ -138,14 +166,11 @@ void begin(ShmComm& c, const OpDesc& op) {
   const OpHeader& h0 = c.slot(0).header;
   for (int r = 1; r < c.size(); ++r) {
     const OpHeader& h = c.slot(r).header;
-    if (h.seq != h0.seq || h.coll != h0.coll || h.dtype != h0.dtype || h.count != h0.count || h.root != h0.root ||
-        h.redop != h0.redop) {
+    if (!same_call(h, h0)) {
       mismatch(c, op, "rank 0 called " + describe(h0) + ", rank " + std::to_string(r) + " called " + describe(h));
     }
   }
 }
-
-uint64_t off(ShmComm& c, const void* p, size_t nbytes) { return nbytes ? c.offset_of(p, nbytes) : 0; }
 
 }  // namespace
 

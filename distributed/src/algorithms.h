@@ -8,8 +8,10 @@
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "comm.h"
 #include "shm_comm.h"
 
 namespace torch_npu::distributed {
@@ -49,5 +51,35 @@ void gather(ShmComm& c, const OpDesc& op, const void* in, int64_t numel, c10::Sc
 void scatter(ShmComm& c, const OpDesc& op, const std::vector<const void*>& ins, void* out, int64_t numel,
              c10::ScalarType dtype, int root);
 void barrier(ShmComm& c, const OpDesc& op);
+
+// ---- the same collectives on a Comm: the functions above when the group is on one host,
+// hierarchical (src/hierarchical.cpp) when it spans hosts. Same arguments. -------------
+void broadcast(Comm& c, const OpDesc& op, void* data, int64_t numel, c10::ScalarType dtype, int root);
+void allreduce(Comm& c, const OpDesc& op, void* data, int64_t numel, c10::ScalarType dtype, RedOp redop);
+void reduce(Comm& c, const OpDesc& op, void* data, int64_t numel, c10::ScalarType dtype, RedOp redop, int root);
+void allgather(Comm& c, const OpDesc& op, const void* in, int64_t numel, c10::ScalarType dtype,
+               const std::vector<void*>& outs);
+void reduce_scatter(Comm& c, const OpDesc& op, const std::vector<const void*>& ins, void* out, int64_t numel,
+                    c10::ScalarType dtype, RedOp redop);
+void alltoall(Comm& c, const OpDesc& op, c10::ScalarType dtype, const std::vector<const void*>& ins,
+              const std::vector<uint64_t>& send_bytes, const std::vector<void*>& outs,
+              const std::vector<uint64_t>& recv_bytes);
+void gather(Comm& c, const OpDesc& op, const void* in, int64_t numel, c10::ScalarType dtype,
+            const std::vector<void*>& outs, int root);
+void scatter(Comm& c, const OpDesc& op, const std::vector<const void*>& ins, void* out, int64_t numel,
+             c10::ScalarType dtype, int root);
+void barrier(Comm& c, const OpDesc& op);
+
+// ---- building blocks (algorithms.cpp), shared with hierarchical.cpp -------------------
+// dst[i] = src[0][i] op ... op src[nsrc-1][i]; dst may be one of the srcs.
+void reduce_into(void* dst, const void* const* src, int nsrc, size_t n, c10::ScalarType dtype, RedOp op);
+// data[i] *= factor (floating types: AVG = SUM, then this).
+void scale(void* data, size_t n, c10::ScalarType dtype, double factor);
+// Fills this rank's header in its slot.
+void publish(ShmComm& c, const OpDesc& op, Coll coll, c10::ScalarType dtype, int64_t count, int root, int redop);
+bool same_call(const OpHeader& a, const OpHeader& b);
+std::string describe(const OpHeader& h);  // "allreduce #7 of 1024 elements of Float, SUM"
+// Arena offset of a buffer (0 for an empty one).
+uint64_t off(ShmComm& c, const void* p, size_t nbytes);
 
 }  // namespace torch_npu::distributed

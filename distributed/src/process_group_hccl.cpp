@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "algorithms.h"
-#include "shm_comm.h"
+#include "comm.h"
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
@@ -152,10 +152,27 @@ ProcessGroupHCCL::ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store,
   t.exec = options_->op_timeout.count() > 0 ? options_->op_timeout
                                             : env_seconds("HCCL_EXEC_TIMEOUT", options_->timeout);
   std::string group = options_->group_name.empty() ? options_->group_id : options_->group_name;
-  comm_ = std::make_shared<ShmComm>(store, rank, size, group.empty() ? "default" : group, t);
+  comm_ = std::make_shared<Comm>(store, rank, size, group.empty() ? "default" : group, t);
 }
 
 ProcessGroupHCCL::~ProcessGroupHCCL() = default;
+
+std::string ProcessGroupHCCL::transport(int peer) const { return comm_->transport(peer); }
+
+std::map<std::string, int64_t> ProcessGroupHCCL::tcp_stats() const {
+  std::map<std::string, int64_t> s{{"bytes_sent", 0}, {"bytes_received", 0}, {"connections", 0}};
+  if (!comm_->multi_host()) return s;
+  s["bytes_sent"] = static_cast<int64_t>(comm_->net().bytes_sent());
+  s["bytes_received"] = static_cast<int64_t>(comm_->net().bytes_received());
+  s["connections"] = static_cast<int64_t>(comm_->net().connected_peers().size());
+  return s;
+}
+
+std::string ProcessGroupHCCL::tcp_address() const { return comm_->multi_host() ? comm_->net().address() : ""; }
+
+std::vector<int> ProcessGroupHCCL::tcp_peers() const {
+  return comm_->multi_host() ? comm_->net().connected_peers() : std::vector<int>{};
+}
 
 c10::DeviceIndex ProcessGroupHCCL::device_of(const std::vector<at::Tensor>& tensors, const char* name) {
   TORCH_CHECK(!tensors.empty(), "hccl: ", name, " got no tensors");
@@ -183,7 +200,7 @@ c10::Stream ProcessGroupHCCL::stream_for(c10::DeviceIndex device, Lane lane) {
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane lane, c10::DeviceIndex device,
                                                          const std::vector<at::Tensor>& tensors,
                                                          std::vector<at::Tensor> outputs,
-                                                         std::function<void(ShmComm&, uint64_t)> body) {
+                                                         std::function<void(Comm&, uint64_t)> body) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->error) std::rethrow_exception(state_->error);
@@ -208,6 +225,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane 
              body(*comm_ptr, seq);
            } catch (...) {
              auto e = std::current_exception();
+             // Across hosts: make local peers and the other hosts fail now, not at their timeout.
+             try {
+               std::rethrow_exception(e);
+             } catch (const c10::Error& ex) {
+               comm_ptr->abort(ex.what_without_backtrace());
+             } catch (const std::exception& ex) {
+               comm_ptr->abort(ex.what());
+             } catch (...) {
+               comm_ptr->abort("hccl: unknown error");
+             }
              {
                std::lock_guard<std::mutex> lock(outcome->mu);
                outcome->error = e;
@@ -231,7 +258,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::broadcast(std::vector<at::Tenso
   const int64_t n = tensors[0].numel();
   const auto dt = tensors[0].scalar_type();
   return enqueue("hccl:broadcast", Lane::Collective, dev, tensors, tensors,
-                 [=](ShmComm& c, uint64_t seq) { distributed::broadcast(c, {"broadcast", seq}, p, n, dt, root); });
+                 [=](Comm& c, uint64_t seq) { distributed::broadcast(c, {"broadcast", seq}, p, n, dt, root); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allreduce(std::vector<at::Tensor>& tensors,
@@ -254,7 +281,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allreduce_coalesced(std::vector
     check_reduction(t.scalar_type(), op);
     items.push_back({ptr(t), t.numel(), t.scalar_type()});
   }
-  return enqueue("hccl:allreduce", Lane::Collective, dev, tensors, tensors, [=](ShmComm& c, uint64_t seq) {
+  return enqueue("hccl:allreduce", Lane::Collective, dev, tensors, tensors, [=](Comm& c, uint64_t seq) {
     for (const auto& it : items) distributed::allreduce(c, {"allreduce", seq}, it.p, it.n, it.dt, op);
   });
 }
@@ -271,7 +298,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce(std::vector<at::Tensor>&
   const int64_t n = tensors[0].numel();
   const auto dt = tensors[0].scalar_type();
   return enqueue("hccl:reduce", Lane::Collective, dev, tensors, tensors,
-                 [=](ShmComm& c, uint64_t seq) { distributed::reduce(c, {"reduce", seq}, p, n, dt, op, root); });
+                 [=](Comm& c, uint64_t seq) { distributed::reduce(c, {"reduce", seq}, p, n, dt, op, root); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -292,7 +319,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather(std::vector<std::vect
   const int64_t n = inputs[0].numel();
   const auto dt = inputs[0].scalar_type();
   return enqueue("hccl:allgather", Lane::Collective, dev, all, outputs[0],
-                 [=](ShmComm& c, uint64_t seq) { distributed::allgather(c, {"allgather", seq}, in, n, dt, outs); });
+                 [=](Comm& c, uint64_t seq) { distributed::allgather(c, {"allgather", seq}, in, n, dt, outs); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
@@ -327,7 +354,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather_into_tensor_coalesced
     for (int r = 0; r < size_; ++r) it.outs.push_back(static_cast<char*>(ptr(out)) + r * bytes(in));
     items.push_back(std::move(it));
   }
-  return enqueue("hccl:allgather_into_tensor", Lane::Collective, dev, all, outputs, [=](ShmComm& c, uint64_t seq) {
+  return enqueue("hccl:allgather_into_tensor", Lane::Collective, dev, all, outputs, [=](Comm& c, uint64_t seq) {
     for (const auto& it : items) distributed::allgather(c, {"allgather_into_tensor", seq}, it.in, it.n, it.dt, it.outs);
   });
 }
@@ -351,7 +378,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter(std::vector<at::
   void* out = ptr(outputs[0]);
   const int64_t n = outputs[0].numel();
   const auto dt = outputs[0].scalar_type();
-  return enqueue("hccl:reduce_scatter", Lane::Collective, dev, all, outputs, [=](ShmComm& c, uint64_t seq) {
+  return enqueue("hccl:reduce_scatter", Lane::Collective, dev, all, outputs, [=](Comm& c, uint64_t seq) {
     distributed::reduce_scatter(c, {"reduce_scatter", seq}, ins, out, n, dt, op);
   });
 }
@@ -389,7 +416,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter_tensor_coalesced
     for (int r = 0; r < size_; ++r) it.ins.push_back(static_cast<char*>(ptr(in)) + r * bytes(out));
     items.push_back(std::move(it));
   }
-  return enqueue("hccl:reduce_scatter_tensor", Lane::Collective, dev, all, outputs, [=](ShmComm& c, uint64_t seq) {
+  return enqueue("hccl:reduce_scatter_tensor", Lane::Collective, dev, all, outputs, [=](Comm& c, uint64_t seq) {
     for (const auto& it : items)
       distributed::reduce_scatter(c, {"reduce_scatter_tensor", seq}, it.ins, it.out, it.n, it.dt, op);
   });
@@ -437,7 +464,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::alltoall_base(at::Tensor& outpu
   std::vector<void*> outs(out_ptrs.begin(), out_ptrs.end());
   const auto dt = input.scalar_type();
   return enqueue("hccl:all_to_all_single", Lane::Collective, dev, {output, input}, {output},
-                 [=](ShmComm& c, uint64_t seq) {
+                 [=](Comm& c, uint64_t seq) {
                    distributed::alltoall(c, {"all_to_all_single", seq}, dt, ins, send_bytes, outs, recv_bytes);
                  });
 }
@@ -464,7 +491,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::alltoall(std::vector<at::Tensor
     recv_bytes.push_back(bytes(outputs[r]));
   }
   const auto dt = inputs[0].scalar_type();
-  return enqueue("hccl:all_to_all", Lane::Collective, dev, all, outputs, [=](ShmComm& c, uint64_t seq) {
+  return enqueue("hccl:all_to_all", Lane::Collective, dev, all, outputs, [=](Comm& c, uint64_t seq) {
     distributed::alltoall(c, {"all_to_all", seq}, dt, ins, send_bytes, outs, recv_bytes);
   });
 }
@@ -496,7 +523,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::gather(std::vector<std::vector<
   const int64_t n = inputs[0].numel();
   const auto dt = inputs[0].scalar_type();
   return enqueue("hccl:gather", Lane::Collective, dev, all, result,
-                 [=](ShmComm& c, uint64_t seq) { distributed::gather(c, {"gather", seq}, in, n, dt, outs, root); });
+                 [=](Comm& c, uint64_t seq) { distributed::gather(c, {"gather", seq}, in, n, dt, outs, root); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::scatter(std::vector<at::Tensor>& outputs,
@@ -523,13 +550,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::scatter(std::vector<at::Tensor>
   const int64_t n = outputs[0].numel();
   const auto dt = outputs[0].scalar_type();
   return enqueue("hccl:scatter", Lane::Collective, dev, all, outputs,
-                 [=](ShmComm& c, uint64_t seq) { distributed::scatter(c, {"scatter", seq}, ins, out, n, dt, root); });
+                 [=](Comm& c, uint64_t seq) { distributed::scatter(c, {"scatter", seq}, ins, out, n, dt, root); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::barrier(const c10d::BarrierOptions&) {
   const bool bound = comm_->device() >= 0;
   auto work = enqueue("hccl:barrier", Lane::Collective, bound ? comm_->device() : current_device(), {}, {},
-                      [](ShmComm& c, uint64_t seq) { distributed::barrier(c, {"barrier", seq}); });
+                      [](Comm& c, uint64_t seq) { distributed::barrier(c, {"barrier", seq}); });
   // Before the first collective the device is not known yet (users often call
   // set_device after a barrier): finish here, so that this stream and the one of the
   // device chosen later never run collectives concurrently.
@@ -542,11 +569,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::send(std::vector<at::Tensor>& t
   check_rank(dst, size_, "send", "destination rank");
   TORCH_CHECK(dst != rank_, "hccl: send: rank ", rank_, " cannot send to itself");
   const auto dev = device_of(tensors, "send");
+  const void* p = ptr(tensors[0]);
   const uint64_t nbytes = bytes(tensors[0]);
-  const uint64_t offset = nbytes ? comm_->offset_of(ptr(tensors[0]), nbytes) : 0;
+  if (nbytes) comm_->offset_of(p, nbytes);  // in the device's shared arena (checked before queuing)
   const int32_t dt = static_cast<int32_t>(tensors[0].scalar_type());
   return enqueue("hccl:send", Lane::Send, dev, tensors, tensors,
-                 [=](ShmComm& c, uint64_t seq) { c.send(dst, offset, nbytes, dt, {"send", seq}); });
+                 [=](Comm& c, uint64_t seq) { c.send(dst, p, nbytes, dt, {"send", seq}); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recv(std::vector<at::Tensor>& tensors, int src, int) {
@@ -558,7 +586,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recv(std::vector<at::Tensor>& t
   const uint64_t nbytes = bytes(tensors[0]);
   const int32_t dt = static_cast<int32_t>(tensors[0].scalar_type());
   return enqueue("hccl:recv", Lane::Recv, dev, tensors, tensors,
-                 [=](ShmComm& c, uint64_t seq) { c.recv(src, p, nbytes, dt, {"recv", seq}); });
+                 [=](Comm& c, uint64_t seq) { c.recv(src, p, nbytes, dt, {"recv", seq}); });
 }
 
 }  // namespace torch_npu::distributed

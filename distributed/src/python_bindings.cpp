@@ -1,6 +1,7 @@
 // torch_npu._C._distributed_c10d: ProcessGroupHCCL as a subclass of torch's c10d Backend
 // (and its Options of Backend.Options), as torch registers ProcessGroupGloo.
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "torch_npu/distributed/process_group_hccl.h"
@@ -27,7 +28,12 @@ void init_python_bindings(PyObject* module) {
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int, c10::intrusive_ptr<PG::Options>>(),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("options"),
            py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("options", &PG::options);
+      .def_property_readonly("options", &PG::options)
+      // Simulator introspection (not torch_npu API): the transport to a peer, TCP counters.
+      .def("_transport", &PG::transport, py::arg("peer"))
+      .def("_tcp_stats", &PG::tcp_stats)
+      .def("_tcp_peers", &PG::tcp_peers)
+      .def("_tcp_address", &PG::tcp_address);
   py::class_<PG::Options, c10::intrusive_ptr<PG::Options>>(pg, "Options", c10d.attr("Backend").attr("Options"))
       .def(py::init<bool>(), py::arg("is_high_priority_stream") = false)
       .def_readwrite("op_timeout", &PG::Options::op_timeout)

@@ -27,7 +27,9 @@ using std::chrono::milliseconds;
 struct ShmComm::Segment {
   std::atomic<uint32_t> bell;      // bumped by every publication; futex word
   std::atomic<uint32_t> sleepers;  // ranks inside futex_wait (skip the wake syscall if 0)
-  std::atomic<int32_t> failed_by;  // rank that failed the communicator, -1 while healthy
+  // 1 + the rank that failed the communicator; 0 (a fresh segment is zero-filled) while
+  // healthy, so a rank that maps the segment before rank 0 looked at it sees it healthy.
+  std::atomic<int32_t> failed_by;
   char why[1024];
 };
 
@@ -36,12 +38,6 @@ namespace {
 constexpr uint64_t kNack = 1ull << 63;  // receiver rejected a message (size/dtype mismatch)
 
 size_t slots_offset() { return (sizeof(ShmComm::Segment) + 63) / 64 * 64; }
-
-std::string hostname() {
-  char buf[256] = {};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
 
 std::string str(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
@@ -77,7 +73,6 @@ ShmComm::ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
   TORCH_CHECK(size >= 1 && size <= kMaxRanks, "hccl: the shared-memory transport supports up to ", kMaxRanks,
               " ranks on one host, got a group of ", size);
   seg_bytes_ = slots_offset() + sizeof(Slot) * size;
-  const std::string host = hostname();
   std::string name;
   int fd = -1;
   try {
@@ -88,7 +83,7 @@ ShmComm::ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
       TORCH_CHECK(fd >= 0, "hccl: shm_open(", name, ") failed: ", std::strerror(errno));
       TORCH_CHECK(ftruncate(fd, static_cast<off_t>(seg_bytes_)) == 0, "hccl: ftruncate of ", name, " failed: ",
                   std::strerror(errno));
-      store_->set("hccl/segment", bytes(name + "\n" + host));
+      store_->set("hccl/segment", bytes(name));
     } else {
       try {
         store_->wait({"hccl/segment"}, timeouts_.connect);
@@ -97,12 +92,8 @@ ShmComm::ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
                    "' timed out after " + std::to_string(timeouts_.connect.count() / 1000) +
                    " s waiting for rank 0 to create the communicator (HCCL_CONNECT_TIMEOUT): " + e.what());
       }
-      std::string v = str(store_->get("hccl/segment"));
-      name = v.substr(0, v.find('\n'));
-      std::string root_host = v.substr(v.find('\n') + 1);
-      TORCH_CHECK(root_host == host, "hccl: rank ", rank, " runs on host '", host, "' but rank 0 on '", root_host,
-                  "': only the same-host (shared memory) transport exists yet; TCP between hosts is not "
-                  "implemented");
+      // Ranks here share this host (distributed/src/comm.cpp groups them by host id).
+      name = str(store_->get("hccl/segment"));
       fd = shm_open(name.c_str(), O_RDWR, 0600);
       TORCH_CHECK(fd >= 0, "hccl: rank ", rank, ": shm_open(", name, ") failed: ", std::strerror(errno));
     }
@@ -112,7 +103,6 @@ ShmComm::ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
     fd = -1;
     seg_ = static_cast<Segment*>(p);
     slots_ = reinterpret_cast<Slot*>(static_cast<char*>(p) + slots_offset());
-    if (rank == 0) seg_->failed_by.store(-1);
     mine().pid = static_cast<int32_t>(getpid());
     store_->set("hccl/attached/" + std::to_string(rank), bytes("1"));
     if (rank == 0) {
@@ -186,11 +176,11 @@ char* ShmComm::addr(int r, uint64_t offset, uint64_t nbytes) {
       v >> pid >> fd >> size;
       const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
       int local = open(path.c_str(), O_RDWR);
-      TORCH_CHECK(local >= 0, "hccl: rank ", rank_, " cannot open the device memory of rank ", r, " (", path,
+      TORCH_CHECK(local >= 0, "hccl: rank ", g(rank_), " cannot open the device memory of rank ", g(r), " (", path,
                   "): ", std::strerror(errno), ". Ranks of a group must run on one host as one user.");
       void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, local, 0);
       close(local);
-      TORCH_CHECK(p != MAP_FAILED, "hccl: mapping the device memory of rank ", r, " failed: ", std::strerror(errno));
+      TORCH_CHECK(p != MAP_FAILED, "hccl: mapping the device memory of rank ", g(r), " failed: ", std::strerror(errno));
       peer.bytes = size;
       b = static_cast<char*>(p);
       peer.base.store(b, std::memory_order_release);
@@ -208,27 +198,31 @@ void ShmComm::ring() {
 }
 
 void ShmComm::check_abort(const OpDesc& op) {
-  int32_t by = seg_->failed_by.load(std::memory_order_acquire);
+  const int32_t by = seg_->failed_by.load(std::memory_order_acquire) - 1;
   if (by < 0) return;
-  dist_error("hccl: rank " + std::to_string(rank_) + ": " + op.name + " (sequence number " + std::to_string(op.seq) +
-             ") of group '" + group_ + "' cannot run: the communicator failed on rank " + std::to_string(by) +
+  dist_error("hccl: rank " + std::to_string(g(rank_)) + ": " + op.name + " (sequence number " + std::to_string(op.seq) +
+             ") of group '" + group_ + "' cannot run: the communicator failed on rank " + std::to_string(g(by)) +
              ": " + seg_->why);
 }
 
-void ShmComm::fail(const std::string& msg) {
-  int32_t expected = -1;
-  if (seg_->failed_by.load() < 0) {
+void ShmComm::mark_failed(const std::string& msg) {
+  int32_t expected = 0;
+  if (seg_->failed_by.load() == 0) {
     std::snprintf(seg_->why, sizeof(seg_->why), "%s", msg.c_str());
-    seg_->failed_by.compare_exchange_strong(expected, rank_);
+    seg_->failed_by.compare_exchange_strong(expected, rank_ + 1);
   }
   ring();
+}
+
+void ShmComm::fail(const std::string& msg) {
+  mark_failed(msg);
   dist_error(msg);
 }
 
 void ShmComm::timeout(const OpDesc& op, const std::vector<int>& missing) {
   std::string who;
-  for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(r);
-  fail("hccl: rank " + std::to_string(rank_) + " timed out after " + std::to_string(timeouts_.exec.count()) +
+  for (int r : missing) who += (who.empty() ? "" : ", ") + std::to_string(g(r));
+  fail("hccl: rank " + std::to_string(g(rank_)) + " timed out after " + std::to_string(timeouts_.exec.count()) +
        " ms in " + op.name + " (sequence number " + std::to_string(op.seq) + ") of group '" + group_ +
        "': rank(s) " + who +
        " never arrived (HCCL_EXEC_TIMEOUT / ProcessGroupHCCL.Options.op_timeout). The communicator is "
@@ -239,8 +233,8 @@ void ShmComm::check_alive(const OpDesc& op, const std::vector<int>& missing) {
   for (int r : missing) {
     const int32_t pid = slots_[r].pid;
     if (pid > 0 && process_gone(pid)) {
-      fail("hccl: rank " + std::to_string(rank_) + ": " + op.name + " (sequence number " + std::to_string(op.seq) +
-           ") of group '" + group_ + "' cannot complete: rank " + std::to_string(r) + " (pid " +
+      fail("hccl: rank " + std::to_string(g(rank_)) + ": " + op.name + " (sequence number " + std::to_string(op.seq) +
+           ") of group '" + group_ + "' cannot complete: rank " + std::to_string(g(r)) + " (pid " +
            std::to_string(pid) + ") exited. The communicator is aborted.");
     }
   }
@@ -313,8 +307,8 @@ void ShmComm::send(int dst, uint64_t offset, uint64_t nbytes, int32_t dtype, con
   std::atomic<uint64_t>& ack = slots_[dst].ack[rank_];
   wait_for([&] { return (ack.load(std::memory_order_acquire) & ~kNack) >= n; }, [&] { return std::vector<int>{dst}; },
            op);
-  TORCH_CHECK(!(ack.load() & kNack), "hccl: rank ", rank_, ": ", op.name, " (sequence number ", op.seq,
-              ") to rank ", dst, " was rejected: the receiver expected another size or dtype (", nbytes,
+  TORCH_CHECK(!(ack.load() & kNack), "hccl: rank ", g(rank_), ": ", op.name, " (sequence number ", op.seq,
+              ") to rank ", g(dst), " was rejected: the receiver expected another size or dtype (", nbytes,
               " bytes sent)");
 }
 
@@ -329,9 +323,9 @@ void ShmComm::recv(int src, void* dst, uint64_t nbytes, int32_t dtype, const OpD
     const int32_t got_dtype = box.dtype;
     mine().ack[src].store(n | kNack, std::memory_order_release);
     ring();
-    TORCH_CHECK(false, "hccl: rank ", rank_, ": ", op.name, " (sequence number ", op.seq, ") from rank ", src,
+    TORCH_CHECK(false, "hccl: rank ", g(rank_), ": ", op.name, " (sequence number ", op.seq, ") from rank ", g(src),
                 " expected ", nbytes, " bytes of ", c10::toString(static_cast<c10::ScalarType>(dtype)),
-                " but rank ", src, " sent ", got, " bytes of ",
+                " but rank ", g(src), " sent ", got, " bytes of ",
                 c10::toString(static_cast<c10::ScalarType>(got_dtype)));
   }
   std::memcpy(dst, addr(src, box.offset, nbytes), nbytes);

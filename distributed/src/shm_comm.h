@@ -56,6 +56,7 @@ struct alignas(64) Slot {
   int32_t pid;                    // to tell a slow peer from a dead one
   alignas(64) OpHeader header;
   uint64_t offset[kMaxRanks];     // arena offsets of this rank's buffers for the op
+  uint64_t out_offset[kMaxRanks];  // ... and of its output buffers (multi-host collectives)
   uint64_t send_bytes[kMaxRanks];  // all-to-all: bytes this rank sends to each peer
   uint64_t recv_bytes[kMaxRanks];  // ... and expects from each peer
   Mailbox box[kMaxRanks];          // point-to-point: this rank -> peer
@@ -97,8 +98,15 @@ class ShmComm {
   void send(int dst, uint64_t offset, uint64_t nbytes, int32_t dtype, const OpDesc& op);
   void recv(int src, void* dst, uint64_t nbytes, int32_t dtype, const OpDesc& op);
 
+  // Errors name ranks by these numbers (the group's ranks, when this communicator holds
+  // only one host's ranks of a larger group); default: our own numbering.
+  void set_rank_names(std::vector<int> global) { global_ = std::move(global); }
+
   // Marks the communicator failed for every rank (peers waiting raise at once).
   [[noreturn]] void fail(const std::string& msg);
+  void mark_failed(const std::string& msg);  // the same without raising
+  // Raises if the communicator was marked failed (by any rank).
+  void check_abort(const OpDesc& op);
 
   struct Segment;  // header of the control segment (defined in shm_comm.cpp)
 
@@ -108,7 +116,6 @@ class ShmComm {
   [[noreturn]] void timeout(const OpDesc& op, const std::vector<int>& missing);
   void check_alive(const OpDesc& op, const std::vector<int>& missing);
   void ring();
-  void check_abort(const OpDesc& op);
 
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
@@ -121,6 +128,8 @@ class ShmComm {
   uint64_t epoch_ = 0;               // barriers passed (collective stream only)
   uint64_t sent_[kMaxRanks] = {};    // send stream only
   uint64_t taken_[kMaxRanks] = {};   // recv stream only
+  int g(int r) const { return global_.empty() ? r : global_[r]; }
+  std::vector<int> global_;
   int device_ = -1;
   char* base_ = nullptr;  // own arena
   size_t arena_bytes_ = 0;

@@ -23,7 +23,7 @@
 
 namespace torch_npu::distributed {
 
-class ShmComm;
+class Comm;
 struct CommState;
 
 class ProcessGroupHCCL : public c10d::Backend {
@@ -79,6 +79,13 @@ class ProcessGroupHCCL : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
 
+  // Not in torch_npu (the simulator's transports): how this rank reaches `peer` ("self",
+  // "shm" or "tcp"), its TCP traffic so far and the ranks it has TCP connections with.
+  std::string transport(int peer) const;
+  std::map<std::string, int64_t> tcp_stats() const;
+  std::vector<int> tcp_peers() const;
+  std::string tcp_address() const;  // "ip:port" of this rank's listener ("" on one host)
+
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
@@ -88,12 +95,12 @@ class ProcessGroupHCCL : public c10d::Backend {
   // touches (kept alive and record_stream'ed), `outputs` what the Work/future yield.
   c10::intrusive_ptr<c10d::Work> enqueue(const char* name, Lane lane, c10::DeviceIndex device,
                                          const std::vector<at::Tensor>& tensors, std::vector<at::Tensor> outputs,
-                                         std::function<void(ShmComm&, uint64_t seq)> body);
+                                         std::function<void(Comm&, uint64_t seq)> body);
   c10::DeviceIndex device_of(const std::vector<at::Tensor>& tensors, const char* name);
   c10::Stream stream_for(c10::DeviceIndex device, Lane lane);
 
   c10::intrusive_ptr<Options> options_;
-  std::shared_ptr<ShmComm> comm_;
+  std::shared_ptr<Comm> comm_;
   std::shared_ptr<CommState> state_;  // first asynchronous error
   uint64_t seq_ = 0;                  // collectives issued
   uint64_t p2p_seq_ = 0;
