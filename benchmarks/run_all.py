@@ -35,7 +35,7 @@ RESULT_TAG = "@@RESULT@@ "
 
 
 # Modules of this folder with more cases (a list CASES of cases.Case), run after cases.py's.
-CASE_MODULES = ["compile_bench", "mlir_bench"]
+CASE_MODULES = ["compile_bench", "graph_bench", "mlir_bench"]
 
 
 def all_cases():

@@ -25,6 +25,15 @@
 //  - record_stream: at free time an event is recorded on every other stream that used
 //    the block; the block returns to its pool once all of them completed (checked
 //    lazily at the next malloc, or waited for by empty_cache / the OOM path).
+//  - Graph capture (CUDA's private pools): while a stream captures into an NPUGraph,
+//    host allocations on the streams of that capture come from the graph's private pool
+//    (its own small and large BlockPools, plain aclrtMalloc'ed segments), and blocks freed
+//    there are reused only by captures into the same pool, in capture order. A pool lives
+//    while a graph uses it (use_count); released, its free segments go back to the device
+//    and the rest follows as the tensors holding them are freed. A block of a capturing
+//    stream outside the pool, or used by a capturing stream, freed during a capture is
+//    freed once the captures of the device ended (no event can be recorded on a
+//    capturing stream, and a query would invalidate the capture).
 //  - Free markers (no CUDA counterpart): a block freed while its stream still has queued
 //    work gets an event recorded on that stream. The simulator's aclrtFree, unlike
 //    cudaFree, does not synchronise (nor does aclrtUnmapMem), so memory is only
@@ -56,6 +65,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <iomanip>
 #include <limits>
 #include <map>
@@ -373,6 +383,7 @@ struct StreamUse {
 // ---------------------------------------------------------------------------------
 
 struct BlockPool;
+struct PrivatePool;
 class ExpandableSegment;
 
 struct Block {
@@ -436,6 +447,7 @@ struct BlockPool {
   std::set<Block*, BlockLess> blocks;
   std::set<Block*, BlockAddressLess> unmapped;  // of expandable segments
   const bool is_small;
+  PrivatePool* owner = nullptr;  // the graph pool it belongs to, or nullptr
   int64_t get_free_blocks_call_count = 0;
 
   void insert(Block* b) {
@@ -444,6 +456,26 @@ struct BlockPool {
   }
   int64_t gc_count(const Block* b) const { return get_free_blocks_call_count - b->gc_count_base; }
 };
+
+// The memory of one or more NPUGraph captures (see the header comment).
+struct PrivatePool {
+  explicit PrivatePool(MempoolId_t id) : id(id), large(false), small(true) {
+    large.owner = this;
+    small.owner = this;
+  }
+  MempoolId_t id;
+  BlockPool large;
+  BlockPool small;
+  int use_count = 1;    // graphs (and captures under way) using it
+  size_t segments = 0;  // aclrtMalloc'ed segments it holds
+};
+
+// True while `stream` takes part in a capture (querying it then would invalidate it).
+bool stream_capturing(aclrtStream stream) {
+  aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+  return aclmdlRICaptureGetInfo(stream, &status, nullptr) == ACL_SUCCESS &&
+         status != ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+}
 
 struct AllocParams {
   AllocParams(c10::DeviceIndex device, size_t size, aclrtStream stream, BlockPool* pool,
@@ -588,10 +620,14 @@ class DeviceCachingAllocator {
     process_events();
 
     const size_t size = round_size(orig_size);
-    BlockPool& pool = size <= kSmallSize ? small_ : large_;
-    AllocParams params(device_, size, stream, &pool, allocation_size(size));
-    params.stat_types = stat_types_for(pool);
-    params.on_worker = aclsimOnWorkerThread() != 0;
+    const bool on_worker = aclsimOnWorkerThread() != 0;
+    // Kernels allocate at execution time: never from a graph pool (what they allocate
+    // is theirs, freed when they finish).
+    BlockPool* pool = captures_.empty() || on_worker ? nullptr : capture_pool(stream, size);
+    if (pool == nullptr) pool = size <= kSmallSize ? &small_ : &large_;
+    AllocParams params(device_, size, stream, pool, allocation_size(size));
+    params.stat_types = stat_types_for(*pool);
+    params.on_worker = on_worker;
 
     bool found = get_free_block(params);
     if (!found) {
@@ -624,17 +660,75 @@ class DeviceCachingAllocator {
     if (block->size >= config_->max_split_size) stats_.oversize_allocations.decrease(1);
     const auto size = block->size;
     const auto ptr = block->ptr;
-    if (mark) mark_free(block);
-    if (!block->stream_uses.empty()) {
-      insert_events(block);
+    PrivatePool* owner = block->pool->owner;
+    if (!captures_.empty() && capture_touches(block)) {
+      if (owner != nullptr && block->stream_uses.empty() && stream_capturing(block->stream)) {
+        free_block(block);  // reused by this capture's later allocations, in capture order
+      } else {
+        deferred_frees_.emplace_back(block, mark);
+      }
     } else {
-      free_block(block);
+      release_block_to_pool(block, mark);
     }
+    if (owner != nullptr && owner->use_count == 0) release_unused_pool(owner);
     c10::reportMemoryUsageToProfiler(
         ptr, -static_cast<int64_t>(size),
         static_cast<size_t>(stats_.allocated_bytes[0].current),
         static_cast<size_t>(stats_.reserved_bytes[0].current),
         c10::Device(c10::DeviceType::PrivateUse1, device_));
+  }
+
+  // ---- graph pools (NPUGraph capture) ----------------------------------------------
+
+  void begin_allocate_to_pool(MempoolId_t id, std::function<bool(aclrtStream)> filter) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = graph_pools_.find(id);
+    if (it == graph_pools_.end()) {
+      graph_pools_.emplace(id, std::make_unique<PrivatePool>(id));
+    } else {
+      it->second->use_count += 1;
+    }
+    captures_.emplace_back(id, std::move(filter));
+  }
+
+  void end_allocate_to_pool(MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = captures_.begin(); it != captures_.end(); ++it) {
+      if (it->first == id) {
+        captures_.erase(it);
+        break;
+      }
+    }
+    if (!captures_.empty()) return;
+    std::vector<std::pair<Block*, bool>> deferred;
+    deferred.swap(deferred_frees_);
+    for (auto& [block, mark] : deferred) {
+      if (capture_touches(block)) {  // a stream still captures (its capture ends later)
+        deferred_frees_.emplace_back(block, mark);
+        continue;
+      }
+      PrivatePool* owner = block->pool->owner;
+      release_block_to_pool(block, mark);
+      if (owner != nullptr && owner->use_count == 0) release_unused_pool(owner);
+    }
+  }
+
+  void release_pool(MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = graph_pools_.find(id);
+    TORCH_CHECK(it != graph_pools_.end(), "NPU caching allocator: no graph memory pool (", id.first, ", ",
+                id.second, ") on device ", static_cast<int>(device_));
+    PrivatePool* pool = it->second.get();
+    TORCH_INTERNAL_ASSERT(pool->use_count > 0);
+    if (--pool->use_count == 0) release_unused_pool(pool);
+  }
+
+  // (use_count, segments) of a graph pool, for tests; (-1, 0) when it does not exist.
+  std::pair<int, size_t> pool_info(MempoolId_t id) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = graph_pools_.find(id);
+    if (it == graph_pools_.end()) return {-1, 0};
+    return {it->second->use_count, it->second->segments};
   }
 
   void record_stream(Block* block, StreamUse use) {
@@ -649,6 +743,11 @@ class DeviceCachingAllocator {
   void empty_cache() {
     std::unique_lock<std::mutex> lock(mutex_);
     release_cached_blocks(lock);
+  }
+
+  size_t graph_pool_count() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return graph_pools_.size();
   }
 
   DeviceStats stats() {
@@ -696,7 +795,7 @@ class DeviceCachingAllocator {
     // mapped range of an expandable segment (as CUDA reports them).
     auto is_head = [](const Block* b) { return b->prev == nullptr || !b->prev->mapped; };
     std::vector<const Block*> heads;
-    for (const BlockPool* pool : {&large_, &small_}) {
+    for (const BlockPool* pool : all_pools()) {
       for (const Block* b : pool->blocks) {
         if (is_head(b)) heads.push_back(b);
       }
@@ -735,6 +834,63 @@ class DeviceCachingAllocator {
 
 
  private:
+  // The pool of the capture `stream` takes part in, or nullptr.
+  BlockPool* capture_pool(aclrtStream stream, size_t size) {
+    for (auto& [id, filter] : captures_) {
+      if (filter(stream)) {
+        PrivatePool* pool = graph_pools_.at(id).get();
+        return size <= kSmallSize ? &pool->small : &pool->large;
+      }
+    }
+    return nullptr;
+  }
+
+  // Freeing `block` now would record an event on, or query, a capturing stream.
+  bool capture_touches(const Block* block) const {
+    if (stream_capturing(block->stream)) return true;
+    for (const StreamUse& u : block->stream_uses) {
+      if (stream_capturing(u.stream)) return true;
+    }
+    return false;
+  }
+
+  // The usual end of a free: marker, record_stream events, back to the pool.
+  void release_block_to_pool(Block* block, bool mark) {
+    if (mark) mark_free(block);
+    if (!block->stream_uses.empty()) {
+      insert_events(block);
+    } else {
+      free_block(block);
+    }
+  }
+
+  // A pool no graph uses any more: its free segments go back to the device; the pool is
+  // deleted once it holds none.
+  void release_unused_pool(PrivatePool* pool) {
+    release_blocks(pool->large);
+    release_blocks(pool->small);
+    prune_pools();
+  }
+
+  void prune_pools() {
+    for (auto it = graph_pools_.begin(); it != graph_pools_.end();) {
+      if (it->second->use_count == 0 && it->second->segments == 0) {
+        it = graph_pools_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  std::vector<BlockPool*> all_pools() {
+    std::vector<BlockPool*> pools{&large_, &small_};
+    for (auto& [id, pool] : graph_pools_) {
+      pools.push_back(&pool->large);
+      pools.push_back(&pool->small);
+    }
+    return pools;
+  }
+
   template <typename F>
   static void for_each_type(const StatTypes& types, F f) {
     for (const auto t : c10::irange(types.size())) {
@@ -884,7 +1040,7 @@ class DeviceCachingAllocator {
         }
       }
     }
-    for (BlockPool* pool : {&large_, &small_}) {
+    for (BlockPool* pool : all_pools()) {
       for (Block* b : pool->blocks) {
         if (b->free_event && releasable(b) && pred(b)) waits.push_back(b->free_event);
       }
@@ -903,7 +1059,8 @@ class DeviceCachingAllocator {
 
   bool alloc_block(AllocParams& p, bool is_retry) {
     if (is_retry) stats_.num_alloc_retries += 1;
-    if (config_->expandable_segments) return alloc_expandable_block(p);
+    // Graph pools use plain segments: their blocks must keep their addresses.
+    if (config_->expandable_segments && p.pool->owner == nullptr) return alloc_expandable_block(p);
     const size_t size = p.alloc_size;
     if (set_fraction_ && total_reserved_ + size > allowed_memory_maximum_) {
       return false;
@@ -917,6 +1074,7 @@ class DeviceCachingAllocator {
     if (err == ACL_ERROR_RT_MEMORY_ALLOCATION) return false;
     NPU_CHECK(err);
     total_reserved_ += size;
+    if (p.pool->owner != nullptr) p.pool->owner->segments += 1;
     p.block = new Block(device_, p.stream(), size, p.pool, static_cast<char*>(ptr));
     for_each_type(p.stat_types, [&](size_t t) {
       stats_.segment[t].increase(1);
@@ -1320,6 +1478,14 @@ class DeviceCachingAllocator {
     process_events();
     release_blocks(large_);
     release_blocks(small_);
+    // Graph pools only once no graph uses them (their cached blocks are the graphs').
+    for (auto& [id, pool] : graph_pools_) {
+      if (pool->use_count == 0) {
+        release_blocks(pool->large);
+        release_blocks(pool->small);
+      }
+    }
+    prune_pools();
     return true;
   }
 
@@ -1363,6 +1529,7 @@ class DeviceCachingAllocator {
     });
     if (block->size >= config_->max_split_size) stats_.oversize_segments.decrease(1);
     stats_.num_device_free += 1;
+    if (block->pool->owner != nullptr) block->pool->owner->segments -= 1;  // pruned later
     block->pool->blocks.erase(block);
     delete block;
   }
@@ -1445,6 +1612,10 @@ class DeviceCachingAllocator {
   uint64_t marker_seq_ = 0;
   size_t allowed_memory_maximum_ = 0;
   bool set_fraction_ = false;
+  std::map<MempoolId_t, std::unique_ptr<PrivatePool>> graph_pools_;
+  // Captures under way on this device: their pool and which streams allocate into it.
+  std::vector<std::pair<MempoolId_t, std::function<bool(aclrtStream)>>> captures_;
+  std::vector<std::pair<Block*, bool>> deferred_frees_;  // (block, mark), see free()
 };
 
 // ---------------------------------------------------------------------------------
@@ -1708,6 +1879,23 @@ void* getBaseAllocation(void* ptr, size_t* size) {
 }
 
 void setAllocatorSettings(const std::string& conf) { state().set_settings(conf); }
+
+void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id,
+                         std::function<bool(aclrtStream)> filter) {
+  state().device(resolve_device(device)).begin_allocate_to_pool(mempool_id, std::move(filter));
+}
+
+void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id) {
+  state().device(resolve_device(device)).end_allocate_to_pool(mempool_id);
+}
+
+void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) {
+  state().device(resolve_device(device)).release_pool(mempool_id);
+}
+
+std::pair<int, size_t> graphPoolInfo(c10::DeviceIndex device, MempoolId_t mempool_id) {
+  return state().device(resolve_device(device)).pool_info(mempool_id);
+}
 
 }  // namespace torch_npu::NPUCachingAllocator
 

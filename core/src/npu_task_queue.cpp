@@ -31,12 +31,7 @@ void retire(Task* task) {
   } while (!g_finished.compare_exchange_weak(head, task, std::memory_order_release, std::memory_order_relaxed));
 }
 
-int run_task(void* user, char* err, size_t err_len) {
-  struct Retire {
-    Task* task;
-    ~Retire() { retire(task); }
-  } retire_after{static_cast<Task*>(user)};
-  Task* task = retire_after.task;
+int run_fn(Task* task, char* err, size_t err_len) {
   try {
     NPUStream s(task->stream);
     aclrtSetDevice(s.device_index());
@@ -54,6 +49,22 @@ int run_task(void* user, char* err, size_t err_len) {
   }
   return 1;
 }
+
+int run_task(void* user, char* err, size_t err_len) {
+  struct Retire {
+    Task* task;
+    ~Retire() { retire(task); }
+  } retire_after{static_cast<Task*>(user)};
+  return run_fn(retire_after.task, err, err_len);
+}
+
+// A task recorded into a graph: run by every replay, owned by the graph's model (freed
+// by its destroy callback once the model and its queued replays are gone).
+int run_captured_task(void* user, char* err, size_t err_len) {
+  return run_fn(static_cast<Task*>(user), err, err_len);
+}
+
+void delete_task(void* user) { delete static_cast<Task*>(user); }
 
 void call_blocking(void (*fn)(void*), void* arg) {
   if (g_blocking_hook && !in_kernel()) {
@@ -87,6 +98,22 @@ bool in_kernel() { return tls_kernel_depth > 0; }
 void set_blocking_hook(BlockingHook hook) { g_blocking_hook = hook; }
 
 void launch(const NPUStream& stream, const char* name, std::function<void()> fn) {
+  if (!in_kernel()) {
+    // A capturing stream records the task (whatever TASK_QUEUE_ENABLE says); nothing runs.
+    aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+    aclmdlRI model = nullptr;
+    NPU_CHECK(aclmdlRICaptureGetInfo(stream.stream(), &status, &model));
+    if (status != ACL_MODEL_RI_CAPTURE_STATUS_NONE) {
+      auto* task = new Task{std::move(fn), stream.unwrap()};
+      aclError err = aclsimLaunchKernel(stream.stream(), run_captured_task, task, name);
+      if (err != ACL_SUCCESS) {
+        delete task;
+        NPU_CHECK(err);
+      }
+      NPU_CHECK(aclsimModelRIAddDestroyCallback(model, delete_task, task));
+      return;
+    }
+  }
   if (!task_queue_enabled() || in_kernel()) {
     // Inline: a kernel launching a kernel (e.g. a composite run on the worker) runs it
     // right away on the same thread, which keeps stream order.

@@ -11,21 +11,56 @@
 #include <ATen/ops/sub_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <torch/library.h>
 
+#include <ATen/core/enum_tag.h>
+
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <unordered_map>
 
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_generator.h"
+#include "torch_npu/core/npu_graph.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
 
 #include "op_table.h"
 
+// MKL's per-thread thread count, C interface (exported by libtorch_cpu when it bundles
+// MKL; weak so that a torch without MKL still links). Its lowercase alias there is the
+// Fortran interface, which takes a pointer.
+extern "C" int MKL_Set_Num_Threads_Local(int nthreads) __attribute__((weak));
+
 namespace torch_npu::ops {
 namespace {
 
 constexpr c10::DeviceType kNPU = c10::DeviceType::PrivateUse1;
+
+// Kernels on tensors up to this many elements call MKL single-threaded: forking MKL's
+// OpenMP team for a tiny matmul costs more than the matmul (10x on a loaded 2-core host,
+// where a tiny training step spent half its time in OpenMP barriers).
+constexpr int64_t kSerialBlasNumel = 4096;
+
+// While alive, MKL calls of this thread run on one thread if `numel` is small.
+class SerialBlasScope {
+ public:
+  explicit SerialBlasScope(int64_t numel) {
+    if (numel <= kSerialBlasNumel && MKL_Set_Num_Threads_Local != nullptr) {
+      prev_ = MKL_Set_Num_Threads_Local(1);
+      active_ = true;
+    }
+  }
+  ~SerialBlasScope() {
+    if (active_) MKL_Set_Num_Threads_Local(prev_);
+  }
+  SerialBlasScope(const SerialBlasScope&) = delete;
+  SerialBlasScope& operator=(const SerialBlasScope&) = delete;
+
+ private:
+  bool active_ = false;
+  int prev_ = 0;
+};
+
 thread_local c10::DeviceIndex tls_kernel_device = -1;
 
 void npu_raw_delete(void* p) { NPUCachingAllocator::raw_delete(p); }
@@ -174,17 +209,24 @@ void AliasMap::sync_back(const WrittenArg& w) {
 
 void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel) {
   NPUStream stream = getCurrentNPUStream(device);
+  if (!in_kernel() && isStreamCapturing(stream)) {
+    fail_capture(stream, std::string(name) +
+                             " cannot be captured into an NPU graph: it must run before the call returns, which a "
+                             "capturing stream never does; run it outside the capture");
+  }
   const bool on_worker = task_queue_enabled() && !in_kernel() && (max_numel > kInlineNumel || !stream.query());
   if (!on_worker) {
     if (!in_kernel()) wait_stream(stream);
     KernelScope scope(device);
+    SerialBlasScope blas(max_numel);
     kernel();
     return;
   }
   std::exception_ptr error;
-  launch(stream, name, [&kernel, device, &error] {
+  launch(stream, name, [&kernel, device, &error, max_numel] {
     try {
       KernelScope scope(device);
+      SerialBlasScope blas(max_numel);
       kernel();
     } catch (...) {
       error = std::current_exception();  // rethrown to the caller with its own type
@@ -201,15 +243,19 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
     if (t.defined() && t.device().type() == kNPU) t = aliases.alias(t);
   }
   NPUStream stream = getCurrentNPUStream(device);
-  if (!task_queue_enabled() || in_kernel() || (work_numel <= kInlineNumel && stream.query())) {
+  // A capturing stream records the kernel (launch); it must not run here.
+  const bool capture = !in_kernel() && isStreamCapturing(stream);
+  if (!capture && (!task_queue_enabled() || in_kernel() || (work_numel <= kInlineNumel && stream.query()))) {
     if (!in_kernel()) wait_stream(stream);
     KernelScope scope(device);
+    SerialBlasScope blas(work_numel);
     kernel(tensors);
     return;
   }
   // The aliases keep the npu storages alive until the kernel has run and is collected.
-  launch(stream, name, [device, tensors = std::move(tensors), kernel = std::move(kernel)] {
+  launch(stream, name, [device, tensors = std::move(tensors), kernel = std::move(kernel), work_numel] {
     KernelScope scope(device);
+    SerialBlasScope blas(work_numel);
     kernel(tensors);
   });
 }
@@ -375,11 +421,164 @@ void check_dtypes(const OpTraits& traits, const c10::FunctionSchema& schema, con
   }
 }
 
+// The arguments of a recorded kernel, copied for one replay (the call consumes its
+// stack) into a per-thread vector that keeps its capacity: no allocation per replay.
+class ReplayStack {
+ public:
+  explicit ReplayStack(const torch::jit::Stack& args) {
+    stack_.swap(spare());  // a nested replay on this thread finds an empty spare
+    stack_.assign(args.begin(), args.end());
+  }
+  ~ReplayStack() {
+    stack_.clear();
+    spare().swap(stack_);
+  }
+  torch::jit::Stack* get() { return &stack_; }
+
+ private:
+  static torch::jit::Stack& spare() {
+    thread_local torch::jit::Stack s;
+    return s;
+  }
+  torch::jit::Stack stack_;
+};
+
+// A CPU tensor the caller owns could change before a queued kernel reads it: copy it.
+// Python numbers (wrapped numbers) are the call's own.
+void clone_cpu_tensors(c10::IValue& v) {
+  auto owned = [](const at::Tensor& t) {
+    return t.defined() && t.device().is_cpu() && !t.unsafeGetTensorImpl()->is_wrapped_number();
+  };
+  if (v.isTensor()) {
+    if (owned(v.toTensor())) v = v.toTensor().clone();
+  } else if (v.isTensorList()) {
+    auto list = v.toTensorList();
+    if (std::none_of(list.begin(), list.end(), [&](const at::Tensor& t) { return owned(t); })) return;
+    c10::List<at::Tensor> copy;  // a new list: the caller's list object stays as it is
+    for (const at::Tensor& t : list) copy.push_back(owned(t) ? t.clone() : t);
+    v = std::move(copy);
+  } else if (v.isList()) {  // Tensor?[]
+    auto list = v.toList();
+    bool any = false;
+    for (const c10::IValue& e : list) any |= e.isTensor() && owned(e.toTensor());
+    if (!any) return;
+    c10::List<std::optional<at::Tensor>> copy;
+    for (const c10::IValue& e : list) {
+      if (e.isTensor()) {
+        copy.push_back(owned(e.toTensor()) ? e.toTensor().clone() : e.toTensor());
+      } else {
+        copy.push_back(std::nullopt);
+      }
+    }
+    v = std::move(copy);
+  }
+}
+
+// While a stream captures, an op whose outputs its CPU kernel allocates cannot be
+// queued (its outputs must exist when the call returns) nor run after queued work
+// (nothing captured runs). It runs once here, on the host, to learn its outputs, which
+// are allocated in the graph's pool; written arguments get their bytes back afterwards
+// (nothing may change during a capture). The recorded task re-runs the kernel and
+// copies what it produces into those outputs (record_functional). Data-dependent ops
+// (nonzero & co) would need the host to read device data: they invalidate the capture
+// with an error.
+torch::jit::Stack capture_run(const c10::OperatorHandle& op, c10::DeviceIndex device, const NPUStream& stream,
+                              torch::jit::Stack* stack, size_t args_begin, const std::vector<WrittenArg>& written,
+                              int64_t max_numel) {
+  const auto& schema = op.schema();
+  std::string name = schema.name();
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  if (op.hasTag(at::Tag::dynamic_output_shape) || op.hasTag(at::Tag::data_dependent_output)) {
+    fail_capture(stream, name + " cannot be captured into an NPU graph: its output depends on tensor values "
+                                "that the host would have to read (a synchronisation with the capturing stream)");
+  }
+  // What the kernel may write: the written arguments, and the running statistics that
+  // native_batch_norm updates although its schema does not say so.
+  std::vector<at::Tensor> targets;
+  for (const auto& w : written) targets.push_back(w.alias);
+  if (schema.name() == "aten::native_batch_norm") {
+    for (size_t i : {size_t(3), size_t(4)}) {
+      const c10::IValue& v = (*stack)[args_begin + i];
+      if (v.isTensor() && v.toTensor().defined()) targets.push_back(v.toTensor());
+    }
+  }
+  std::vector<at::Tensor> saved;
+  saved.reserve(targets.size());
+  for (const auto& t : targets) saved.push_back(t.clone());  // host memory
+  torch::jit::Stack args(stack->begin() + args_begin, stack->end());
+  try {
+    KernelScope scope(device);
+    SerialBlasScope blas(max_numel);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  } catch (const std::exception& e) {
+    fail_capture(stream, name + " cannot be captured into an NPU graph: running it during the capture to learn "
+                                "its outputs failed: " + e.what());
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i].sizes() == saved[i].sizes()) targets[i].copy_(saved[i]);
+  }
+  return args;
+}
+
+// Records the replay task of a capture_run op whose results (npu tensors, the last
+// `num_returns` values of `stack`) are its captured outputs.
+void record_functional(const c10::OperatorHandle& op, c10::DeviceIndex device, const NPUStream& stream,
+                       torch::jit::Stack args, const torch::jit::Stack& stack, size_t num_returns,
+                       int64_t max_numel) {
+  // Results over an argument's memory (views) are updated by the kernel itself.
+  std::vector<const void*> arg_data;
+  for (const c10::IValue& v : args) {
+    if (v.isTensor() && v.toTensor().defined()) arg_data.push_back(v.toTensor().storage().data());
+  }
+  auto fresh = [&](const at::Tensor& t) {
+    return t.defined() && t.numel() > 0 && !t._is_zerotensor() &&
+           std::find(arg_data.begin(), arg_data.end(), t.storage().data()) == arg_data.end();
+  };
+  struct Out {
+    size_t ret;
+    int64_t index;     // in a Tensor[] result, or -1
+    at::Tensor alias;  // CPU alias of the captured npu output (holds its storage)
+  };
+  std::vector<Out> outs;
+  AliasMap aliases(device);
+  const size_t first_ret = stack.size() - num_returns;
+  for (size_t r = 0; r < num_returns; ++r) {
+    const c10::IValue& v = stack[first_ret + r];
+    if (v.isTensor() && fresh(v.toTensor())) {
+      outs.push_back({r, -1, aliases.alias(v.toTensor())});
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (fresh(list.get(i))) outs.push_back({r, static_cast<int64_t>(i), aliases.alias(list.get(i))});
+      }
+    }
+  }
+  launch(stream, op.schema().name().c_str(),
+         [op, device, args = std::move(args), outs = std::move(outs), num_returns, max_numel] {
+           KernelScope scope(device);
+           SerialBlasScope blas(max_numel);
+           ReplayStack replay(args);
+           torch::jit::Stack& s = *replay.get();
+           op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
+           const size_t first = s.size() - num_returns;
+           for (const Out& o : outs) {
+             const c10::IValue& v = s[first + o.ret];
+             at::Tensor produced = o.index < 0 ? v.toTensor() : v.toTensorList().get(static_cast<size_t>(o.index));
+             TORCH_CHECK(produced.sizes() == o.alias.sizes(), op.schema().name(), ": output ", o.ret, " has shape ",
+                         produced.sizes(), " on replay but had ", o.alias.sizes(),
+                         " when the graph was captured");
+             o.alias.copy_(produced);
+           }
+         });
+}
+
 // A kernel waiting on a stream: the aliased arguments and what it writes.
 struct QueuedKernel {
-  QueuedKernel(const c10::OperatorHandle& op, c10::DeviceIndex device) : op(op), device(device) {}
+  QueuedKernel(const c10::OperatorHandle& op, c10::DeviceIndex device, int64_t max_numel)
+      : op(op), device(device), max_numel(max_numel) {}
   c10::OperatorHandle op;
   c10::DeviceIndex device;
+  int64_t max_numel;
   torch::jit::Stack stack;
   std::vector<WrittenArg> written;
 };
@@ -427,23 +626,19 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
   // Asynchronous when every result is such an argument (where structured ops'
   // functional forms land) and nothing ties the kernel to host state: generators, CPU
-  // tensors, an out=empty(0) the kernel will resize.
-  bool async = all_written && task_queue_enabled() && !in_kernel() && !scan.has_generator && !scan.has_cpu_tensor;
-  for (size_t r = 0; async && r < results.size(); ++r) async = results[r].toTensor().numel() > 0;
+  // tensors, an out=empty(0) the kernel will resize. While the stream captures, all
+  // such kernels are recorded (generators and copies of CPU tensors go with them).
   NPUStream stream = getCurrentNPUStream(device);
+  const bool capture = !in_kernel() && isStreamCapturing(stream);
+  bool async = all_written && (capture || (task_queue_enabled() && !in_kernel() && !scan.has_generator &&
+                                           !scan.has_cpu_tensor));
+  for (size_t r = 0; async && r < results.size(); ++r) async = results[r].toTensor().numel() > 0;
   // A small kernel on an idle stream costs less run right here than handed to the
   // worker and back; the result is the same (nothing is queued before it).
-  if (async && scan.max_numel <= kInlineNumel && stream.query()) async = false;
+  if (async && !capture && scan.max_numel <= kInlineNumel && stream.query()) async = false;
 
-  if (async) {
-    for (size_t i = args_begin; i < stack->size(); ++i) {
-      // A 0-dim CPU tensor the caller owns could change before the kernel runs: copy it.
-      c10::IValue& v = (*stack)[i];
-      if (v.isTensor() && v.toTensor().defined() && v.toTensor().device().is_cpu() &&
-          !v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) {
-        v = v.toTensor().clone();
-      }
-    }
+  if (async || capture) {
+    for (size_t i = args_begin; i < stack->size(); ++i) clone_cpu_tensors((*stack)[i]);
   }
   AliasMap aliases(device);
   std::vector<WrittenArg> written;
@@ -452,15 +647,21 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   if (async) {
     // The aliases point at memory the caching allocator hands out in stream order, so
     // the CPU kernel can run later on the stream's worker.
-    auto queued = std::make_shared<QueuedKernel>(op, device);
+    auto queued = std::make_shared<QueuedKernel>(op, device, scan.max_numel);
     queued->stack.assign(std::make_move_iterator(stack->begin() + args_begin),
                          std::make_move_iterator(stack->end()));
 
     queued->written = std::move(written);
     stack->erase(stack->begin() + args_begin, stack->end());
-    launch(stream, schema.name().c_str(), [queued] {
+    launch(stream, schema.name().c_str(), [queued, capture] {
       KernelScope scope(queued->device);
-      queued->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &queued->stack);
+      SerialBlasScope blas(queued->max_numel);
+      if (capture) {
+        ReplayStack replay(queued->stack);  // every replay runs on the same arguments
+        queued->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), replay.get());
+      } else {
+        queued->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &queued->stack);
+      }
       AliasMap aliases(queued->device);
       for (const auto& w : queued->written) aliases.sync_back(w);
     });
@@ -468,8 +669,13 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     return;
   }
 
-  run_now(schema.name().c_str(), device, scan.max_numel,
-          [&op, stack] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
+  torch::jit::Stack captured_args;
+  if (capture) {
+    captured_args = capture_run(op, device, stream, stack, args_begin, written, scan.max_numel);
+  } else {
+    run_now(schema.name().c_str(), device, scan.max_numel,
+            [&op, stack] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
+  }
   for (const auto& w : written) aliases.sync_back(w);
   // Other results map back to npu by storage: views of arguments, fresh NPU buffers.
   const size_t first_ret = stack->size() - return_arg.size();
@@ -486,6 +692,9 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       for (const at::Tensor& t : list) out.push_back(aliases.to_npu(t));
       v = std::move(out);
     }
+  }
+  if (capture) {
+    record_functional(op, device, stream, std::move(captured_args), *stack, return_arg.size(), scan.max_numel);
   }
 }
 
@@ -505,7 +714,8 @@ bool small_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
   if (in_kernel()) return false;
   const at::Tensor& t = is_npu(a) ? a : b;
   if (!is_npu(t) || a.numel() > kInlineNumel || b.numel() > kInlineNumel) return false;
-  return getCurrentNPUStream(t.device().index()).query();
+  NPUStream stream = getCurrentNPUStream(t.device().index());
+  return !isStreamCapturing(stream) && stream.query();
 }
 
 template <typename... Args>

@@ -21,6 +21,8 @@
 namespace py = pybind11;
 
 namespace torch_npu {
+void init_graph_bindings(py::module& m);  // graph_bindings.cpp
+
 namespace {
 
 constexpr auto kNPU = c10::DeviceType::PrivateUse1;
@@ -123,6 +125,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_npu runtime bindings";
   m.attr("__torch_version__") = NPU_TORCH_VERSION;
   m.attr("__cann_version__") = NPU_CANN_VERSION;
+  init_graph_bindings(m);
 
   m.def("_npu_init", [] {
     ops::install_kernel_allocator();
@@ -203,7 +206,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_taskQueueEnabled", [] { return task_queue_enabled(); });
   m.def("_npu_getCpuFallback", [] { return ops::cpu_fallback_enabled(); });
   m.def("_npu_setCpuFallback", [](bool enabled) { ops::set_cpu_fallback(enabled); });
-
   // A CPU tensor over an npu tensor's bytes (same sizes, strides, offset; it keeps the npu
   // storage alive): hands npu memory to code outside the dispatcher (DLPack consumers such
   // as the IREE runtime) without copies. No ordering: the caller synchronizes the stream.

@@ -245,7 +245,7 @@ TORCH_CASES = [
     ("adadelta", torch.optim.Adadelta, NpuFusedAdadelta, dict(lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.05)),
     ("rmsprop", torch.optim.RMSprop, NpuFusedRMSprop, dict(lr=0.01, eps=1e-3, weight_decay=1e-5)),
     ("rmsprop_centered_momentum", torch.optim.RMSprop, NpuFusedRMSprop,
-     dict(lr=0.01, alpha=0.9, momentum=0.5, centered=True, weight_decay=1e-3)),
+     dict(lr=0.01, alpha=0.9, momentum=0.5, centered=True, eps=1e-3, weight_decay=1e-3)),
 ]
 
 

@@ -209,6 +209,7 @@ aclError aclrtResetDevice(int32_t deviceId) {
   // task errors stay pending for the next synchronisation).
   Stream* own = CurrentWorkerStream();
   if (own && own->device == d->id) return WorkerSelfWait("aclrtResetDevice", d->id);
+  if ((err = CheckDeviceNotCapturing(d, "aclrtResetDevice")) != ACL_SUCCESS) return err;
   for (auto& s : d->Snapshot()) s->WaitIdle();
   return ACL_SUCCESS;
 }
@@ -217,6 +218,7 @@ aclError aclrtSynchronizeDevice(void) {
   aclError err = ACL_SUCCESS;
   Device* d = CurrentDeviceOrFail("aclrtSynchronizeDevice", &err);
   if (!d) return err;
+  if ((err = CheckDeviceNotCapturing(d, "aclrtSynchronizeDevice")) != ACL_SUCCESS) return err;
   return SyncDevice(d, "aclrtSynchronizeDevice");
 }
 
@@ -282,6 +284,9 @@ aclError aclrtMemcpy(void* dst, size_t destMax, const void* src, size_t count,
                      aclrtMemcpyKind kind) {
   if (aclError e = CheckCopy("aclrtMemcpy", dst, destMax, src, count, kind); e != ACL_SUCCESS)
     return e;
+  if (kind != ACL_MEMCPY_HOST_TO_HOST) {
+    if (aclError e = CheckUnsafeCall("aclrtMemcpy"); e != ACL_SUCCESS) return e;
+  }
   if (count == 0) return ACL_SUCCESS;
   memmove(dst, src, count);
   RT().copied[kind].fetch_add(count, std::memory_order_relaxed);
@@ -307,6 +312,7 @@ aclError aclrtMemcpyAsync(void* dst, size_t destMax, const void* src, size_t cou
 
 aclError aclrtMemset(void* devPtr, size_t maxCount, int32_t value, size_t count) {
   if (aclError e = CheckMemset("aclrtMemset", devPtr, maxCount, count); e != ACL_SUCCESS) return e;
+  if (aclError e = CheckUnsafeCall("aclrtMemset"); e != ACL_SUCCESS) return e;
   memset(devPtr, value, count);
   return ACL_SUCCESS;
 }
@@ -378,6 +384,7 @@ aclError aclrtDestroyStream(aclrtStream stream) {
     return Fail(ACL_ERROR_INVALID_PARAM, "aclrtDestroyStream: %p is the default stream of device %d",
                 stream, s->device);
   if (s->IsCurrentWorker()) return WorkerSelfWait("aclrtDestroyStream", s->device);
+  if ((err = CheckStreamNotCapturing(s, "aclrtDestroyStream")) != ACL_SUCCESS) return err;
   Device* d = RT().devices[s->device].get();
   std::shared_ptr<Stream> keep;
   {
@@ -407,6 +414,7 @@ aclError aclrtSynchronizeStream(aclrtStream stream) {
   aclError err = ACL_SUCCESS;
   Stream* s = ResolveStream(stream, "aclrtSynchronizeStream", &err);
   if (!s) return err;
+  if ((err = CheckStreamNotCapturing(s, "aclrtSynchronizeStream")) != ACL_SUCCESS) return err;
   return SyncStream(s, "aclrtSynchronizeStream");
 }
 
@@ -415,6 +423,7 @@ aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus* status) {
   aclError err = ACL_SUCCESS;
   Stream* s = ResolveStream(stream, "aclrtStreamQuery", &err);
   if (!s) return err;
+  if ((err = CheckStreamNotCapturing(s, "aclrtStreamQuery")) != ACL_SUCCESS) return err;
   *status = s->Idle() ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
   return ACL_SUCCESS;
 }
@@ -425,6 +434,8 @@ aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
   if (!e) return err;
   Stream* s = ResolveStream(stream, "aclrtStreamWaitEvent", &err);
   if (!s) return err;
+  bool handled = false;
+  if ((err = CaptureEventWait(s, e, &handled)) != ACL_SUCCESS || handled) return err;
   uint64_t gen = e->recorded.load(std::memory_order_acquire);
   if (gen == 0 || e->Done(gen)) return ACL_SUCCESS;  // nothing outstanding to wait for
   Task t;
@@ -482,6 +493,8 @@ aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
   if (!e) return err;
   Stream* s = ResolveStream(stream, "aclrtRecordEvent", &err);
   if (!s) return err;
+  if (s->capture.load(std::memory_order_acquire) != nullptr) return CaptureEventRecord(s, e);
+  e->capture_id.store(0, std::memory_order_release);
   Task t;
   t.kind = kTaskEventRecord;
   t.a = e;
@@ -500,6 +513,7 @@ aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) {
   if (!e) return err;
   Stream* s = ResolveStream(stream, "aclrtResetEvent", &err);
   if (!s) return err;
+  if (s->capture.load(std::memory_order_acquire) != nullptr) return CaptureEventReset(s, e);
   Task t;
   t.kind = kTaskEventReset;
   t.a = e;
@@ -512,6 +526,7 @@ aclError aclrtSynchronizeEvent(aclrtEvent event) {
   aclError err = ACL_SUCCESS;
   Event* e = ResolveEvent(event, "aclrtSynchronizeEvent", &err);
   if (!e) return err;
+  if ((err = CheckEventNotCaptured(e, "aclrtSynchronizeEvent")) != ACL_SUCCESS) return err;
   e->WaitFor(e->recorded.load(std::memory_order_acquire));
   return ACL_SUCCESS;
 }
@@ -522,6 +537,7 @@ aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus* statu
   aclError err = ACL_SUCCESS;
   Event* e = ResolveEvent(event, "aclrtQueryEventStatus", &err);
   if (!e) return err;
+  if ((err = CheckEventNotCaptured(e, "aclrtQueryEventStatus")) != ACL_SUCCESS) return err;
   *status = e->Done(e->recorded.load(std::memory_order_acquire))
                 ? ACL_EVENT_RECORDED_STATUS_COMPLETE
                 : ACL_EVENT_RECORDED_STATUS_NOT_READY;

@@ -6,6 +6,7 @@
 //   vmm.cpp     - virtual memory: reserved ranges, physical memory handles, mappings.
 //   stream.cpp  - streams (task queue + worker thread), events, shutdown.
 //   api.cpp     - the C functions of acl/acl_rt.h: argument checks and dispatch.
+//   mdl_ri.cpp  - stream capture into model runtime instances (aclmdlRI*), replay.
 #pragma once
 
 #include <atomic>
@@ -97,6 +98,7 @@ enum TaskKind : uint8_t {
   kTaskEventRecord,
   kTaskEventWait,
   kTaskEventReset,
+  kTaskModel,  // one execution of a captured model (a: the execution)
 };
 
 constexpr size_t kTaskNameLen = 56;
@@ -123,6 +125,7 @@ struct TaskBlock {
 };
 
 struct Event;
+struct ModelRI;
 
 struct Stream {
   static constexpr uint32_t kMagic = 0x5354524dU;  // "STRM"
@@ -130,8 +133,10 @@ struct Stream {
   int device = 0;
   bool is_default = false;
   uint32_t priority = 0, flags = 0;
+  // The capture this stream records into (it began it or joined it), or nullptr.
+  std::atomic<ModelRI*> capture{nullptr};
 
-  // Enqueue a task; starts the worker on first use. Never blocks on task execution.
+  // Enqueue a task (recorded instead when the stream captures); starts the worker on first use. Never blocks on task execution.
   aclError Enqueue(const Task& t);
   // Blocks until every task enqueued before the call has run (condvar, no spinning).
   void WaitIdle();
@@ -146,12 +151,13 @@ struct Stream {
   // inline on the calling thread, after anything still queued.
   void Shutdown(bool restartable);
   bool IsCurrentWorker() const;
+  // Runs one task on the calling thread (the worker; also for a model's tasks).
+  void Run(Task& t, char* errbuf, size_t errlen);
   ~Stream();
 
  private:
   aclError StartWorkerLocked();  // mu_ held
   void WorkerMain();
-  void Run(Task& t, char* errbuf, size_t errlen);
   void MarkDone();
   void RecordError(const char* name, const char* msg, int rc);
 
@@ -188,6 +194,7 @@ struct Event {
   std::atomic<uint64_t> recorded{0};        // generation of the latest record call
   std::atomic<uint64_t> completed{0};       // latest generation executed
   std::atomic<int64_t> stamp_ns{-1};        // steady clock at the latest completion
+  std::atomic<uint64_t> capture_id{0};      // capture holding the latest record (0: none)
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<int> waiters{0};
@@ -251,6 +258,24 @@ Device* FindDevice(const void* ptr, size_t len);
 Stream* CurrentWorkerStream();
 // Drain and join every worker. `exiting`: the process is ending (no restart).
 void ShutdownAllStreams(bool exiting);
+
+// ---- stream capture (mdl_ri.cpp) ------------------------------------------------------
+// Records `t` into the capture of `s` (kernels, callbacks, copies, memsets).
+aclError CaptureTask(Stream* s, const Task& t);
+// Record / reset / wait of event `e` on capturing stream `s` (or, for a wait, a stream
+// that joins the capture holding e's record). *handled false: not a capture matter.
+aclError CaptureEventRecord(Stream* s, Event* e);
+aclError CaptureEventReset(Stream* s, Event* e);
+aclError CaptureEventWait(Stream* s, Event* e, bool* handled);
+// Synchronising (or querying) a capturing stream, its device, or an event recorded in
+// an active capture is not permitted: these invalidate the capture and fail.
+aclError CheckStreamNotCapturing(Stream* s, const char* api);
+aclError CheckDeviceNotCapturing(Device* d, const char* api);
+aclError CheckEventNotCaptured(Event* e, const char* api);
+// Synchronous copies and memsets, judged by the capture modes (worker threads: allowed).
+aclError CheckUnsafeCall(const char* api);
+// Runs one queued model execution (Task::a of a kTaskModel task) on stream `s`.
+void RunModelExecution(Stream* s, void* execution, char* errbuf, size_t errlen);
 
 // ---- virtual memory (vmm.cpp) -----------------------------------------------------------
 // Device whose physical memory is mapped over all of [p, p+len) (len 0 = just p), or -1.

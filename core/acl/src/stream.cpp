@@ -56,6 +56,7 @@ int64_t NowNs() {
 bool Stream::IsCurrentWorker() const { return tl_worker_stream == this; }
 
 aclError Stream::Enqueue(const Task& t) {
+  if (capture.load(std::memory_order_acquire) != nullptr) return CaptureTask(this, t);
   std::unique_lock<std::mutex> lk(mu_);
   if (inline_) {
     // Process exit: the worker is gone; run in the caller (after anything still queued).
@@ -290,6 +291,9 @@ void Stream::Run(Task& t, char* errbuf, size_t errlen) {
       ev->Unref();
       break;
     }
+    case kTaskModel:
+      RunModelExecution(this, t.a, errbuf, errlen);
+      break;
   }
 }
 

@@ -16,6 +16,8 @@ __all__ = ["BACKENDS", "npu_backend"]
 # with the torch_dynamo_backends entry points in tools/build_wheel.py (a test checks it).
 BACKENDS = {
     "npu": "torch_npu.dynamo:npu_backend",
+    "npugraph_ex": "torch_npu.dynamo.graphs:npugraph_ex_backend",
+    "npugraphs": "torch_npu.dynamo.graphs:npugraphs_backend",
 }
 
 

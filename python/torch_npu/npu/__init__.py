@@ -101,6 +101,8 @@ from .config import (
 from . import amp
 from . import op_support
 from .op_support import get_cpu_fallback, is_op_supported, set_cpu_fallback
+from . import graphs
+from .graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing, make_graphed_callables
 
 __all__ = [
     "get_cpu_fallback", "is_op_supported", "set_cpu_fallback",
@@ -128,6 +130,8 @@ __all__ = [
     # config
     "config", "matmul", "conv", "set_option", "get_option", "set_compile_mode",
     "is_jit_compile_false", "set_mm_bmm_format_nd", "get_mm_bmm_format_nd",
+    # graphs
+    "NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables",
 ]
 
 # ----------------------------------------------------------------------------------

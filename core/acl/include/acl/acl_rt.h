@@ -30,11 +30,19 @@ typedef void* aclrtEvent;
 #define ACL_ERROR_RT_CONTEXT_NULL 107002
 #define ACL_ERROR_RT_STREAM_CONTEXT 107003
 #define ACL_ERROR_RT_EVENT_NOT_RECORDED 107009  // elapsed time on an unrecorded event
+#define ACL_ERROR_RT_CAPTURE_DEPENDENCY 107024  // a capture would wait for work outside it
+#define ACL_ERROR_RT_STREAM_CAPTURED 107027     // not allowed on a capturing stream
+#define ACL_ERROR_RT_EVENT_CAPTURED 107028      // the event's latest record is being captured
+#define ACL_ERROR_RT_STREAM_NOT_CAPTURED 107029 // capture end on a stream that does not capture
+#define ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT 107030  // unsafe call while a capture forbids it
+#define ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT 107031   // the default stream joining a capture
+#define ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED 107036  // capture end on a joined stream
 #define ACL_ERROR_RT_FEATURE_NOT_SUPPORT 207000
 #define ACL_ERROR_RT_MEMORY_ALLOCATION 207001
 #define ACL_ERROR_RT_STREAM_TASK_FULL 207013   // not used by the simulator
 #define ACL_ERROR_RT_AICORE_EXCEPTION 507015   // a task failed on a stream
 #define ACL_ERROR_RT_INTERNAL_ERROR 507899
+#define ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED 507903  // the capture failed earlier
 
 typedef enum {
   ACL_MEM_MALLOC_HUGE_FIRST = 0,
@@ -207,6 +215,48 @@ aclError aclrtSynchronizeEvent(aclrtEvent event);
 aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus* status);
 aclError aclrtEventElapsedTime(float* ms, aclrtEvent start, aclrtEvent end);
 
+// ---- model runtime instances: stream capture (acl/acl_mdl.h) ------------------------
+// Between aclmdlRICaptureBegin and aclmdlRICaptureEnd the tasks launched on a stream
+// (kernels, callbacks, async copies and memsets, event records) are recorded into a
+// model runtime instance instead of running; aclmdlRIExecuteAsync runs them again, in
+// order, on any stream of the device, as often as wanted. A stream waiting for an event
+// recorded inside a capture joins that capture (its tasks are recorded too) until the
+// capture ends. While capturing, synchronising the stream (or querying it) or its
+// device fails with ACL_ERROR_RT_STREAM_CAPTURED / ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT
+// and invalidates the capture: aclmdlRICaptureEnd then returns
+// ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED (naming the first failure) and no model.
+typedef void* aclmdlRI;
+
+typedef enum {
+  ACL_MODEL_RI_CAPTURE_MODE_GLOBAL = 0,   // unsafe calls (synchronous copies and memsets)
+                                          // fail on every thread
+  ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL, // ... on the capturing thread
+  ACL_MODEL_RI_CAPTURE_MODE_RELAXED,      // allowed everywhere
+} aclmdlRICaptureMode;
+
+typedef enum {
+  ACL_MODEL_RI_CAPTURE_STATUS_NONE = 0,
+  ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE,
+  ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED,
+} aclmdlRICaptureStatus;
+
+aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode);
+// status NONE (modelRI NULL) when the stream does not capture. modelRI may be NULL.
+aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus* status,
+                                aclmdlRI* modelRI);
+aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI* modelRI);
+// Swaps the calling thread's capture mode (the mode its unsafe calls are judged by).
+aclError aclmdlRICaptureThreadExchangeMode(aclmdlRICaptureMode* mode);
+// Enqueues one execution of the model on `stream` (a stream of the model's device).
+aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
+// Runs the model on the device's default stream and waits for it. timeout (ms): -1 only.
+aclError aclmdlRIExecute(aclmdlRI modelRI, int32_t timeout);
+// Invalidates the handle; the model is freed once its queued executions have run.
+aclError aclmdlRIDestroy(aclmdlRI modelRI);
+// Prints the model's tasks to stdout / writes them as JSON to `path` (flags: 0 or 1).
+aclError aclmdlRIDebugPrint(aclmdlRI modelRI);
+aclError aclmdlRIDebugJsonPrint(aclmdlRI modelRI, const char* path, uint32_t flags);
+
 // ---- simulator extensions ----------------------------------------------------------
 // A kernel: runs on the stream's worker in order. Returning non-zero marks the
 // stream failed: the next synchronising call on that stream (or device) returns
@@ -231,6 +281,14 @@ uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind);
 size_t aclsimDeviceCapacity(int32_t deviceId);
 // Arena of a device: base address and memfd (for sharing with other processes).
 aclError aclsimDeviceArena(int32_t deviceId, void** base, size_t* size, int* fd);
+// Model extensions. Calls fn(userData) when the model is freed (after aclmdlRIDestroy
+// and its last queued execution): owners of recorded kernels' userData free it there.
+aclError aclsimModelRIAddDestroyCallback(aclmdlRI modelRI, aclrtCallback fn, void* userData);
+// Number of recorded tasks; a unique id of the model (never reused in the process).
+aclError aclsimModelRIInfo(aclmdlRI modelRI, size_t* numTasks, uint64_t* id);
+// Invalidates the capture `stream` takes part in, with a reason aclmdlRICaptureEnd
+// reports (for failures the layers above detect while capturing).
+aclError aclsimCaptureInvalidate(aclrtStream stream, const char* reason);
 
 #ifdef __cplusplus
 }

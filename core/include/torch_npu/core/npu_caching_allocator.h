@@ -12,7 +12,11 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Stream.h>
 
+#include <acl/acl_rt.h>
+
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace torch_npu::NPUCachingAllocator {
@@ -43,5 +47,17 @@ std::pair<size_t, size_t> memGetInfo(c10::DeviceIndex device);
 void* getBaseAllocation(void* ptr, size_t* size);
 // Re-reads PYTORCH_NPU_ALLOC_CONF (called once at init; exposed for tests).
 void setAllocatorSettings(const std::string& conf);
+
+// Graph capture (NPUGraph): private memory pools, CUDA's API. While active, host
+// allocations on a stream for which `filter` returns true come from the pool
+// `mempool_id` (created on first use; each begin takes a reference).
+using MempoolId_t = std::pair<unsigned long long, unsigned long long>;
+void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id,
+                         std::function<bool(aclrtStream)> filter);
+void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id);
+// Drops a reference; at zero the pool's memory returns to the device as it is freed.
+void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id);
+// (use_count, segments) of a pool, (-1, 0) when it does not exist (tests).
+std::pair<int, size_t> graphPoolInfo(c10::DeviceIndex device, MempoolId_t mempool_id);
 
 }  // namespace torch_npu::NPUCachingAllocator

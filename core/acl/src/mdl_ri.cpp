@@ -1,0 +1,567 @@
+// Stream capture into model runtime instances (AscendCL's aclmdlRI* capture API).
+//
+// A capture is a ModelRI: while a stream captures (Stream::capture set), every task
+// enqueued on it is appended to the model instead of the queue. Streams that wait for an
+// event recorded inside the capture join it; their tasks are appended too. Appending in
+// host enqueue order linearises the captured streams: every dependency (stream order, an
+// event wait after its record) points from an earlier append to a later one, so running
+// the tasks in append order on one stream is a valid schedule, and waits on events
+// recorded inside the capture need no task at all.
+//
+// Replay (aclmdlRIExecuteAsync) enqueues a single task that runs the model's tasks on the
+// stream's worker. Event records inside a model get their generation at enqueue time (so
+// the host can wait for them right after the call), one per execution.
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "internal.h"
+
+namespace aclsim {
+
+struct ModelRI {
+  static constexpr uint32_t kMagic = 0x4d444c52U;  // "MDLR"
+  std::atomic<uint32_t> magic{kMagic};
+  std::atomic<int> refs{1};  // the handle (or the capture) + queued executions
+  uint64_t id = 0;
+  int device = 0;
+  aclmdlRICaptureMode mode = ACL_MODEL_RI_CAPTURE_MODE_GLOBAL;
+  std::thread::id thread;  // that began the capture
+
+  std::mutex mu;
+  std::vector<Task> tasks;        // record/reset tasks hold a reference to their event
+  std::vector<Stream*> streams;   // capturing: the origin first, then joined streams
+  bool capturing = true;
+  bool invalidated = false;
+  std::string reason;             // of the first invalidation
+  std::vector<std::pair<aclrtCallback, void*>> on_destroy;
+  size_t records = 0;             // event-record tasks
+
+  void Ref() { refs.fetch_add(1, std::memory_order_relaxed); }
+  void Unref() {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+  ~ModelRI() {
+    for (Task& t : tasks) {
+      if (t.kind == kTaskEventRecord || t.kind == kTaskEventReset) static_cast<Event*>(t.a)->Unref();
+    }
+    for (auto& [fn, data] : on_destroy) fn(data);
+  }
+};
+
+namespace {
+
+std::atomic<uint64_t> g_model_serial{0};
+std::mutex g_active_mu;                // guards g_active
+std::vector<ModelRI*> g_active;        // captures under way
+std::atomic<int> g_active_count{0};    // g_active.size(), read without the lock
+thread_local aclmdlRICaptureMode tl_mode = ACL_MODEL_RI_CAPTURE_MODE_GLOBAL;
+
+struct Execution {
+  ModelRI* model;
+  std::vector<uint64_t> gens;  // of the model's event records, in order
+};
+
+const char* ModeName(aclmdlRICaptureMode m) {
+  switch (m) {
+    case ACL_MODEL_RI_CAPTURE_MODE_GLOBAL: return "GLOBAL";
+    case ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL: return "THREAD_LOCAL";
+    case ACL_MODEL_RI_CAPTURE_MODE_RELAXED: return "RELAXED";
+  }
+  return "?";
+}
+
+const char* KindName(uint8_t k) {
+  switch (k) {
+    case kTaskKernel: return "kernel";
+    case kTaskCallback: return "callback";
+    case kTaskMemcpy: return "memcpy";
+    case kTaskMemset: return "memset";
+    case kTaskEventRecord: return "event_record";
+    case kTaskEventWait: return "event_wait";
+    case kTaskEventReset: return "event_reset";
+    case kTaskModel: return "model";
+  }
+  return "?";
+}
+
+// First reason wins (aclmdlRICaptureEnd reports it).
+void Invalidate(ModelRI* m, const std::string& reason) {
+  std::lock_guard<std::mutex> g(m->mu);
+  if (!m->invalidated) {
+    m->invalidated = true;
+    m->reason = reason;
+  }
+}
+
+aclError Append(ModelRI* m, const Task& t) {
+  std::lock_guard<std::mutex> g(m->mu);
+  if (m->invalidated)
+    return Fail(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+                "%s: the stream capture was invalidated by an earlier error: %s", t.name[0] ? t.name : KindName(t.kind),
+                m->reason.c_str());
+  m->tasks.push_back(t);
+  if (t.kind == kTaskEventRecord) ++m->records;
+  return ACL_SUCCESS;
+}
+
+ModelRI* ResolveModel(aclmdlRI handle, const char* api, aclError* err) {
+  auto* m = static_cast<ModelRI*>(handle);
+  if (m == nullptr || m->magic.load(std::memory_order_relaxed) != ModelRI::kMagic) {
+    *err = Fail(ACL_ERROR_INVALID_PARAM, "%s: invalid model handle %p%s", api, handle,
+                handle ? " (destroyed?)" : "");
+    return nullptr;
+  }
+  return m;
+}
+
+Stream* ResolveStreamHandle(aclrtStream stream, const char* api, aclError* err) {
+  if (stream == nullptr) {
+    Device* d = DeviceOrFail(CurrentDevice(), api, err);
+    return d ? d->DefaultStream() : nullptr;
+  }
+  auto* s = static_cast<Stream*>(stream);
+  if (s->magic.load(std::memory_order_relaxed) != Stream::kMagic) {
+    *err = Fail(ACL_ERROR_INVALID_PARAM, "%s: invalid stream handle %p (destroyed?)", api, stream);
+    return nullptr;
+  }
+  return s;
+}
+
+// The capture under way with this id, referenced (the caller unrefs), or nullptr.
+ModelRI* ActiveCapture(uint64_t id) {
+  if (id == 0 || g_active_count.load(std::memory_order_acquire) == 0) return nullptr;
+  std::lock_guard<std::mutex> g(g_active_mu);
+  for (ModelRI* m : g_active) {
+    if (m->id == id) {
+      m->Ref();
+      return m;
+    }
+  }
+  return nullptr;
+}
+
+struct Unref {
+  void operator()(ModelRI* m) const { m->Unref(); }
+};
+using ModelRef = std::unique_ptr<ModelRI, Unref>;
+
+std::string NotPermitted(const char* api, const char* what) {
+  std::string msg = api;
+  msg += ": ";
+  msg += what;
+  return msg;
+}
+
+}  // namespace
+
+// ---- hooks used by the stream and event APIs -------------------------------------------
+
+aclError CaptureTask(Stream* s, const Task& t) {
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  if (m == nullptr) return s->Enqueue(t);  // the capture ended meanwhile
+  return Append(m, t);
+}
+
+aclError CaptureEventRecord(Stream* s, Event* e) {
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  Task t{};
+  t.kind = kTaskEventRecord;
+  t.a = e;
+  snprintf(t.name, sizeof(t.name), "aclrtRecordEvent");
+  e->Ref();
+  aclError err = Append(m, t);
+  if (err != ACL_SUCCESS) {
+    e->Unref();
+    return err;
+  }
+  e->capture_id.store(m->id, std::memory_order_release);
+  return ACL_SUCCESS;
+}
+
+aclError CaptureEventReset(Stream* s, Event* e) {
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  Task t{};
+  t.kind = kTaskEventReset;
+  t.a = e;
+  snprintf(t.name, sizeof(t.name), "aclrtResetEvent");
+  e->Ref();
+  aclError err = Append(m, t);
+  if (err != ACL_SUCCESS) e->Unref();
+  return err;
+}
+
+aclError CaptureEventWait(Stream* s, Event* e, bool* handled) {
+  ModelRI* own = s->capture.load(std::memory_order_acquire);
+  ModelRef holder_ref(ActiveCapture(e->capture_id.load(std::memory_order_acquire)));
+  ModelRI* holder = holder_ref.get();
+  *handled = true;
+  if (holder != nullptr) {
+    if (own == holder) return ACL_SUCCESS;  // ordered by the linearisation (see above)
+    if (own == nullptr && s->is_default) {
+      std::string msg = NotPermitted("aclrtStreamWaitEvent",
+                                     "the default stream cannot join a stream capture (wait on a created stream)");
+      Invalidate(holder, msg);
+      return Fail(ACL_ERROR_RT_STREAM_CAPTURE_IMPLICIT, "%s", msg.c_str());
+    }
+    if (own == nullptr) {
+      // The stream joins the capture (fork): its tasks are recorded from now on.
+      std::lock_guard<std::mutex> g(holder->mu);
+      if (!holder->capturing) return ACL_SUCCESS;
+      holder->streams.push_back(s);
+      s->capture.store(holder, std::memory_order_release);
+      return ACL_SUCCESS;
+    }
+    std::string msg = NotPermitted("aclrtStreamWaitEvent",
+                                   "the event was recorded in another stream capture (captures cannot depend on "
+                                   "each other)");
+    Invalidate(own, msg);
+    Invalidate(holder, msg);
+    return Fail(ACL_ERROR_RT_CAPTURE_DEPENDENCY, "%s", msg.c_str());
+  }
+  if (own == nullptr) {
+    *handled = false;
+    return ACL_SUCCESS;
+  }
+  // A capturing stream waiting for work outside the capture: fine if it is done already.
+  uint64_t gen = e->recorded.load(std::memory_order_acquire);
+  if (gen == 0 || e->Done(gen)) return ACL_SUCCESS;
+  std::string msg = NotPermitted("aclrtStreamWaitEvent",
+                                 "a capturing stream cannot wait for an event recorded outside the capture that "
+                                 "has not completed (synchronise before aclmdlRICaptureBegin)");
+  Invalidate(own, msg);
+  return Fail(ACL_ERROR_RT_CAPTURE_DEPENDENCY, "%s", msg.c_str());
+}
+
+aclError CheckStreamNotCapturing(Stream* s, const char* api) {
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  if (m == nullptr) return ACL_SUCCESS;
+  std::string msg = NotPermitted(api, "operation not permitted when stream is capturing");
+  Invalidate(m, msg);
+  return Fail(ACL_ERROR_RT_STREAM_CAPTURED, "%s", msg.c_str());
+}
+
+aclError CheckDeviceNotCapturing(Device* d, const char* api) {
+  aclError rc = ACL_SUCCESS;
+  if (g_active_count.load(std::memory_order_acquire) == 0) return rc;
+  for (auto& s : d->Snapshot()) {
+    if (ModelRI* m = s->capture.load(std::memory_order_acquire)) {
+      std::string msg = NotPermitted(api, "operation not permitted while a stream of the device is capturing");
+      Invalidate(m, msg);
+      rc = Fail(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, "%s", msg.c_str());
+    }
+  }
+  return rc;
+}
+
+aclError CheckEventNotCaptured(Event* e, const char* api) {
+  ModelRef m(ActiveCapture(e->capture_id.load(std::memory_order_acquire)));
+  if (m == nullptr) return ACL_SUCCESS;
+  std::string msg = NotPermitted(api, "the event's latest record is part of a stream capture under way");
+  Invalidate(m.get(), msg);
+  return Fail(ACL_ERROR_RT_EVENT_CAPTURED, "%s", msg.c_str());
+}
+
+aclError CheckUnsafeCall(const char* api) {
+  if (g_active_count.load(std::memory_order_acquire) == 0) return ACL_SUCCESS;
+  if (CurrentWorkerStream() != nullptr) return ACL_SUCCESS;  // a task of a stream, not the host
+  if (tl_mode == ACL_MODEL_RI_CAPTURE_MODE_RELAXED) return ACL_SUCCESS;
+  std::vector<ModelRI*> hit;
+  {
+    std::lock_guard<std::mutex> g(g_active_mu);
+    for (ModelRI* m : g_active) {
+      if (m->mode == ACL_MODEL_RI_CAPTURE_MODE_GLOBAL ||
+          (m->mode == ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL && m->thread == std::this_thread::get_id())) {
+        m->Ref();
+        hit.push_back(m);
+      }
+    }
+  }
+  if (hit.empty()) return ACL_SUCCESS;
+  char buf[256];
+  snprintf(buf, sizeof(buf),
+           "operation not permitted when a stream is capturing and the capture mode is not relaxed (capture "
+           "mode %s)",
+           ModeName(hit[0]->mode));
+  std::string msg = NotPermitted(api, buf);
+  for (ModelRI* m : hit) {
+    Invalidate(m, msg);
+    m->Unref();
+  }
+  return Fail(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, "%s", msg.c_str());
+}
+
+void RunModelExecution(Stream* s, void* execution, char* errbuf, size_t errlen) {
+  auto* e = static_cast<Execution*>(execution);
+  ModelRI* m = e->model;
+  size_t record = 0;
+  for (const Task& task : m->tasks) {
+    Task t = task;
+    if (t.kind == kTaskEventRecord) {
+      t.n = e->gens[record++];
+      static_cast<Event*>(t.a)->Ref();  // Run drops one reference
+    } else if (t.kind == kTaskEventReset) {
+      static_cast<Event*>(t.a)->Ref();
+    }
+    s->Run(t, errbuf, errlen);
+  }
+  m->Unref();
+  delete e;
+}
+
+}  // namespace aclsim
+
+using namespace aclsim;
+
+extern "C" {
+
+aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode) {
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclmdlRICaptureBegin", &err);
+  if (!s) return err;
+  if (mode != ACL_MODEL_RI_CAPTURE_MODE_GLOBAL && mode != ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
+    return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureBegin: invalid capture mode %d", static_cast<int>(mode));
+  if (s->is_default)
+    return Fail(ACL_ERROR_INVALID_PARAM,
+                "aclmdlRICaptureBegin: the default stream of device %d cannot be captured (use a stream from "
+                "aclrtCreateStream)",
+                s->device);
+  if (s->capture.load(std::memory_order_acquire) != nullptr)
+    return Fail(ACL_ERROR_RT_STREAM_CAPTURED, "aclmdlRICaptureBegin: the stream is already capturing");
+  auto* m = new ModelRI();
+  m->id = g_model_serial.fetch_add(1, std::memory_order_relaxed) + 1;
+  m->device = s->device;
+  m->mode = mode;
+  m->thread = std::this_thread::get_id();
+  m->streams.push_back(s);
+  {
+    std::lock_guard<std::mutex> g(g_active_mu);
+    g_active.push_back(m);
+    g_active_count.store(static_cast<int>(g_active.size()), std::memory_order_release);
+  }
+  s->capture.store(m, std::memory_order_release);
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRICaptureGetInfo(aclrtStream stream, aclmdlRICaptureStatus* status, aclmdlRI* modelRI) {
+  if (status == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureGetInfo: status is null");
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclmdlRICaptureGetInfo", &err);
+  if (!s) return err;
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  if (m == nullptr) {
+    *status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+  } else {
+    std::lock_guard<std::mutex> g(m->mu);
+    *status = m->invalidated ? ACL_MODEL_RI_CAPTURE_STATUS_INVALIDATED : ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE;
+  }
+  if (modelRI) *modelRI = m;
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI* modelRI) {
+  if (modelRI == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureEnd: modelRI is null");
+  *modelRI = nullptr;
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclmdlRICaptureEnd", &err);
+  if (!s) return err;
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  if (m == nullptr)
+    return Fail(ACL_ERROR_RT_STREAM_NOT_CAPTURED, "aclmdlRICaptureEnd: the stream is not capturing");
+  bool invalidated;
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> g(m->mu);
+    if (m->streams.front() != s)
+      return Fail(ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
+                  "aclmdlRICaptureEnd: the capture was not begun on this stream (it joined it through an event)");
+    m->capturing = false;
+    for (Stream* joined : m->streams) joined->capture.store(nullptr, std::memory_order_release);
+    m->streams.clear();
+    invalidated = m->invalidated;
+    reason = m->reason;
+  }
+  {
+    std::lock_guard<std::mutex> g(g_active_mu);
+    for (auto it = g_active.begin(); it != g_active.end(); ++it) {
+      if (*it == m) {
+        g_active.erase(it);
+        break;
+      }
+    }
+    g_active_count.store(static_cast<int>(g_active.size()), std::memory_order_release);
+  }
+  if (invalidated) {
+    m->magic.store(0);
+    m->Unref();
+    return Fail(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
+                "aclmdlRICaptureEnd: the stream capture was invalidated by an earlier error: %s", reason.c_str());
+  }
+  *modelRI = m;
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRICaptureThreadExchangeMode(aclmdlRICaptureMode* mode) {
+  if (mode == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureThreadExchangeMode: mode is null");
+  aclmdlRICaptureMode m = *mode;
+  if (m != ACL_MODEL_RI_CAPTURE_MODE_GLOBAL && m != ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL &&
+      m != ACL_MODEL_RI_CAPTURE_MODE_RELAXED)
+    return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureThreadExchangeMode: invalid capture mode %d",
+                static_cast<int>(m));
+  *mode = tl_mode;
+  tl_mode = m;
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream) {
+  aclError err = ACL_SUCCESS;
+  ModelRI* m = ResolveModel(modelRI, "aclmdlRIExecuteAsync", &err);
+  if (!m) return err;
+  Stream* s = ResolveStreamHandle(stream, "aclmdlRIExecuteAsync", &err);
+  if (!s) return err;
+  {
+    std::lock_guard<std::mutex> g(m->mu);
+    if (m->capturing)
+      return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRIExecuteAsync: the model is still being captured");
+  }
+  if (s->device != m->device)
+    return Fail(ACL_ERROR_RT_STREAM_CONTEXT,
+                "aclmdlRIExecuteAsync: the model was captured on device %d, the stream belongs to device %d",
+                m->device, s->device);
+  if (s->capture.load(std::memory_order_acquire) != nullptr)
+    return Fail(ACL_ERROR_RT_STREAM_CAPTURED,
+                "aclmdlRIExecuteAsync: launching a model into a capturing stream is not supported");
+  auto* e = new Execution{m, {}};
+  e->gens.reserve(m->records);
+  for (const Task& t : m->tasks) {
+    if (t.kind != kTaskEventRecord) continue;
+    auto* ev = static_cast<Event*>(t.a);
+    ev->capture_id.store(0, std::memory_order_release);
+    e->gens.push_back(ev->recorded.fetch_add(1, std::memory_order_acq_rel) + 1);
+  }
+  m->Ref();
+  Task t{};
+  t.kind = kTaskModel;
+  t.a = e;
+  snprintf(t.name, sizeof(t.name), "aclmdlRIExecuteAsync");
+  if ((err = s->Enqueue(t)) != ACL_SUCCESS) {
+    size_t i = 0;
+    for (const Task& task : m->tasks)
+      if (task.kind == kTaskEventRecord) static_cast<Event*>(task.a)->Complete(e->gens[i++]);
+    m->Unref();
+    delete e;
+  }
+  return err;
+}
+
+aclError aclmdlRIExecute(aclmdlRI modelRI, int32_t timeout) {
+  if (timeout != -1)
+    return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRIExecute: timeout must be -1 (wait until done), got %d",
+                static_cast<int>(timeout));
+  aclError err = ACL_SUCCESS;
+  ModelRI* m = ResolveModel(modelRI, "aclmdlRIExecute", &err);
+  if (!m) return err;
+  Device* d = DeviceOrFail(m->device, "aclmdlRIExecute", &err);
+  if (!d) return err;
+  aclrtStream s = d->DefaultStream();
+  if ((err = aclmdlRIExecuteAsync(modelRI, s)) != ACL_SUCCESS) return err;
+  return aclrtSynchronizeStream(s);
+}
+
+aclError aclmdlRIDestroy(aclmdlRI modelRI) {
+  aclError err = ACL_SUCCESS;
+  ModelRI* m = ResolveModel(modelRI, "aclmdlRIDestroy", &err);
+  if (!m) return err;
+  {
+    std::lock_guard<std::mutex> g(m->mu);
+    if (m->capturing)
+      return Fail(ACL_ERROR_INVALID_PARAM,
+                  "aclmdlRIDestroy: the model is still being captured (end the capture first)");
+  }
+  if (m->magic.exchange(0) != ModelRI::kMagic)
+    return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRIDestroy: invalid model handle %p (destroyed?)", modelRI);
+  m->Unref();  // queued executions keep it until they ran
+  return ACL_SUCCESS;
+}
+
+static aclError DumpModel(ModelRI* m, FILE* f, bool json) {
+  std::lock_guard<std::mutex> g(m->mu);
+  if (json) {
+    fprintf(f, "{\"model_id\": %" PRIu64 ", \"device\": %d, \"tasks\": [", m->id, m->device);
+    for (size_t i = 0; i < m->tasks.size(); ++i) {
+      const Task& t = m->tasks[i];
+      fprintf(f, "%s\n  {\"index\": %zu, \"type\": \"%s\", \"name\": \"", i ? "," : "", i, KindName(t.kind));
+      for (const char* c = t.name; *c; ++c) {
+        if (*c == '"' || *c == '\\') fputc('\\', f);
+        fputc(*c, f);
+      }
+      fprintf(f, "\"}");
+    }
+    fprintf(f, "\n]}\n");
+  } else {
+    fprintf(f, "model %" PRIu64 " (device %d): %zu tasks\n", m->id, m->device, m->tasks.size());
+    for (size_t i = 0; i < m->tasks.size(); ++i)
+      fprintf(f, "  %4zu %-12s %s\n", i, KindName(m->tasks[i].kind), m->tasks[i].name);
+  }
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRIDebugPrint(aclmdlRI modelRI) {
+  aclError err = ACL_SUCCESS;
+  ModelRI* m = ResolveModel(modelRI, "aclmdlRIDebugPrint", &err);
+  if (!m) return err;
+  DumpModel(m, stdout, false);
+  fflush(stdout);
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRIDebugJsonPrint(aclmdlRI modelRI, const char* path, uint32_t flags) {
+  aclError err = ACL_SUCCESS;
+  ModelRI* m = ResolveModel(modelRI, "aclmdlRIDebugJsonPrint", &err);
+  if (!m) return err;
+  if (path == nullptr || *path == '\0')
+    return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRIDebugJsonPrint: path is empty");
+  if (flags > 1) return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRIDebugJsonPrint: invalid flags %u", flags);
+  FILE* f = fopen(path, "w");
+  if (f == nullptr)
+    return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRIDebugJsonPrint: cannot write %s: %s", path, strerror(errno));
+  DumpModel(m, f, true);
+  fclose(f);
+  return ACL_SUCCESS;
+}
+
+aclError aclsimModelRIAddDestroyCallback(aclmdlRI modelRI, aclrtCallback fn, void* userData) {
+  if (fn == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclsimModelRIAddDestroyCallback: fn is null");
+  aclError err = ACL_SUCCESS;
+  ModelRI* m = ResolveModel(modelRI, "aclsimModelRIAddDestroyCallback", &err);
+  if (!m) return err;
+  std::lock_guard<std::mutex> g(m->mu);
+  m->on_destroy.emplace_back(fn, userData);
+  return ACL_SUCCESS;
+}
+
+aclError aclsimModelRIInfo(aclmdlRI modelRI, size_t* numTasks, uint64_t* id) {
+  aclError err = ACL_SUCCESS;
+  ModelRI* m = ResolveModel(modelRI, "aclsimModelRIInfo", &err);
+  if (!m) return err;
+  std::lock_guard<std::mutex> g(m->mu);
+  if (numTasks) *numTasks = m->tasks.size();
+  if (id) *id = m->id;
+  return ACL_SUCCESS;
+}
+
+aclError aclsimCaptureInvalidate(aclrtStream stream, const char* reason) {
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclsimCaptureInvalidate", &err);
+  if (!s) return err;
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  if (m == nullptr)
+    return Fail(ACL_ERROR_RT_STREAM_NOT_CAPTURED, "aclsimCaptureInvalidate: the stream is not capturing");
+  Invalidate(m, reason ? reason : "invalidated");
+  return ACL_SUCCESS;
+}
+
+}  // extern "C"

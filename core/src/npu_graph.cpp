@@ -1,0 +1,149 @@
+// NPUGraph: capture and replay through the simulator's aclmdlRI API (see npu_graph.h).
+#include "torch_npu/core/npu_graph.h"
+
+#include <c10/util/Exception.h>
+
+#include <atomic>
+
+#include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_task_queue.h"
+
+namespace torch_npu {
+namespace {
+
+std::atomic<CaptureId_t> g_pool_uid{1};
+
+}  // namespace
+
+CaptureStatus captureStatus(const NPUStream& stream) {
+  aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+  NPU_CHECK(aclmdlRICaptureGetInfo(stream.stream(), &status, nullptr));
+  return static_cast<CaptureStatus>(status);
+}
+
+bool isStreamCapturing(const NPUStream& stream) { return captureStatus(stream) != CaptureStatus::None; }
+
+bool currentStreamCapturing() { return isStreamCapturing(getCurrentNPUStream()); }
+
+MempoolId_t graph_pool_handle() { return {0, g_pool_uid.fetch_add(1)}; }
+
+void fail_capture(const NPUStream& stream, const std::string& msg) {
+  aclsimCaptureInvalidate(stream.stream(), msg.c_str());
+  TORCH_CHECK(false, msg);
+}
+
+NPUGraph::NPUGraph() = default;
+
+NPUGraph::~NPUGraph() {
+  try {
+    reset();
+  } catch (const std::exception& e) {
+    TORCH_WARN("NPUGraph: reset in the destructor failed: ", e.what());
+  }
+}
+
+void NPUGraph::capture_begin(MempoolId_t pool, aclmdlRICaptureMode mode) {
+  TORCH_CHECK(!has_graph_exec_ && !capturing_,
+              "This NPUGraph instance already owns a captured graph. To capture a new graph, create a new "
+              "instance or call reset() first.");
+  NPUStream stream = getCurrentNPUStream();
+  TORCH_CHECK(stream != getDefaultNPUStream(stream.device_index()),
+              "NPU graphs must be captured on a non-default stream. (However, after capture, it's ok to replay "
+              "them on the default stream.)");
+  if (pool.first != 0 || pool.second != 0) {
+    TORCH_CHECK(!(pool.first != 0 && pool.second != 0), "capture_begin: invalid pool id (", pool.first, ", ",
+                pool.second, "); pass another graph's pool() or torch.npu.graph_pool_handle()");
+    mempool_id_ = pool;
+  } else {
+    mempool_id_ = {g_pool_uid.fetch_add(1), 0};
+  }
+  capture_dev_ = stream.device_index();
+  // Work queued before the capture still runs on the stream's worker; only what is
+  // launched from here on is recorded.
+  NPU_CHECK(aclmdlRICaptureBegin(stream.stream(), mode));
+  aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+  aclmdlRI model = nullptr;
+  NPU_CHECK(aclmdlRICaptureGetInfo(stream.stream(), &status, &model));
+  TORCH_INTERNAL_ASSERT(status == ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE && model != nullptr);
+  // Streams recording into this capture (it and the streams that joined it) allocate
+  // from the pool.
+  NPUCachingAllocator::beginAllocateToPool(capture_dev_, mempool_id_, [model](aclrtStream s) {
+    aclmdlRICaptureStatus st = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+    aclmdlRI m = nullptr;
+    return aclmdlRICaptureGetInfo(s, &st, &m) == ACL_SUCCESS && m == model;
+  });
+  pool_in_use_ = true;
+  capturing_ = true;
+  capture_stream_ = stream;
+}
+
+void NPUGraph::capture_end() {
+  TORCH_CHECK(capturing_, "NPUGraph::capture_end() called before capture_begin().");
+  NPUStream stream = getCurrentNPUStream(capture_dev_);
+  TORCH_CHECK(stream == *capture_stream_, "Capture must end on the same stream it began on.");
+  aclmdlRI model = nullptr;
+  const aclError err = aclmdlRICaptureEnd(stream.stream(), &model);
+  const std::string msg = err == ACL_SUCCESS ? "" : aclGetRecentErrMsg();
+  capturing_ = false;
+  NPUCachingAllocator::endAllocateToPool(capture_dev_, mempool_id_);
+  if (err != ACL_SUCCESS) {
+    // Nothing to replay: give the pool back (what the capture allocated returns as freed).
+    pool_in_use_ = false;
+    NPUCachingAllocator::releasePool(capture_dev_, mempool_id_);
+    TORCH_CHECK(false, "NPU graph capture failed: ", msg, " [ACL error ", err, " from aclmdlRICaptureEnd]");
+  }
+  model_ = model;
+  has_graph_exec_ = true;
+  if (debug_) aclmdlRIDebugPrint(model_);
+}
+
+void NPUGraph::replay() {
+  TORCH_CHECK(has_graph_exec_, "Called NPUGraph::replay without a preceding successful capture.");
+  NPUStream stream = getCurrentNPUStream(capture_dev_);
+  collect_finished_kernels();
+  NPU_CHECK(aclmdlRIExecuteAsync(model_, stream.stream()));
+}
+
+void NPUGraph::reset() {
+  if (capturing_) {
+    // Abandoned capture (e.g. an exception inside `with torch.npu.graph(g)`): end it.
+    aclmdlRI model = nullptr;
+    if (aclmdlRICaptureEnd(capture_stream_->stream(), &model) == ACL_SUCCESS && model) aclmdlRIDestroy(model);
+    capturing_ = false;
+    NPUCachingAllocator::endAllocateToPool(capture_dev_, mempool_id_);
+  }
+  if (has_graph_exec_) {
+    // Queued replays keep the model (and the memory its kernels hold) until they ran.
+    NPU_CHECK(aclmdlRIDestroy(model_));
+    model_ = nullptr;
+    has_graph_exec_ = false;
+  }
+  if (pool_in_use_) {
+    pool_in_use_ = false;
+    NPUCachingAllocator::releasePool(capture_dev_, mempool_id_);
+  }
+}
+
+MempoolId_t NPUGraph::pool() const {
+  TORCH_CHECK(has_graph_exec_, "Called NPUGraph::pool() without a preceding successful capture.");
+  return mempool_id_;
+}
+
+void NPUGraph::enable_debug_mode() { debug_ = true; }
+
+void NPUGraph::debug_dump(const std::string& path) {
+  if (!has_graph_exec_) {
+    TORCH_WARN("Called NPUGraph::debug_dump without a preceding successful capture.");
+    return;
+  }
+  NPU_CHECK(aclmdlRIDebugJsonPrint(model_, path.c_str(), 1));
+}
+
+size_t NPUGraph::num_tasks() const {
+  if (!has_graph_exec_) return 0;
+  size_t n = 0;
+  NPU_CHECK(aclsimModelRIInfo(model_, &n, nullptr));
+  return n;
+}
+
+}  // namespace torch_npu

@@ -1,0 +1,493 @@
+"""torch.npu.NPUGraph: capture, replay, memory pools, misuse, make_graphed_callables."""
+import copy
+import json
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_npu  # noqa: F401
+from conftest import run_python
+
+
+def _mlp():
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+
+
+def _warm_up(fn, iters=2):
+    s = torch.npu.Stream()
+    s.wait_stream(torch.npu.current_stream())
+    with torch.npu.stream(s):
+        for _ in range(iters):
+            fn()
+    torch.npu.current_stream().wait_stream(s)
+    torch.npu.synchronize()
+
+
+def test_api_exported():
+    for name in ("NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturing",
+                 "make_graphed_callables"):
+        assert name in torch.npu.__all__ and hasattr(torch.npu, name)
+    assert torch.npu.is_current_stream_capturing() is False
+
+
+def test_mlp_forward_replay_matches_eager():
+    torch.manual_seed(0)
+    cpu_model = _mlp()
+    model = copy.deepcopy(cpu_model).npu()
+    static_x = torch.randn(4, 16).npu()
+    with torch.no_grad():
+        _warm_up(lambda: model(static_x))
+        g = torch.npu.NPUGraph()
+        with torch.npu.graph(g):
+            assert torch.npu.is_current_stream_capturing()
+            static_y = model(static_x)
+    assert not torch.npu.is_current_stream_capturing()
+    assert g._num_tasks() >= 4  # addmm, layer_norm, gelu, addmm at least
+    previous = None
+    for _ in range(3):
+        x = torch.randn(4, 16)
+        static_x.copy_(x)  # refill the captured input's memory
+        g.replay()
+        got = static_y.cpu()
+        with torch.no_grad():
+            expected = cpu_model(x)
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        if previous is not None:
+            assert not torch.equal(got, previous)  # the values follow the inputs
+        previous = got
+
+
+def test_nothing_runs_during_capture():
+    x = torch.ones(8).npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        x.add_(1)
+    assert torch.equal(x.cpu(), torch.ones(8))  # captured, not run
+    g.replay()
+    g.replay()
+    assert torch.equal(x.cpu(), torch.full((8,), 3.0))
+    # replay on the default stream, after other work on it
+    x.mul_(2)
+    g.replay()
+    assert torch.equal(x.cpu(), torch.full((8,), 7.0))
+
+
+def test_functional_ops_with_kernel_allocated_outputs():
+    # layer_norm (and its backward), softmax and a reduction: ops whose outputs the CPU
+    # kernel allocates are run once at capture to learn their outputs, then replayed.
+    torch.manual_seed(1)
+    w = torch.randn(32).npu()
+    x = torch.randn(8, 32).npu()
+
+    def f():
+        y = F.layer_norm(x, (32,), w)
+        return torch.softmax(y, dim=-1).sum(dim=0), y.max(dim=1).values
+
+    _warm_up(f)
+    before = x.cpu().clone()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        a, b = f()
+    assert torch.equal(x.cpu(), before)
+    for _ in range(2):
+        xc = torch.randn(8, 32)
+        x.copy_(xc)
+        g.replay()
+        yc = F.layer_norm(xc, (32,), w.cpu())
+        torch.testing.assert_close(a.cpu(), torch.softmax(yc, -1).sum(0), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b.cpu(), yc.max(dim=1).values)
+
+
+def test_capture_does_not_change_written_arguments():
+    # batch_norm in training mode updates its running stats in place and returns fresh
+    # outputs: the capture-time run must not leave the running stats updated.
+    bn = torch.nn.BatchNorm1d(4).npu()
+    bn_ref = copy.deepcopy(bn).cpu()
+    x = torch.randn(6, 4).npu()
+    _warm_up(lambda: None)
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        y = bn(x)
+    torch.testing.assert_close(bn.running_mean.cpu(), bn_ref.running_mean)
+    g.replay()
+    expected = bn_ref(x.cpu())
+    torch.testing.assert_close(y.cpu(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(bn.running_mean.cpu(), bn_ref.running_mean, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
+def test_training_step_replay_matches_eager(opt_name):
+    torch.manual_seed(2)
+    base = _mlp()
+    model = copy.deepcopy(base).npu()
+    ref = copy.deepcopy(base).npu()
+
+    def make_opt(params, capturable):
+        if opt_name == "sgd":
+            return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+        return torch.optim.AdamW(params, lr=0.01, capturable=capturable)
+
+    opt = make_opt(model.parameters(), True)
+    opt_ref = make_opt(ref.parameters(), False)
+    static_x = torch.randn(4, 16).npu()
+    static_t = torch.randn(4, 8).npu()
+
+    def step(m, o, x, t):
+        o.zero_grad(set_to_none=True)
+        loss = F.mse_loss(m(x), t)
+        loss.backward()
+        o.step()
+        return loss
+
+    # Same warm-up on both (the optimizer state exists before the capture).
+    _warm_up(lambda: step(model, opt, static_x, static_t), iters=3)
+    for _ in range(3):
+        step(ref, opt_ref, static_x, static_t)
+    opt.zero_grad(set_to_none=True)
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        static_loss = F.mse_loss(model(static_x), static_t)
+        static_loss.backward()
+        opt.step()
+    for _ in range(3):
+        x, t = torch.randn(4, 16), torch.randn(4, 8)
+        static_x.copy_(x)
+        static_t.copy_(t)
+        g.replay()
+        loss_ref = step(ref, opt_ref, x.npu(), t.npu())
+        torch.testing.assert_close(static_loss.cpu(), loss_ref.cpu(), rtol=1e-4, atol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.cpu(), q.cpu(), rtol=1e-4, atol=1e-5)
+
+
+def test_item_during_capture_raises_and_invalidates():
+    x = torch.randn(16).npu()
+    g = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="operation not permitted when stream is capturing"):
+        with torch.npu.graph(g):
+            y = x * 2
+            y.sum().item()
+    assert not torch.npu.is_current_stream_capturing()
+    assert torch.npu.current_stream() == torch.npu.default_stream()
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+        g.replay()
+    # A caught sync error still leaves the capture invalid: capture_end reports it.
+    g = torch.npu.NPUGraph()
+    s = torch.npu.Stream()
+    with torch.npu.stream(s):
+        g.capture_begin()
+        y = x + 1
+        with pytest.raises(RuntimeError, match="not permitted"):
+            torch.npu.synchronize()
+        with pytest.raises(RuntimeError, match="invalidated by an earlier error: aclrtSynchronizeDevice"):
+            g.capture_end()
+    # .cpu() of a captured tensor is a synchronisation too
+    g = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="capturing"):
+        with torch.npu.graph(g):
+            (x * 3).cpu()
+    # eager work is unaffected afterwards
+    torch.testing.assert_close((x * 2).cpu(), x.cpu() * 2)
+
+
+def test_data_dependent_op_during_capture_raises():
+    x = torch.tensor([0.0, 1.0, 2.0]).npu()
+    g = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="aten::nonzero cannot be captured"):
+        with torch.npu.graph(g):
+            torch.nonzero(x)
+
+
+def test_capture_on_default_stream_raises():
+    g = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="NPU graphs must be captured on a non-default stream"):
+        g.capture_begin()
+    assert not torch.npu.is_current_stream_capturing()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="Unknown capture error mode"):
+        torch.npu.graph(torch.npu.NPUGraph(), capture_error_mode="strict")
+    with pytest.raises(TypeError, match="pool must be"):
+        torch.npu.graph(torch.npu.NPUGraph(), pool="mine")
+    with pytest.raises(TypeError, match="npu_graph must be a torch.npu.NPUGraph"):
+        torch.npu.graph(object())
+    g = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="pool\\(\\) without a preceding successful capture"):
+        g.pool()
+    with pytest.raises(RuntimeError, match="capture_end\\(\\) called before capture_begin"):
+        g.capture_end()
+    x = torch.zeros(4).npu()
+    with torch.npu.graph(g):
+        x.add_(1)
+    with pytest.raises(RuntimeError, match="already owns a captured graph"):
+        with torch.npu.graph(g):
+            x.add_(1)
+
+
+def test_capture_error_modes():
+    # relaxed: a synchronous copy on the host is allowed while capturing
+    x = torch.zeros(4).npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g, capture_error_mode="relaxed"):
+        x.add_(1)
+    g.replay()
+    assert torch.equal(x.cpu(), torch.ones(4))
+
+
+def test_pool_sharing_and_reset():
+    x = torch.ones(1024).npu()
+    g1, g2 = torch.npu.NPUGraph(), torch.npu.NPUGraph()
+    with torch.npu.graph(g1):
+        a = x + 1
+    with torch.npu.graph(g2, pool=g1.pool()):
+        b = a * 3
+    assert g1.pool() == g2.pool()
+    pool = g1.pool()
+    use_count, segments = torch_npu._C._npu_graphPoolInfo(0, pool)
+    assert use_count == 2 and segments >= 1
+    x.fill_(2.0)
+    g1.replay()
+    g2.replay()
+    assert torch.equal(b.cpu(), torch.full((1024,), 9.0))
+    g1.reset()
+    assert torch_npu._C._npu_graphPoolInfo(0, pool)[0] == 1
+    g2.replay()  # still valid: its pool and a's memory live on
+    g2.reset()
+    torch.npu.synchronize()  # the queued replay held the graph's kernels until it ran
+    assert torch_npu._C._npu_graphPoolInfo(0, pool)[0] == 0  # unused; a and b still hold memory
+    del a, b
+    assert torch_npu._C._npu_graphPoolInfo(0, pool) == (-1, 0)  # released
+    # graph_pool_handle(): a pool shared from the start
+    handle = torch.npu.graph_pool_handle()
+    assert isinstance(handle, tuple) and handle[0] == 0 and handle[1] > 0
+    g3 = torch.npu.NPUGraph()
+    with torch.npu.graph(g3, pool=handle):
+        c = x * 2
+    assert g3.pool() == handle
+    g3.replay()
+    assert torch.equal(c.cpu(), torch.full((1024,), 4.0))
+    del g3
+    assert torch_npu._C._npu_graphPoolInfo(0, handle)[0] == 0
+
+
+def test_capture_allocations_come_from_the_pool():
+    x = torch.randn(4096).npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        y = x * 2
+        z = y + 1
+    _, segments = torch_npu._C._npu_graphPoolInfo(0, g.pool())
+    assert segments >= 1
+    y_ptr, z_ptr = y.data_ptr(), z.data_ptr()
+    g.replay()
+    assert (y.data_ptr(), z.data_ptr()) == (y_ptr, z_ptr)  # replays reuse the same memory
+    torch.testing.assert_close(z.cpu(), x.cpu() * 2 + 1)
+
+
+def test_debug_dump(tmp_path):
+    x = torch.ones(4).npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        x.mul_(2)
+    path = os.path.join(str(tmp_path), "graph.json")
+    g.debug_dump(path)
+    with open(path) as f:
+        dump = json.load(f)
+    assert len(dump["tasks"]) == g._num_tasks() >= 1
+    assert any("mul" in t["name"] for t in dump["tasks"])
+
+
+def test_make_graphed_callables_matches_eager():
+    torch.manual_seed(3)
+    base = _mlp()
+    module = copy.deepcopy(base).npu()
+    ref = copy.deepcopy(base).npu()
+    # a leaf on the npu: a non-leaf made on the default stream (randn(...).npu()) would make
+    # the backward capture wait on the default stream, which cannot join a capture
+    sample = torch.randn(4, 16, device="npu", requires_grad=True)
+    graphed = torch.npu.make_graphed_callables(module, (sample,))
+    for _ in range(2):
+        x = torch.randn(4, 16)
+        xa = x.clone().npu().requires_grad_()
+        xb = x.clone().npu().requires_grad_()
+        out = graphed(xa)
+        expected = ref(xb)
+        torch.testing.assert_close(out.cpu(), expected.cpu(), rtol=1e-5, atol=1e-5)
+        out.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(xa.grad.cpu(), xb.grad.cpu(), rtol=1e-5, atol=1e-5)
+        for p, q in zip(module.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-5, atol=1e-5)
+        # set_to_none (as with CUDA graphs): autograd may adopt the graph's static gradient
+        # buffers as .grad, which zeroing in place would then share with the next replay.
+        module.zero_grad(set_to_none=True)
+        ref.zero_grad(set_to_none=True)
+
+
+def test_make_graphed_callables_bad_input():
+    m = torch.nn.Linear(2, 2).npu()
+    with pytest.raises(TypeError, match="must contain only Tensors"):
+        torch.npu.make_graphed_callables(m, (3,))
+    m.register_forward_hook(lambda *a: None)
+    with pytest.raises(RuntimeError, match="must not have hooks"):
+        torch.npu.make_graphed_callables(m, (torch.randn(1, 2).npu(),))
+
+
+def test_task_queue_disabled_capture_replay():
+    code = (
+        "import torch, torch_npu\n"
+        "x = torch.ones(8).npu()\n"
+        "g = torch.npu.NPUGraph()\n"
+        "with torch.npu.graph(g):\n"
+        "    y = x * 3 + 1\n"
+        "assert torch_npu._C._npu_taskQueueEnabled() is False\n"
+        "g.replay()\n"
+        "x.fill_(2.0)\n"
+        "g.replay()\n"
+        "assert torch.equal(y.cpu(), torch.full((8,), 7.0)), y\n"
+        "print('ok')\n"
+    )
+    res = run_python(code, env={"TASK_QUEUE_ENABLE": "0"})
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr
+
+
+# ---- Dynamo backends ------------------------------------------------------------------
+
+def _compiled_pair(backend):
+    torch._dynamo.reset()
+    torch.manual_seed(4)
+    base = _mlp()
+    model = copy.deepcopy(base).npu()
+    ref = copy.deepcopy(base).npu()
+    return torch.compile(model, backend=backend), model, ref
+
+
+def test_npugraph_ex_inference_and_training_match_eager():
+    compiled, model, ref = _compiled_pair("npugraph_ex")
+    with torch.no_grad():
+        for _ in range(3):
+            x = torch.randn(4, 16).npu()
+            torch.testing.assert_close(compiled(x).cpu(), ref(x).cpu(), rtol=1e-5, atol=1e-5)
+    outs = []
+    for _ in range(3):
+        x = torch.randn(4, 16).npu()
+        y = compiled(x)
+        outs.append(y)
+        y.pow(2).sum().backward()
+        r = ref(x)
+        r.pow(2).sum().backward()
+        torch.testing.assert_close(y.cpu(), r.cpu(), rtol=1e-5, atol=1e-5)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-5, atol=1e-5)
+    # outputs are the caller's: a later replay did not overwrite earlier ones
+    assert not torch.equal(outs[0].cpu(), outs[1].cpu())
+    # a new input shape captures another graph
+    x = torch.randn(7, 16).npu()
+    torch.testing.assert_close(compiled(x).cpu(), ref(x).cpu(), rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
+def test_npugraph_ex_replays_instead_of_running_ops():
+    import torch_npu.dynamo.graphs as graphs
+
+    torch._dynamo.reset()
+    calls = []
+    original = graphs._GraphRunner._capture
+
+    def spy(self, args):
+        entry = original(self, args)
+        calls.append(entry)
+        return entry
+
+    graphs._GraphRunner._capture = spy
+    try:
+        f = torch.compile(lambda a, b: (a * b + 1).relu(), backend="npugraph_ex")
+        a, b = torch.randn(32).npu(), torch.randn(32).npu()
+        for _ in range(4):
+            torch.testing.assert_close(f(a, b).cpu(), (a.cpu() * b.cpu() + 1).relu())
+            a.add_(1)
+    finally:
+        graphs._GraphRunner._capture = original
+        torch._dynamo.reset()
+    assert len(calls) == 1 and calls[0] is not None  # captured once, replayed afterwards
+    assert calls[0][1]._num_tasks() >= 2
+
+
+def test_npugraphs_backend_matches_eager():
+    compiled, model, ref = _compiled_pair("npugraphs")
+    with warnings_ok():
+        for _ in range(2):
+            x = torch.randn(4, 16).npu()
+            with torch.no_grad():
+                torch.testing.assert_close(compiled(x).cpu(), ref(x).cpu(), rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+
+
+def test_backend_bad_options():
+    import torch_npu.dynamo.graphs as graphs
+
+    with pytest.raises(ValueError, match="unknown option"):
+        graphs._check_options("npugraph_ex", {"no_such_option": 1})
+    with pytest.raises(TypeError, match="clone_outputs"):
+        graphs._check_options("npugraph_ex", {"clone_outputs": "yes"})
+
+
+class warnings_ok:
+    """The Inductor graphs may run without capture (with a warning): allowed here."""
+
+    def __enter__(self):
+        import warnings
+
+        self._ctx = warnings.catch_warnings()
+        self._ctx.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)
+
+
+def test_random_ops_draw_new_numbers_each_replay():
+    torch.npu.manual_seed(5)
+    x = torch.ones(4096).npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        y = F.dropout(x, p=0.5, training=True)
+        u = torch.rand(4096, device="npu")
+    g.replay()
+    y1, u1 = y.cpu(), u.cpu()
+    g.replay()
+    y2, u2 = y.cpu(), u.cpu()
+    assert not torch.equal(y1, y2) and not torch.equal(u1, u2)
+    for yy in (y1, y2):
+        kept = (yy != 0).float().mean().item()
+        assert 0.45 < kept < 0.55
+        assert torch.all((yy == 0) | (yy == 2.0))
+    assert 0.0 <= u1.min().item() and u1.max().item() < 1.0
+
+
+def test_side_stream_joins_capture():
+    # fork/join inside a capture: work on another stream is recorded into the graph too
+    x = torch.ones(64).npu()
+    side = torch.npu.Stream()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        a = x * 2
+        side.wait_stream(torch.npu.current_stream())
+        with torch.npu.stream(side):
+            b = a + 1
+        torch.npu.current_stream().wait_stream(side)
+        c = b * a
+    assert not torch.npu.is_current_stream_capturing()
+    x.fill_(3.0)
+    g.replay()
+    torch.testing.assert_close(c.cpu(), torch.full((64,), 42.0))
+    # the default stream cannot join a capture
+    g2 = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="default stream cannot join"):
+        with torch.npu.graph(g2):
+            a = x * 2
+            torch.npu.default_stream().wait_stream(torch.npu.current_stream())

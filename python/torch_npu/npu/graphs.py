@@ -1,0 +1,326 @@
+r"""NPU graphs: capture the work launched on a stream once, replay it many times.
+
+``torch.npu.NPUGraph`` records what is launched on the capturing stream into a model
+runtime instance of the (simulated) AscendCL runtime (``aclmdlRICaptureBegin`` /
+``aclmdlRICaptureEnd``); :meth:`NPUGraph.replay` re-launches all of it with one
+``aclmdlRIExecuteAsync``, on the same memory, without any Python or dispatcher work.
+As with CUDA graphs, tensors allocated during the capture come from a private memory
+pool of the caching allocator, inputs are fed by copying into the tensors the capture
+used, and synchronising with a capturing stream (``.item()``, ``.cpu()``,
+``torch.npu.synchronize()``) raises and invalidates the capture.
+"""
+
+__all__ = [
+    "is_current_stream_capturing",
+    "graph_pool_handle",
+    "NPUGraph",
+    "graph",
+    "make_graphed_callables",
+]
+
+import gc
+import typing
+
+import torch
+
+import torch_npu._C as _C
+
+_CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
+
+
+def is_current_stream_capturing() -> bool:
+    r"""Return True if NPU graph capture is underway on the current NPU stream, False otherwise."""
+    return bool(_C._npu_isCurrentStreamCapturing())
+
+
+def graph_pool_handle():
+    r"""Return an opaque token representing the id of a graph memory pool.
+
+    Pass it as ``pool`` to several captures to let them share memory.
+    """
+    return _C._graph_pool_handle()
+
+
+def _check_pool(pool):
+    if pool is None:
+        return None
+    if (not isinstance(pool, tuple) or len(pool) != 2
+            or not all(isinstance(v, int) and v >= 0 for v in pool)):
+        raise TypeError(
+            "pool must be None, torch.npu.graph_pool_handle() or another NPUGraph's pool() "
+            f"(a tuple of two non-negative ints), got {pool!r}")
+    return pool
+
+
+def _check_mode(capture_error_mode):
+    if capture_error_mode not in _CAPTURE_ERROR_MODES:
+        raise ValueError(
+            "Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, got "
+            f"{capture_error_mode!r}")
+
+
+class NPUGraph(_C._NPUGraph):
+    r"""Wrapper around an NPU graph (a captured model runtime instance).
+
+    Typically used through :class:`torch.npu.graph` or :func:`torch.npu.make_graphed_callables`.
+    """
+
+    def __new__(cls):
+        return super().__new__(cls)
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        r"""Begin capturing NPU work on the current stream (which must not be the default stream).
+
+        Arguments:
+            pool (optional): token from :func:`graph_pool_handle` or another graph's
+                :meth:`pool` to share that memory pool.
+            capture_error_mode (str): ``"global"``, ``"thread_local"`` or ``"relaxed"``: which
+                threads' unsafe calls (synchronous copies) fail during the capture.
+        """
+        _check_mode(capture_error_mode)
+        super().capture_begin(pool=_check_pool(pool), capture_error_mode=capture_error_mode)
+
+    def capture_end(self):
+        r"""End the capture on the current stream; afterwards :meth:`replay` may be called."""
+        super().capture_end()
+
+    def replay(self):
+        r"""Replay the NPU work captured by this graph on the current stream."""
+        super().replay()
+
+    def reset(self):
+        r"""Delete the graph held by this instance and release its memory pool."""
+        super().reset()
+
+    def pool(self):
+        r"""Return a token for this graph's memory pool, to share it with another capture."""
+        return super().pool()
+
+    def enable_debug_mode(self):
+        r"""Print the captured tasks when the capture ends."""
+        super().enable_debug_mode()
+
+    def debug_dump(self, debug_path):
+        r"""Write the captured tasks as JSON to ``debug_path``."""
+        if not isinstance(debug_path, str) or not debug_path:
+            raise TypeError(f"debug_path must be a non-empty str, got {debug_path!r}")
+        super().debug_dump(debug_path)
+
+
+class graph:
+    r"""Context manager capturing NPU work into a :class:`torch.npu.NPUGraph` for later replay.
+
+    Arguments:
+        npu_graph (torch.npu.NPUGraph): graph object used for the capture.
+        pool (optional): memory pool token to share (see :func:`graph_pool_handle`).
+        stream (torch.npu.Stream, optional): stream to capture on; by default a side stream
+            shared by all captures.
+        capture_error_mode (str, optional): see :meth:`NPUGraph.capture_begin`.
+    """
+
+    default_capture_stream: typing.Optional["torch.npu.Stream"] = None
+
+    def __init__(self, npu_graph, pool=None, stream=None, capture_error_mode: str = "global"):
+        if not isinstance(npu_graph, NPUGraph):
+            raise TypeError(f"npu_graph must be a torch.npu.NPUGraph, got {type(npu_graph).__name__}")
+        _check_mode(capture_error_mode)
+        if self.__class__.default_capture_stream is None:
+            self.__class__.default_capture_stream = torch.npu.Stream()
+        self.pool = () if pool is None else (_check_pool(pool),)
+        self.capture_stream = stream if stream is not None else self.__class__.default_capture_stream
+        self.stream_ctx = torch.npu.stream(self.capture_stream)
+        self.npu_graph = npu_graph
+        self.capture_error_mode = capture_error_mode
+
+    def __enter__(self):
+        # Free what the capture could otherwise not reuse, and start from a quiet device.
+        torch.npu.synchronize()
+        gc.collect()
+        torch.npu.empty_cache()
+        self.stream_ctx.__enter__()
+        try:
+            self.npu_graph.capture_begin(*self.pool, capture_error_mode=self.capture_error_mode)
+        except BaseException:
+            self.stream_ctx.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, exc_type, exc_value, traceback):
+        try:
+            if exc_type is None:
+                self.npu_graph.capture_end()
+            else:
+                # The error raised inside the block says more than the invalidated capture.
+                try:
+                    self.npu_graph.capture_end()
+                except RuntimeError:
+                    pass
+        finally:
+            self.stream_ctx.__exit__(exc_type, exc_value, traceback)
+
+
+def make_graphed_callables(callables, sample_args, num_warmup_iters=3, allow_unused_input=False, pool=None):
+    r"""Accept callables (functions or :class:`torch.nn.Module`\ s) and return graphed versions.
+
+    Each graphed callable runs its forward work as one NPU graph replay inside a single
+    autograd node, whose backward replays a graph of the backward work. Same contract as
+    :func:`torch.cuda.make_graphed_callables`: ``sample_args`` hold only tensors, with the
+    ``requires_grad`` of the real inputs; modules must have no hooks and only parameters
+    may require grad; arguments are passed in the same order and format.
+    """
+    if torch.is_autocast_enabled("npu") and torch.is_autocast_cache_enabled():
+        raise RuntimeError(
+            "make_graphed_callables does not support the autocast caching. Please set `cache_enabled=False`.")
+
+    just_one_callable = False
+    if not isinstance(callables, tuple):
+        just_one_callable = True
+        callables = (callables,)
+        sample_args = (sample_args,)
+
+    flatten_sample_args = []
+    for c, args in zip(callables, sample_args):
+        if isinstance(c, torch.nn.Module):
+            if len(c._backward_hooks) > 0 or len(c._forward_hooks) > 0 or len(c._forward_pre_hooks) > 0:
+                raise RuntimeError(
+                    "Modules must not have hooks registered at the time they are passed. However, registering "
+                    "hooks on modules after passing them through make_graphed_callables is allowed.")
+            if any(b.requires_grad for b in c.buffers()):
+                raise RuntimeError(
+                    "In any :class:`~torch.nn.Module` passed to :func:`~make_graphed_callables`, only parameters "
+                    "may be trainable. All buffers must have ``requires_grad=False``.")
+        flatten_arg = torch.utils._pytree.arg_tree_leaves(*args)
+        if not all(isinstance(arg, torch.Tensor) for arg in flatten_arg):
+            raise TypeError(
+                "In the beta API, sample_args for each callable must contain only Tensors. Other types are not "
+                "allowed.")
+        flatten_sample_args.append(tuple(flatten_arg))
+
+    # A module's graph reads the args the user passes AND its parameters.
+    per_callable_len_user_args = [len(args) for args in flatten_sample_args]
+    per_callable_module_params = [
+        tuple(c.parameters()) if isinstance(c, torch.nn.Module) else () for c in callables
+    ]
+    per_callable_static_input_surfaces = [
+        flatten_sample_args[i] + per_callable_module_params[i] for i in range(len(callables))
+    ]
+
+    fwd_graphs = [NPUGraph() for _ in range(len(callables))]
+    bwd_graphs = [NPUGraph() for _ in range(len(callables))]
+    mempool = graph_pool_handle() if pool is None else _check_pool(pool)
+
+    # Warm up on a side stream: lazy initialisation must not end up in the captures.
+    torch.npu.synchronize()
+    with torch.npu.stream(torch.npu.Stream()):
+        for func, args, static_input_surface in zip(callables, sample_args, per_callable_static_input_surfaces):
+            grad_inputs, outputs, outputs_grad = None, None, None
+            for _ in range(num_warmup_iters):
+                outputs = torch.utils._pytree.tree_leaves(func(*args))
+                outputs_grad = tuple(o for o in outputs if o.requires_grad)
+                if len(outputs_grad) > 0:
+                    grad_inputs = torch.autograd.grad(
+                        outputs=outputs_grad,
+                        inputs=tuple(i for i in static_input_surface if i.requires_grad),
+                        grad_outputs=tuple(torch.empty_like(o) for o in outputs if o.requires_grad),
+                        only_inputs=True,
+                        allow_unused=allow_unused_input,
+                    )
+            del grad_inputs, outputs, outputs_grad
+    torch.npu.synchronize()
+
+    # All captures share one pool: capture them in the order they run (fwd 1..N, then
+    # bwd N..1) so that replays in that order never overwrite memory still needed.
+    per_callable_static_outputs = []
+    per_callable_output_unflatten_spec = []
+    for func, args, fwd_graph in zip(callables, sample_args, fwd_graphs):
+        with graph(fwd_graph, pool=mempool):
+            outputs = func(*args)
+        flatten_outputs, spec = torch.utils._pytree.tree_flatten(outputs)
+        per_callable_static_outputs.append(tuple(flatten_outputs))
+        per_callable_output_unflatten_spec.append(spec)
+
+    per_callable_static_grad_outputs = []
+    per_callable_static_grad_inputs = []
+    for static_input_surface, static_outputs, bwd_graph in zip(
+        reversed(per_callable_static_input_surfaces),
+        reversed(per_callable_static_outputs),
+        reversed(bwd_graphs),
+    ):
+        static_grad_outputs = tuple(torch.empty_like(o) if o.requires_grad else None for o in static_outputs)
+        outputs_grad = tuple(o for o in static_outputs if o.requires_grad)
+        grad_inputs = None
+        if len(outputs_grad) > 0:
+            with graph(bwd_graph, pool=mempool):
+                grad_inputs = torch.autograd.grad(
+                    outputs=outputs_grad,
+                    inputs=tuple(i for i in static_input_surface if i.requires_grad),
+                    grad_outputs=tuple(o for o in static_grad_outputs if o is not None),
+                    only_inputs=True,
+                    allow_unused=allow_unused_input,
+                )
+        # One gradient slot per input surface entry (None where no grad is needed).
+        static_grad_inputs = []
+        grad_idx = 0
+        for arg in static_input_surface:
+            if arg.requires_grad and grad_inputs is not None:
+                static_grad_inputs.append(grad_inputs[grad_idx])
+                grad_idx += 1
+            else:
+                static_grad_inputs.append(None)
+        per_callable_static_grad_outputs.append(static_grad_outputs)
+        per_callable_static_grad_inputs.append(tuple(static_grad_inputs))
+    per_callable_static_grad_outputs.reverse()
+    per_callable_static_grad_inputs.reverse()
+
+    def make_graphed_autograd_function(fwd_graph, bwd_graph, module_params, len_user_args, output_unflatten_spec,
+                                       static_input_surface, static_outputs, static_grad_outputs,
+                                       static_grad_inputs):
+        class Graphed(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *inputs):
+                # Only the user args can be new tensors: feed them into the captured ones.
+                for i in range(len_user_args):
+                    if static_input_surface[i].data_ptr() != inputs[i].data_ptr():
+                        static_input_surface[i].copy_(inputs[i])
+                fwd_graph.replay()
+                return tuple(o.detach() for o in static_outputs)
+
+            @staticmethod
+            @torch.autograd.function.once_differentiable
+            def backward(ctx, *grads):
+                for g, grad in zip(static_grad_outputs, grads):
+                    if g is not None and grad is not None and g.data_ptr() != grad.data_ptr():
+                        g.copy_(grad)
+                bwd_graph.replay()
+                return tuple(b.detach() if b is not None else b for b in static_grad_inputs)
+
+        def functionalized(*user_args):
+            # Module parameters are inputs too (assumed not to change since the capture).
+            flatten_user_args = torch.utils._pytree.arg_tree_leaves(*user_args)
+            out = Graphed.apply(*(tuple(flatten_user_args) + module_params))
+            return torch.utils._pytree.tree_unflatten(out, output_unflatten_spec)
+
+        return functionalized
+
+    ret = []
+    for i, func in enumerate(callables):
+        graphed = make_graphed_autograd_function(
+            fwd_graphs[i], bwd_graphs[i], per_callable_module_params[i], per_callable_len_user_args[i],
+            per_callable_output_unflatten_spec[i], per_callable_static_input_surfaces[i],
+            per_callable_static_outputs[i], per_callable_static_grad_outputs[i],
+            per_callable_static_grad_inputs[i])
+        if isinstance(func, torch.nn.Module):
+            def make_graphed_forward(func, graph_training_state, graphed, orig_fwd):
+                def new_fwd(*user_args):
+                    # The graph holds the training (or eval) behaviour it was captured with.
+                    if func.training == graph_training_state:
+                        return graphed(*user_args)
+                    return orig_fwd(*user_args)
+                return new_fwd
+            func.forward = make_graphed_forward(func, func.training, graphed, func.forward)
+            ret.append(func)
+        else:
+            ret.append(graphed)
+
+    if just_one_callable:
+        return ret[0]
+    return tuple(ret)
