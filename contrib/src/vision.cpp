@@ -71,6 +71,47 @@ Tensor npu_iou(const Tensor& bboxes, const Tensor& gtboxes, int64_t mode) {
 
 Tensor npu_ptiou(const Tensor& bboxes, const Tensor& gtboxes, int64_t mode) { return npu_iou(bboxes, gtboxes, mode); }
 
+// ---- npu_anchor_response_flags ---------------------------------------------------------------
+// uint8 [feat_h * feat_w * num_base_anchors]: 1 for every anchor of a grid cell that holds a
+// gt box's centre; the cell is floor(centre / stride) clamped to the map (stride[0] divides
+// x, stride[1] y, as torch_npu's reference computation does).
+Tensor npu_anchor_response_flags(const Tensor& self, at::IntArrayRef featmap_size, at::IntArrayRef stride,
+                                 int64_t num_base_anchors) {
+  constexpr const char* op = "npu_anchor_response_flags";
+  const auto device = npu_device(op, {{"self", self}});
+  check_boxes(op, "self", self, 4);
+  TORCH_CHECK(featmap_size.size() == 2 && featmap_size[0] > 0 && featmap_size[1] > 0, op,
+              ": expected featmap_size [h, w] of two positive ints, got ", featmap_size);
+  TORCH_CHECK(stride.size() == 2 && stride[0] > 0 && stride[1] > 0, op, ": expected stride of two positive ints, got ",
+              stride);
+  TORCH_CHECK(num_base_anchors > 0, op, ": expected a positive num_base_anchors, got ", num_base_anchors);
+  const int64_t h = featmap_size[0], w = featmap_size[1], anchors = num_base_anchors;
+  int64_t cells = 0, total = 0;
+  TORCH_CHECK(!__builtin_mul_overflow(h, w, &cells) && !__builtin_mul_overflow(cells, anchors, &total), op,
+              ": featmap_size ", featmap_size, " x num_base_anchors ", anchors, " overflows");
+  Tensor flags = at::empty({total}, self.options().dtype(at::kByte));
+  const double sx = static_cast<double>(stride[0]), sy = static_cast<double>(stride[1]);
+  ops::launch_kernel(op, device, {dense(self), flags}, total, [=](const std::vector<Tensor>& t) {
+    auto* out = t[1].mutable_data_ptr<uint8_t>();
+    std::fill(out, out + total, uint8_t(0));
+    // The cell of a centre coordinate c (NaN counts as 0, as the integer cast of the reference clamps it).
+    auto cell = [](double c, double s, int64_t size) {
+      const double g = std::floor(c / s);
+      return std::isnan(g) ? int64_t(0) : static_cast<int64_t>(std::clamp(g, 0.0, static_cast<double>(size - 1)));
+    };
+    NPU_DISPATCH_FLOAT(t[0].scalar_type(), "npu_anchor_response_flags", [&] {
+      const auto* b = t[0].const_data_ptr<scalar_t>();
+      for (int64_t i = 0; i < t[0].size(0); ++i) {
+        const double cx = (double(b[i * 4]) + double(b[i * 4 + 2])) * 0.5;
+        const double cy = (double(b[i * 4 + 1]) + double(b[i * 4 + 3])) * 0.5;
+        const int64_t idx = cell(cy, sy, h) * w + cell(cx, sx, w);
+        std::fill(out + idx * anchors, out + (idx + 1) * anchors, uint8_t(1));
+      }
+    });
+  });
+  return flags;
+}
+
 // ---- npu_giou --------------------------------------------------------------------------------
 // Boxes are columns: self [4, N], gtboxes [4, M]; rows x1, y1, x2, y2 (or cx, cy, w, h when
 // trans). Output [1, N] (box i with gt box i) or, is_cross, [M, N].
@@ -947,6 +988,7 @@ std::tuple<Tensor, Tensor> deformable_conv2d_autograd(const Tensor& input, const
 TORCH_LIBRARY_FRAGMENT(npu, m) {
   m.def("npu_iou(Tensor bboxes, Tensor gtboxes, int mode=0) -> Tensor");
   m.def("npu_ptiou(Tensor bboxes, Tensor gtboxes, int mode=0) -> Tensor");
+  m.def("npu_anchor_response_flags(Tensor self, int[2] featmap_size, int[2] stride, int num_base_anchors) -> Tensor");
   m.def("npu_giou(Tensor self, Tensor gtboxes, bool trans=False, bool is_cross=False, int mode=0) -> Tensor");
   m.def(
       "npu_giou_backward(Tensor grad, Tensor bboxes, Tensor gtboxes, bool trans=False, bool is_cross=False, "
@@ -977,6 +1019,7 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
 TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
   m.impl("npu_iou", TORCH_FN(npu_iou));
   m.impl("npu_ptiou", TORCH_FN(npu_ptiou));
+  m.impl("npu_anchor_response_flags", TORCH_FN(npu_anchor_response_flags));
   m.impl("npu_giou", TORCH_FN(npu_giou));
   m.impl("npu_giou_backward", TORCH_FN(npu_giou_backward));
   m.impl("npu_nms_v4", TORCH_FN(npu_nms_v4));

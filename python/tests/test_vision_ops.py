@@ -392,3 +392,42 @@ def test_fakes():
 def test_bad_arguments(call, match):
     with pytest.raises(RuntimeError, match=match):
         call()
+
+
+def _anchor_flags_reference(boxes, featmap_size, stride, num_base_anchors):
+    """torch_npu's documented reference computation of npu_anchor_response_flags."""
+    feat_h, feat_w = featmap_size
+    cx = (boxes[:, 0] + boxes[:, 2]) * 0.5
+    cy = (boxes[:, 1] + boxes[:, 3]) * 0.5
+    gx = torch.floor(cx / stride[0]).int().clamp(0, feat_w - 1)
+    gy = torch.floor(cy / stride[1]).int().clamp(0, feat_h - 1)
+    grid = torch.zeros(feat_h * feat_w, dtype=torch.uint8)
+    grid[(gy * feat_w + gx).long()] = 1
+    return grid[:, None].expand(grid.size(0), num_base_anchors).contiguous().view(-1)
+
+
+@pytest.mark.parametrize("featmap_size,stride", [((10, 10), (32, 32)), ((20, 12), (16, 24)), ((40, 40), (8, 8))])
+def test_anchor_response_flags_and_single_level_responsible_flags(featmap_size, stride):
+    from torch_npu.contrib.function import npu_single_level_responsible_flags
+
+    g = torch.Generator().manual_seed(0)
+    boxes = torch.randint(-20, 560, (64, 4), generator=g)  # some centres fall outside the map
+    expected = _anchor_flags_reference(boxes.float(), featmap_size, stride, 3)
+    flags = torch_npu.npu_anchor_response_flags(boxes.float().npu(), featmap_size, stride, 3)
+    assert flags.dtype == torch.uint8 and flags.shape == (featmap_size[0] * featmap_size[1] * 3,)
+    assert torch.equal(flags.cpu(), expected)
+    assert torch.equal(npu_single_level_responsible_flags(featmap_size, boxes.npu(), stride, 3).cpu(), expected)
+    half = torch_npu.npu_anchor_response_flags(boxes.half().npu(), featmap_size, stride, 3)
+    assert torch.equal(half.cpu(), _anchor_flags_reference(boxes.half().float(), featmap_size, stride, 3))
+
+
+def test_anchor_response_flags_bad_arguments():
+    boxes = torch.rand(4, 4).npu()
+    with pytest.raises(RuntimeError, match="featmap_size"):
+        torch_npu.npu_anchor_response_flags(boxes, [0, 4], [8, 8], 3)
+    with pytest.raises(RuntimeError, match="stride"):
+        torch_npu.npu_anchor_response_flags(boxes, [4, 4], [0, 8], 3)
+    with pytest.raises(RuntimeError, match="num_base_anchors"):
+        torch_npu.npu_anchor_response_flags(boxes, [4, 4], [8, 8], 0)
+    with pytest.raises(RuntimeError, match="self"):
+        torch_npu.npu_anchor_response_flags(torch.rand(4, 3).npu(), [4, 4], [8, 8], 3)

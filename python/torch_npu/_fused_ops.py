@@ -444,3 +444,8 @@ def _npu_quant_conv2d(input, weight, scale, strides=(1, 1), pads=(0, 0), dilatio
     hw = [(input.shape[2 + i] + 2 * pads[i] - dilations[i] * (weight.shape[2 + i] - 1) - 1) // strides[i] + 1
           for i in range(2)]
     return input.new_empty([input.shape[0], weight.shape[0], *hw], dtype=_quant_dtype(output_dtype, torch.float16))
+
+
+@_fake("npu::npu_anchor_response_flags")
+def _npu_anchor_response_flags(self, featmap_size, stride, num_base_anchors):
+    return self.new_empty((featmap_size[0] * featmap_size[1] * num_base_anchors,), dtype=torch.uint8)

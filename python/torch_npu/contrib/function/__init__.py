@@ -9,6 +9,7 @@ from .roll import roll
 from .matmul_transpose import matmul_transpose
 from .npu_functional import dropout_with_byte_mask
 from .index_op import npu_fast_condition_index_put
+from .anchor_generator import npu_single_level_responsible_flags
 
 __all__ = [
     "npu_iou",
@@ -26,4 +27,5 @@ __all__ = [
     "matmul_transpose",
     "dropout_with_byte_mask",
     "npu_fast_condition_index_put",
+    "npu_single_level_responsible_flags",
 ]
