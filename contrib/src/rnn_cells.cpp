@@ -58,8 +58,6 @@ std::pair<int64_t, int64_t> check_cell(const char* op, int64_t chunks, const Ten
   return {B, H};
 }
 
-Tensor value_or_undefined(const std::optional<Tensor>& t) { return t.has_value() ? *t : Tensor(); }
-
 std::tuple<Tensor, Tensor, Tensor> lstm_cell(const Tensor& input_gates, const Tensor& hidden_gates, const Tensor& cx,
                                              const std::optional<Tensor>& input_bias,
                                              const std::optional<Tensor>& hidden_bias) {
@@ -71,8 +69,8 @@ std::tuple<Tensor, Tensor, Tensor> lstm_cell(const Tensor& input_gates, const Te
   Tensor workspace = at::empty({B, 4 * H}, input_gates.options());
   ops::launch_kernel(
       op, device,
-      {dense(input_gates), dense(hidden_gates), dense(cx), dense(value_or_undefined(input_bias)),
-       dense(value_or_undefined(hidden_bias)), hy, cy, workspace},
+      {dense(input_gates), dense(hidden_gates), dense(cx), dense(input_bias.value_or(Tensor())),
+       dense(hidden_bias.value_or(Tensor())), hy, cy, workspace},
       B * 4 * H, [B = B, H = H](const std::vector<Tensor>& t) {
         NPU_DISPATCH_FLOAT(t[0].scalar_type(), "_thnn_fused_lstm_cell", [&] {
           using acc_t = at::opmath_type<scalar_t>;
@@ -109,7 +107,7 @@ std::tuple<Tensor, Tensor, Tensor> lstm_cell_backward(const std::optional<Tensor
                                                       const std::optional<Tensor>& grad_cy, const Tensor& cx,
                                                       const Tensor& cy, const Tensor& workspace, bool has_bias) {
   constexpr const char* op = "_thnn_fused_lstm_cell_backward_impl";
-  const Tensor ghy = value_or_undefined(grad_hy), gcy = value_or_undefined(grad_cy);
+  const Tensor ghy = grad_hy.value_or(Tensor()), gcy = grad_cy.value_or(Tensor());
   if (!ghy.defined() && !gcy.defined()) return {};  // no gradient flows in: none flows out
   const auto device = npu_device(op, {{"cx", cx}, {"cy", cy}, {"workspace", workspace}});
   check_float(op, "workspace", workspace, 2);
@@ -161,8 +159,8 @@ std::tuple<Tensor, Tensor> gru_cell(const Tensor& input_gates, const Tensor& hid
   Tensor workspace = at::empty({B, 5 * H}, input_gates.options());
   ops::launch_kernel(
       op, device,
-      {dense(input_gates), dense(hidden_gates), dense(hx), dense(value_or_undefined(input_bias)),
-       dense(value_or_undefined(hidden_bias)), hy, workspace},
+      {dense(input_gates), dense(hidden_gates), dense(hx), dense(input_bias.value_or(Tensor())),
+       dense(hidden_bias.value_or(Tensor())), hy, workspace},
       B * 3 * H, [B = B, H = H](const std::vector<Tensor>& t) {
         NPU_DISPATCH_FLOAT(t[0].scalar_type(), "_thnn_fused_gru_cell", [&] {
           using acc_t = at::opmath_type<scalar_t>;

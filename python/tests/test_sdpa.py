@@ -90,8 +90,7 @@ def test_runs_the_fused_kernel_without_the_score_matrix():
     names = {e.name for e in prof.function_events}
     assert "npu::npu_fusion_attention" in names
     assert "aten::_scaled_dot_product_attention_math" not in names
-    assert torch._fused_sdp_choice(q, k, v) == SDPBackend.OVERRIDEABLE.value if hasattr(
-        SDPBackend, "OVERRIDEABLE") else True
+    assert torch._fused_sdp_choice(q, k, v) == SDPBackend.OVERRIDEABLE.value
 
 
 def test_math_backend_still_selectable_and_unsupported_inputs_fall_back():

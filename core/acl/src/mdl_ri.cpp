@@ -165,32 +165,27 @@ aclError CaptureTask(Stream* s, const Task& t) {
   return Append(m, t);
 }
 
-aclError CaptureEventRecord(Stream* s, Event* e) {
-  ModelRI* m = s->capture.load(std::memory_order_acquire);
+// Records an event task into the capture of `s`; the task holds a reference to `e`.
+static aclError AppendEventTask(ModelRI* m, Event* e, TaskKind kind, const char* name) {
   Task t{};
-  t.kind = kTaskEventRecord;
+  t.kind = kind;
   t.a = e;
-  snprintf(t.name, sizeof(t.name), "aclrtRecordEvent");
-  e->Ref();
-  aclError err = Append(m, t);
-  if (err != ACL_SUCCESS) {
-    e->Unref();
-    return err;
-  }
-  e->capture_id.store(m->id, std::memory_order_release);
-  return ACL_SUCCESS;
-}
-
-aclError CaptureEventReset(Stream* s, Event* e) {
-  ModelRI* m = s->capture.load(std::memory_order_acquire);
-  Task t{};
-  t.kind = kTaskEventReset;
-  t.a = e;
-  snprintf(t.name, sizeof(t.name), "aclrtResetEvent");
+  snprintf(t.name, sizeof(t.name), "%s", name);
   e->Ref();
   aclError err = Append(m, t);
   if (err != ACL_SUCCESS) e->Unref();
   return err;
+}
+
+aclError CaptureEventRecord(Stream* s, Event* e) {
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  aclError err = AppendEventTask(m, e, kTaskEventRecord, "aclrtRecordEvent");
+  if (err == ACL_SUCCESS) e->capture_id.store(m->id, std::memory_order_release);
+  return err;
+}
+
+aclError CaptureEventReset(Stream* s, Event* e) {
+  return AppendEventTask(s->capture.load(std::memory_order_acquire), e, kTaskEventReset, "aclrtResetEvent");
 }
 
 aclError CaptureEventWait(Stream* s, Event* e, bool* handled) {
