@@ -22,6 +22,7 @@
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/ops/formats.h"
 #include "torch_npu/ops/zero_copy.h"
 
 namespace torch_npu::ops {
@@ -62,8 +63,11 @@ at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride, s
 }
 
 // ---- copies --------------------------------------------------------------------
+// Bytes that can be copied as they are (not in a tiled storage format, see formats.h).
+bool plain_layout(const at::Tensor& t) { return t.is_contiguous() && tiled_storage(t) == nullptr; }
+
 bool plain_bytes(const at::Tensor& a, const at::Tensor& b) {
-  return a.dtype() == b.dtype() && a.sizes().equals(b.sizes()) && a.is_contiguous() && b.is_contiguous() &&
+  return a.dtype() == b.dtype() && a.sizes().equals(b.sizes()) && plain_layout(a) && plain_layout(b) &&
          a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
 }
 
@@ -76,7 +80,7 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   NPUStream stream = getCurrentNPUStream(device);
   at::Tensor host = src.to(dst.scalar_type()).contiguous();  // src is already expanded to dst
   launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = twin(dst), device] {
-    if (dst.is_contiguous() && !dst.is_conj() && !dst.is_neg()) {
+    if (plain_layout(dst) && !dst.is_conj() && !dst.is_neg()) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), host.nbytes(), host.const_data_ptr(), host.nbytes(), ACL_MEMCPY_HOST_TO_DEVICE));
       return;
     }
@@ -86,6 +90,7 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
                           ACL_MEMCPY_HOST_TO_DEVICE));
     AliasMap aliases(device);
     aliases.alias(dst).copy_(staged);
+    aliases.store_untiled();
   });
   const bool async_ok = non_blocking && src.is_pinned();
   if (!async_ok) wait_stream(stream);
@@ -127,8 +132,10 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
     KernelScope scope(device);
     AliasMap aliases(device);
     at::Tensor d = aliases.alias(dst);
-    at::Tensor s = src.device() == dst.device() ? aliases.alias(src) : AliasMap(src.device().index()).alias(src);
+    AliasMap src_aliases(src.device().index());
+    at::Tensor s = src.device() == dst.device() ? aliases.alias(src) : src_aliases.alias(src);
     d.copy_(s);
+    aliases.store_untiled();
   });
 }
 
@@ -158,6 +165,10 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
   wait_stream(getCurrentNPUStream(self.device().index()));
+  if (tiled_storage(self) != nullptr) {
+    AliasMap aliases(self.device().index());
+    return at::_local_scalar_dense(aliases.alias(self));
+  }
   at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
   NPU_CHECK(aclrtMemcpy(host.data_ptr(), host.nbytes(), bytes(self), self.itemsize(), ACL_MEMCPY_DEVICE_TO_HOST));
   return at::_local_scalar_dense(host);
@@ -188,6 +199,12 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   auto sizes = C10_AS_INTARRAYREF_SLOW(size);
   for (auto s : sizes) TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", sizes);
   if (impl->sizes() == sizes && (!memory_format || *memory_format == at::MemoryFormat::Preserve)) return self;
+  if (tiled_storage(self) != nullptr) {
+    // A tiled layout has no room to grow in: the tensor moves to a plain (ND) copy first.
+    at::Tensor nd = format_cast(self, kFormatND);
+    impl->set_storage_keep_dtype(nd.storage());
+    impl->set_sizes_and_strides(nd.sizes(), nd.strides(), nd.storage_offset());
+  }
   impl->set_sizes_contiguous(sizes);
   if (memory_format.has_value() && *memory_format != at::MemoryFormat::Preserve) {
     impl->empty_tensor_restride(*memory_format);

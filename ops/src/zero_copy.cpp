@@ -25,6 +25,7 @@
 #include "torch_npu/core/npu_task_queue.h"
 
 #include "op_table.h"
+#include "torch_npu/ops/formats.h"
 
 // MKL's per-thread thread count, C interface (exported by libtorch_cpu when it bundles
 // MKL; weak so that a torch without MKL still links). Its lowercase alias there is the
@@ -150,6 +151,17 @@ c10::Storage AliasMap::npu_storage_for(const c10::Storage& cpu) {
   return npu;
 }
 
+namespace {
+// A view of a tiled storage in its dtype, within its base array, reads the base array;
+// others (the bytes of untyped_storage()) read the physical bytes.
+bool reads_base_array(const at::Tensor& t, const FormattedStorage& f) {
+  if (t.scalar_type() != f.dtype) return false;
+  int64_t last = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * std::abs(t.stride(d));
+  return t.numel() == 0 || static_cast<size_t>(last) < f.base_nbytes() / t.itemsize();
+}
+}  // namespace
+
 at::Tensor AliasMap::alias(const at::Tensor& t) {
   TORCH_CHECK(t.layout() == c10::kStrided, "npu tensors with layout ", t.layout(),
               " are not supported by the NPU simulator's kernels");
@@ -162,7 +174,11 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
       break;
     }
   }
-  if (!cpu) {
+  const FormattedStorage* tiled = cpu ? nullptr : tiled_storage(t);
+  if (tiled != nullptr && reads_base_array(t, *tiled)) {
+    cpu = untiled_copy(t);
+    entries_.push_back({cpu.unsafeGetStorageImpl(), npu});
+  } else if (!cpu) {
     c10::raw::intrusive_ptr::incref(npu_impl);
     c10::DataPtr dp(const_cast<void*>(npu_impl->data()), npu_impl, &release_npu_storage,
                     c10::Device(c10::DeviceType::CPU));
@@ -172,6 +188,34 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
     entries_.push_back({cpu.unsafeGetStorageImpl(), npu});
   }
   return tensor_over(std::move(cpu), c10::DispatchKey::CPU, t);
+}
+
+c10::Storage AliasMap::untiled_copy(const at::Tensor& t) {
+  const FormattedStorage& f = *tiled_storage(t);
+  if (!in_kernel()) {
+    NPUStream stream = getCurrentNPUStream(device_);
+    if (isStreamCapturing(stream)) {
+      fail_capture(stream, "a tensor in " + format_name(f.format) +
+                               " cannot be used while a stream captures (reading it means a synchronisation); "
+                               "npu_format_cast it to ND (2) before the capture");
+    }
+    wait_stream(stream);
+  }
+  const size_t nbytes = f.base_nbytes();
+  c10::DataPtr dp = NPUCachingAllocator::allocate(nbytes, device_);
+  dp.unsafe_set_device(c10::Device(c10::DeviceType::CPU));
+  if (nbytes > 0) untile(f, dp.get());
+  c10::Storage copy(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, std::move(dp),
+                                                          &kernel_allocator(), /*resizable=*/true));
+  untiled_.push_back({copy, t.storage()});
+  return copy;
+}
+
+void AliasMap::store_untiled() {
+  for (const Untiled& u : untiled_) {
+    FormattedStorage* f = formatted(u.npu.unsafeGetStorageImpl());
+    if (f->tiled() && u.copy.nbytes() == f->base_nbytes() && u.copy.nbytes() > 0) tile(*f, u.copy.data());
+  }
 }
 
 at::Tensor AliasMap::to_npu(const at::Tensor& cpu) {
@@ -191,7 +235,20 @@ at::Tensor twin(const at::Tensor& t) {
 void AliasMap::sync_back(const WrittenArg& w) {
   auto* npu_storage = w.npu_storage.unsafeGetStorageImpl();
   auto* cpu_storage = w.alias.storage().unsafeGetStorageImpl();
-  if (cpu_storage->data() != npu_storage->data() || cpu_storage->nbytes() != npu_storage->nbytes()) {
+  // Written through an untiled copy (made by this map)?
+  FormattedStorage* tiled = nullptr;
+  for (const Untiled& u : untiled_) {
+    if (u.copy.unsafeGetStorageImpl() == cpu_storage) tiled = formatted(npu_storage);
+  }
+  if (tiled != nullptr && !tiled->tiled()) tiled = nullptr;
+  if (tiled != nullptr && cpu_storage->nbytes() == tiled->base_nbytes()) {
+    // Written into the untiled copy: store_untiled() tiles it back.
+  } else if (tiled != nullptr) {
+    // The kernel resized an out= argument in a tiled format: it now holds plain bytes.
+    npu_storage->set_data_ptr_noswap(take_buffer(cpu_storage, device_));
+    npu_storage->set_nbytes(cpu_storage->nbytes());
+    tiled->become_nd();
+  } else if (cpu_storage->data() != npu_storage->data() || cpu_storage->nbytes() != npu_storage->nbytes()) {
     // The kernel resized an out= argument: its alias got a new (NPU) buffer.
     npu_storage->set_data_ptr_noswap(take_buffer(cpu_storage, device_));
     npu_storage->set_nbytes(cpu_storage->nbytes());
@@ -245,11 +302,13 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
   NPUStream stream = getCurrentNPUStream(device);
   // A capturing stream records the kernel (launch); it must not run here.
   const bool capture = !in_kernel() && isStreamCapturing(stream);
-  if (!capture && (!task_queue_enabled() || in_kernel() || (work_numel <= kInlineNumel && stream.query()))) {
+  if (aliases.has_untiled() ||
+      (!capture && (!task_queue_enabled() || in_kernel() || (work_numel <= kInlineNumel && stream.query())))) {
     if (!in_kernel()) wait_stream(stream);
     KernelScope scope(device);
     SerialBlasScope blas(work_numel);
     kernel(tensors);
+    aliases.store_untiled();  // arguments in tiled formats: whatever the kernel wrote
     return;
   }
   // The aliases keep the npu storages alive until the kernel has run and is collected.
@@ -316,12 +375,14 @@ struct CallScan {
   c10::DeviceIndex device = -1;
   bool has_generator = false;
   bool has_cpu_tensor = false;  // CPU index tensors (Tensor?[]): read by the kernel, may be large
+  bool has_tiled = false;       // npu tensors in a tiled storage format: run through untiled copies
   int64_t max_numel = 0;        // of the npu tensors: small kernels never enter OpenMP
 
   void tensor(const at::Tensor& t, const c10::OperatorHandle& op, bool index_list) {
     if (!t.defined()) return;
     if (t.device().type() == kNPU) {
       max_numel = std::max(max_numel, t.numel());
+      has_tiled = has_tiled || tiled_storage(t) != nullptr;
       if (device < 0) {
         device = t.device().index();
       } else {
@@ -630,8 +691,8 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   // such kernels are recorded (generators and copies of CPU tensors go with them).
   NPUStream stream = getCurrentNPUStream(device);
   const bool capture = !in_kernel() && isStreamCapturing(stream);
-  bool async = all_written && (capture || (task_queue_enabled() && !in_kernel() && !scan.has_generator &&
-                                           !scan.has_cpu_tensor));
+  bool async = all_written && !scan.has_tiled &&
+               (capture || (task_queue_enabled() && !in_kernel() && !scan.has_generator && !scan.has_cpu_tensor));
   for (size_t r = 0; async && r < results.size(); ++r) async = results[r].toTensor().numel() > 0;
   // A small kernel on an idle stream costs less run right here than handed to the
   // worker and back; the result is the same (nothing is queued before it).
@@ -677,6 +738,10 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
             [&op, stack] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
   }
   for (const auto& w : written) aliases.sync_back(w);
+  // Tensors in tiled formats ran through untiled copies. All go back, not only the
+  // written arguments: native_batch_norm updates its running statistics in place
+  // although its schema does not say so.
+  aliases.store_untiled();
   // Other results map back to npu by storage: views of arguments, fresh NPU buffers.
   const size_t first_ret = stack->size() - return_arg.size();
   for (size_t r = 0; r < return_arg.size(); ++r) {
@@ -709,7 +774,11 @@ namespace {
 // The hottest functional ops. PyTorch's structured wrapper would infer the output
 // (a TensorIterator build), allocate it and queue the .out form, where the CPU kernel
 // infers it again. Small operands on an idle stream instead run the CPU functional
-// kernel right away through the fallback: shape inference once.
+// kernel right away, on their aliases: shape inference once, and no boxed stack (its
+// copies of the caller's tensors would take the GIL: torch increfs the Python object of
+// a tensor whose C++ refcount goes from 1 to 2, and the Python bindings call ops without
+// the GIL). Operands the boxed fallback must check or copy (other devices, dtypes the op
+// table excludes, tiled formats) take the structured path, which ends there.
 bool small_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
   if (in_kernel()) return false;
   const at::Tensor& t = is_npu(a) ? a : b;
@@ -718,32 +787,69 @@ bool small_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
   return !isStreamCapturing(stream) && stream.query();
 }
 
-template <typename... Args>
-at::Tensor run_fallback(const char* name, const char* overload, Args&&... args) {
-  static thread_local std::unordered_map<const char*, c10::OperatorHandle> ops;
+// An operand the CPU kernel takes as it is (a Python number: a 0-dim CPU tensor) or as
+// its alias (an npu tensor of `device` in a plain layout and a dtype the op takes).
+bool direct_operand(const at::Tensor& t, c10::DeviceIndex device, uint64_t dtypes) {
+  if (!is_npu(t)) return t.defined() && t.device().is_cpu() && t.dim() == 0;
+  return t.device().index() == device && tiled_storage(t) == nullptr && (dtypes & dtype_bit(t.scalar_type())) != 0;
+}
+
+// Runs the functional op `name` on tensors a, b (one of them on npu) and `rest` as said
+// above; nullopt (nothing done) when an operand is not a direct_operand.
+template <typename... Rest>
+std::optional<at::Tensor> run_direct(const char* name, const char* overload, const at::Tensor& a, const at::Tensor& b,
+                                     const Rest&... rest) {
+  using Fn = at::Tensor(const at::Tensor&, const at::Tensor&, const Rest&...);
+  struct Op {
+    c10::TypedOperatorHandle<Fn> handle;
+    uint64_t dtypes;  // what the op table allows
+  };
+  static thread_local std::unordered_map<const char*, Op> ops;
   auto it = ops.find(name);
-  if (it == ops.end()) it = ops.emplace(name, c10::Dispatcher::singleton().findSchemaOrThrow(name, overload)).first;
-  torch::jit::Stack stack;
-  stack.reserve(sizeof...(Args));
-  (stack.emplace_back(std::forward<Args>(args)), ...);
-  npu_fallback(it->second, c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), &stack);
-  return stack.back().toTensor();
+  if (it == ops.end()) {
+    const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+    it = ops.emplace(name, Op{op.typed<Fn>(), allowed_dtypes(op.schema().operator_name())}).first;
+  }
+  const Op& op = it->second;
+  const c10::DeviceIndex device = (is_npu(a) ? a : b).device().index();
+  if (!direct_operand(a, device, op.dtypes) || !direct_operand(b, device, op.dtypes)) return std::nullopt;
+  AliasMap aliases(device);
+  const at::Tensor cpu_a = is_npu(a) ? aliases.alias(a) : a;
+  const at::Tensor cpu_b = is_npu(b) ? aliases.alias(b) : b;
+  // run_now's inline case without its checks, which small_on_idle_stream made (nothing
+  // queued, no capture), nor its MKL thread setting (no BLAS here): the wait only collects
+  // finished kernels and raises a failed one's error.
+  wait_stream(getCurrentNPUStream(device));
+  at::Tensor out;
+  {
+    KernelScope scope(device);  // the output in NPU memory
+    out = op.handle.redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_a, cpu_b, rest...);
+  }
+  return aliases.to_npu(out);
 }
 
 at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  if (small_on_idle_stream(self, other)) return run_fallback("aten::add", "Tensor", self, other, alpha);
+  if (small_on_idle_stream(self, other)) {
+    if (auto out = run_direct("aten::add", "Tensor", self, other, alpha)) return *std::move(out);
+  }
   return at::compositeexplicitautogradnonfunctional::add(self, other, alpha);
 }
 at::Tensor sub_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  if (small_on_idle_stream(self, other)) return run_fallback("aten::sub", "Tensor", self, other, alpha);
+  if (small_on_idle_stream(self, other)) {
+    if (auto out = run_direct("aten::sub", "Tensor", self, other, alpha)) return *std::move(out);
+  }
   return at::compositeexplicitautogradnonfunctional::sub(self, other, alpha);
 }
 at::Tensor mul_tensor(const at::Tensor& self, const at::Tensor& other) {
-  if (small_on_idle_stream(self, other)) return run_fallback("aten::mul", "Tensor", self, other);
+  if (small_on_idle_stream(self, other)) {
+    if (auto out = run_direct("aten::mul", "Tensor", self, other)) return *std::move(out);
+  }
   return at::compositeexplicitautogradnonfunctional::mul(self, other);
 }
 at::Tensor div_tensor(const at::Tensor& self, const at::Tensor& other) {
-  if (small_on_idle_stream(self, other)) return run_fallback("aten::div", "Tensor", self, other);
+  if (small_on_idle_stream(self, other)) {
+    if (auto out = run_direct("aten::div", "Tensor", self, other)) return *std::move(out);
+  }
   return at::compositeexplicitautogradnonfunctional::div(self, other);
 }
 

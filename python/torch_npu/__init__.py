@@ -102,6 +102,10 @@ from torch_npu import _fused_ops  # noqa: E402
 
 # torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name.
 __all__ = ["npu", "utils", "__version__"] + _fused_ops.export(__import__(__name__))
+from torch_npu import _formats  # noqa: E402
+
+_formats.install(__import__(__name__))  # torch_npu.Format, get_npu_format -> Format
+__all__ += ["Format"]
 
 import torch_npu.distributed  # noqa: E402,F401  (registers the "hccl" c10d backend)
 import torch_npu._inductor  # noqa: E402,F401  (torch.compile on npu, Inductor and MLIR; registers lazily)

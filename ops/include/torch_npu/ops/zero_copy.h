@@ -54,17 +54,31 @@ class AliasMap {
   // The npu tensor for a CPU kernel's output.
   at::Tensor to_npu(const at::Tensor& cpu);
   // After a kernel: propagate a resize the kernel made to an alias (out= arguments) to
-  // the npu storage and tensor it stands for.
+  // the npu storage and tensor it stands for (an argument in a tiled format becomes ND).
   void sync_back(const WrittenArg& written);
+  // A storage in a tiled format (formats.h) is aliased through an untiled copy of it,
+  // made when the alias is: on a host thread after the device's current stream has
+  // drained, on a stream's worker in stream order. (A view with another element size,
+  // such as the bytes of untyped_storage(), sees the physical, tiled bytes.) True if
+  // this map made one.
+  bool has_untiled() const { return !untiled_.empty(); }
+  // Tiles every untiled copy back into its storage (after a kernel that may write them).
+  void store_untiled();
 
  private:
   struct Entry {
-    c10::StorageImpl* from;  // CPU-side storage (alias or fresh output)
+    c10::StorageImpl* from;  // CPU-side storage (alias, untiled copy or fresh output)
     c10::Storage npu;
   };
   c10::DeviceIndex device_;
   c10::SmallVector<Entry, 8> entries_;
+  struct Untiled {
+    c10::Storage copy;  // CPU storage of the base array, plain
+    c10::Storage npu;   // the tiled storage it stands for
+  };
+  c10::SmallVector<Untiled, 1> untiled_;
   c10::Storage npu_storage_for(const c10::Storage& cpu);
+  c10::Storage untiled_copy(const at::Tensor& npu);
 };
 
 // A TensorImpl over the same storage with the same sizes, strides, offset and dtype,

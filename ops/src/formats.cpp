@@ -1,0 +1,452 @@
+// NPU storage formats: the tiled layouts, their conversions, and the torch_npu
+// operators that expose them (npu_format_cast, get_npu_format, empty_with_format).
+#include "torch_npu/ops/formats.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <numeric>
+
+#include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_stream.h"
+
+namespace torch_npu::ops {
+namespace {
+
+constexpr c10::DeviceType kNPU = c10::DeviceType::PrivateUse1;
+constexpr int64_t kBlock = 16;  // fractal side; C0 of the NC1HWC0 family
+
+int64_t blocks(int64_t n, int64_t block) { return (n + block - 1) / block; }
+
+bool is_label(int64_t format) {
+  switch (format) {
+    case kFormatNCHW:
+    case kFormatNHWC:
+    case kFormatND:
+    case kFormatNDHWC:
+    case kFormatNCDHW:
+    case kFormatNC:
+    case kFormatNCL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_tiled_format(int64_t format) {
+  switch (format) {
+    case kFormatNC1HWC0:
+    case kFormatFractalZ:
+    case kFormatFractalNZ:
+    case kFormatNDC1HWC0:
+    case kFormatFractalZ3D:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// NC1HWC0 and FRACTAL_Z read a tensor of fewer than 4 dims as torch_npu does:
+// [C] -> [1,C,1,1], [C,H] -> [1,C,H,1], [C,H,W] -> [1,C,H,W].
+FormatSizes as_nchw(c10::IntArrayRef b) {
+  switch (b.size()) {
+    case 0: return {1, 1, 1, 1};
+    case 1: return {1, b[0], 1, 1};
+    case 2: return {1, b[0], b[1], 1};
+    case 3: return {1, b[0], b[1], b[2]};
+    default: return FormatSizes(b.begin(), b.end());
+  }
+}
+
+// How a format lays out its base array: the base read in the format's dimensions
+// (`logical`), padded to whole blocks (`padded`), each blocked dimension split into
+// (blocks, block) (`split`), and the order of the split dimensions in memory (`perm`).
+struct Tiling {
+  FormatSizes logical, padded, split, perm;
+};
+
+Tiling tiling_of(int64_t format, c10::IntArrayRef base, at::ScalarType dtype) {
+  Tiling t;
+  switch (format) {
+    case kFormatFractalNZ: {
+      // [..., m, n] -> [..., n/c0, m/16, 16, c0]; c0 is 32 bytes of 16-bit elements
+      // (float32 is counted as float16, as torch_npu does), 32 for 1-byte types.
+      t.logical.assign(base.begin(), base.end());
+      const size_t k = base.size() - 2;
+      const int64_t c0 = c10::elementSize(dtype) == 1 ? 32 : 16;
+      const int64_t m = base[k], n = base[k + 1];
+      t.padded = t.logical;
+      t.padded[k] = blocks(m, kBlock) * kBlock;
+      t.padded[k + 1] = blocks(n, c0) * c0;
+      t.split.assign(base.begin(), base.begin() + k);
+      t.split.append({blocks(m, kBlock), kBlock, blocks(n, c0), c0});
+      for (size_t i = 0; i < k; ++i) t.perm.push_back(static_cast<int64_t>(i));
+      const int64_t K = static_cast<int64_t>(k);
+      t.perm.append({K + 2, K, K + 1, K + 3});
+      return t;
+    }
+    case kFormatNC1HWC0: {  // [N,C,H,W] -> [N, C/16, H, W, 16]
+      t.logical = as_nchw(base);
+      const auto& l = t.logical;
+      t.padded = {l[0], blocks(l[1], kBlock) * kBlock, l[2], l[3]};
+      t.split = {l[0], blocks(l[1], kBlock), kBlock, l[2], l[3]};
+      t.perm = {0, 1, 3, 4, 2};
+      return t;
+    }
+    case kFormatFractalZ: {  // [N,C,H,W] -> [C/16 * H * W, N/16, 16 (n), 16 (c)]
+      t.logical = as_nchw(base);
+      const auto& l = t.logical;
+      t.padded = {blocks(l[0], kBlock) * kBlock, blocks(l[1], kBlock) * kBlock, l[2], l[3]};
+      t.split = {blocks(l[0], kBlock), kBlock, blocks(l[1], kBlock), kBlock, l[2], l[3]};
+      t.perm = {2, 4, 5, 0, 1, 3};
+      return t;
+    }
+    case kFormatNDC1HWC0: {  // [N,C,D,H,W] -> [N, D, C/16, H, W, 16]
+      t.logical.assign(base.begin(), base.end());
+      const auto& l = t.logical;
+      t.padded = {l[0], blocks(l[1], kBlock) * kBlock, l[2], l[3], l[4]};
+      t.split = {l[0], blocks(l[1], kBlock), kBlock, l[2], l[3], l[4]};
+      t.perm = {0, 3, 1, 4, 5, 2};
+      return t;
+    }
+    case kFormatFractalZ3D: {  // [N,C,D,H,W] -> [D * C/16 * H * W, N/16, 16 (n), 16 (c)]
+      t.logical.assign(base.begin(), base.end());
+      const auto& l = t.logical;
+      t.padded = {blocks(l[0], kBlock) * kBlock, blocks(l[1], kBlock) * kBlock, l[2], l[3], l[4]};
+      t.split = {blocks(l[0], kBlock), kBlock, blocks(l[1], kBlock), kBlock, l[2], l[3], l[4]};
+      t.perm = {4, 2, 5, 6, 0, 1, 3};
+      return t;
+    }
+    default:
+      TORCH_INTERNAL_ASSERT(false, "no tiling for format ", format);
+  }
+}
+
+FormatSizes permuted(const FormatSizes& sizes, const FormatSizes& perm) {
+  FormatSizes out;
+  for (int64_t p : perm) out.push_back(sizes[p]);
+  return out;
+}
+
+FormatSizes inverse(const FormatSizes& perm) {
+  FormatSizes inv(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int64_t>(i);
+  return inv;
+}
+
+int64_t product(c10::IntArrayRef sizes) {
+  return std::accumulate(sizes.begin(), sizes.end(), int64_t{1}, std::multiplies<int64_t>());
+}
+
+// The tiled bytes of `s`, in split order (padded array, blocks apart).
+at::Tensor split_view(const FormattedStorage& s, const Tiling& t) {
+  at::Tensor physical = at::from_blob(const_cast<void*>(s.data()), permuted(t.split, t.perm),
+                                      at::TensorOptions().dtype(s.dtype));
+  return physical.permute(inverse(t.perm));
+}
+
+// The base array's region of a padded array.
+at::Tensor unpadded(at::Tensor padded, c10::IntArrayRef logical) {
+  for (size_t d = 0; d < logical.size(); ++d) padded = padded.narrow(static_cast<int64_t>(d), 0, logical[d]);
+  return padded;
+}
+
+}  // namespace
+
+FormattedStorage::FormattedStorage(size_t nbytes, c10::DataPtr data, c10::Allocator* allocator, int64_t format,
+                                   FormatSizes base_sizes, at::ScalarType dtype)
+    : c10::StorageImpl(c10::StorageImpl::use_byte_size_t(), static_cast<int64_t>(nbytes), std::move(data), allocator,
+                       /*resizable=*/true),
+      format(format),
+      base_sizes(std::move(base_sizes)),
+      dtype(dtype) {}
+
+bool FormattedStorage::tiled() const { return is_tiled_format(format); }
+
+size_t FormattedStorage::base_nbytes() const {
+  return static_cast<size_t>(product(base_sizes)) * c10::elementSize(dtype);
+}
+
+void FormattedStorage::become_nd() {
+  format = kFormatND;
+  base_sizes = {static_cast<int64_t>(nbytes() / c10::elementSize(dtype))};
+}
+
+const FormattedStorage* formatted(const c10::StorageImpl* storage) {
+  return storage != nullptr && typeid(*storage) == typeid(FormattedStorage)
+             ? static_cast<const FormattedStorage*>(storage)
+             : nullptr;
+}
+
+FormattedStorage* formatted(c10::StorageImpl* storage) {
+  return const_cast<FormattedStorage*>(formatted(static_cast<const c10::StorageImpl*>(storage)));
+}
+
+const FormattedStorage* tiled_storage(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  const FormattedStorage* f = formatted(t.storage().unsafeGetStorageImpl());
+  return f != nullptr && f->tiled() ? f : nullptr;
+}
+
+std::string format_name(int64_t format) {
+  switch (format) {
+    case kFormatNCHW: return "NCHW";
+    case kFormatNHWC: return "NHWC";
+    case kFormatND: return "ND";
+    case kFormatNC1HWC0: return "NC1HWC0";
+    case kFormatFractalZ: return "FRACTAL_Z";
+    case kFormatNDHWC: return "NDHWC";
+    case kFormatFractalNZ: return "FRACTAL_NZ";
+    case kFormatNCDHW: return "NCDHW";
+    case kFormatNDC1HWC0: return "NDC1HWC0";
+    case kFormatFractalZ3D: return "FRACTAL_Z_3D";
+    case kFormatNC: return "NC";
+    case kFormatNCL: return "NCL";
+    default: return std::to_string(format);
+  }
+}
+
+int64_t effective_format(int64_t format, int64_t dim) {
+  TORCH_CHECK(is_label(format) || is_tiled_format(format), "npu_format_cast: acl_format ", format,
+              " is not a storage format the NPU simulator has; it has ND (2), NCHW (0), NHWC (1), NC1HWC0 (3), "
+              "FRACTAL_Z (4), NDHWC (27), FRACTAL_NZ (29), NCDHW (30), NDC1HWC0 (32), FRACTAL_Z_3D (33), NC (35), "
+              "NCL (47)");
+  // A vector or a scalar has no matrix to tile: torch_npu keeps it ND.
+  if (format == kFormatFractalNZ && dim < 2) return kFormatND;
+  if (format == kFormatNC1HWC0 || format == kFormatFractalZ) {
+    TORCH_CHECK(dim <= 4, "npu_format_cast: ", format_name(format), " takes tensors of at most 4 dimensions, got ",
+                dim);
+  }
+  if (format == kFormatNDC1HWC0 || format == kFormatFractalZ3D) {
+    TORCH_CHECK(dim == 5, "npu_format_cast: ", format_name(format), " takes 5-dimensional (NCDHW) tensors, got ", dim,
+                " dimensions");
+  }
+  return format;
+}
+
+FormatSizes storage_sizes(int64_t format, c10::IntArrayRef base, at::ScalarType dtype) {
+  if (!is_tiled_format(format)) return FormatSizes(base.begin(), base.end());
+  const Tiling t = tiling_of(format, base, dtype);
+  FormatSizes physical = permuted(t.split, t.perm);
+  if (format == kFormatFractalZ || format == kFormatFractalZ3D) {
+    // torch_npu reports the fractal's outer dimensions as one.
+    const size_t outer = physical.size() - 3;
+    const int64_t merged = product(c10::IntArrayRef(physical).slice(0, outer));
+    return {merged, physical[outer], physical[outer + 1], physical[outer + 2]};
+  }
+  return physical;
+}
+
+void untile(const FormattedStorage& s, void* nd) {
+  const Tiling t = tiling_of(s.format, s.base_sizes, s.dtype);
+  at::Tensor out = at::from_blob(nd, t.logical, at::TensorOptions().dtype(s.dtype));
+  out.copy_(unpadded(split_view(s, t).reshape(t.padded), t.logical));
+}
+
+void tile(FormattedStorage& s, const void* nd) {
+  const Tiling t = tiling_of(s.format, s.base_sizes, s.dtype);
+  at::Tensor in = at::from_blob(const_cast<void*>(nd), t.logical, at::TensorOptions().dtype(s.dtype));
+  at::Tensor padded = at::zeros(t.padded, in.options());  // the padding holds zeros, as on Ascend
+  unpadded(padded, t.logical).copy_(in);
+  split_view(s, t).copy_(padded.view(t.split));
+}
+
+int64_t npu_format_of(const at::Tensor& t) {
+  const FormattedStorage* f = t.has_storage() ? formatted(t.storage().unsafeGetStorageImpl()) : nullptr;
+  return f != nullptr ? f->format : kFormatND;
+}
+
+namespace {
+
+void check_npu(const at::Tensor& t, const char* op, const char* arg) {
+  TORCH_CHECK(t.defined() && t.device().type() == kNPU, op, ": expected '", arg, "' to be an npu tensor, got ",
+              t.defined() ? t.device().str() : std::string("an undefined tensor"));
+}
+
+// An npu tensor of `sizes` whose storage is in `format` (already effective).
+at::Tensor empty_formatted(c10::IntArrayRef sizes, at::ScalarType dtype, c10::DeviceIndex device, int64_t format) {
+  for (int64_t s : sizes) TORCH_CHECK(s >= 0, "empty_with_format: negative dimension ", s, " in size ", sizes);
+  c10::DeviceGuard guard(c10::Device(kNPU, device));
+  const FormatSizes physical = storage_sizes(format, sizes, dtype);
+  const size_t nbytes = static_cast<size_t>(product(physical)) * c10::elementSize(dtype);
+  c10::Allocator* allocator = NPUCachingAllocator::get();
+  auto storage = c10::make_intrusive<FormattedStorage>(nbytes, allocator->allocate(nbytes), allocator, format,
+                                                      FormatSizes(sizes.begin(), sizes.end()), dtype);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(std::move(storage)),
+                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                   c10::scalarTypeToTypeMeta(dtype));
+  impl->set_sizes_contiguous(sizes);
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor empty_with_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                             std::optional<at::Layout> layout, std::optional<at::Device> device,
+                             std::optional<bool> pin_memory, int64_t acl_format,
+                             std::optional<int64_t> base_addr_aligned_kb) {
+  TORCH_CHECK(!layout.has_value() || *layout == c10::kStrided, "empty_with_format: only strided tensors, got layout ",
+              *layout);
+  const c10::Device d = device.value_or(c10::Device(kNPU));
+  TORCH_CHECK(d.type() == kNPU, "empty_with_format: expected an npu device, got ", d);
+  const c10::DeviceIndex index = d.has_index() ? d.index() : current_device();
+  check_device_index(index);
+  const at::ScalarType type = dtype.value_or(c10::get_default_dtype_as_scalartype());
+  const int64_t format = effective_format(acl_format, static_cast<int64_t>(size.size()));
+  if (format == kFormatND) {
+    return at::empty(size, at::TensorOptions().dtype(type).device(kNPU, index));
+  }
+  return empty_formatted(size, type, index, format);
+}
+
+}  // namespace
+
+// The cast itself: a storage in `format` holding what self's storage holds. A tensor
+// on a formatted storage keeps its geometry (views stay views, as in torch_npu); one
+// on a plain storage is copied as it appears.
+at::Tensor format_cast(const at::Tensor& self, int64_t acl_format) {
+  check_npu(self, "npu_format_cast", "self");
+  const FormattedStorage* src = formatted(self.storage().unsafeGetStorageImpl());
+  const bool geometry_of_base = src != nullptr;
+  const c10::IntArrayRef base = geometry_of_base ? c10::IntArrayRef(src->base_sizes) : self.sizes();
+  const int64_t format = effective_format(acl_format, static_cast<int64_t>(base.size()));
+  if (npu_format_of(self) == format) return self;
+  TORCH_CHECK(!geometry_of_base || c10::elementSize(src->dtype) == self.itemsize(), "npu_format_cast: a ",
+              self.scalar_type(), " view of a ", src->dtype, " storage in ", format_name(src->format),
+              " cannot be cast; cast the tensor it views");
+  const at::ScalarType dtype = geometry_of_base ? src->dtype : self.scalar_type();
+  at::Tensor dst = format == kFormatND ? at::empty(base, self.options().dtype(dtype))
+                                       : empty_formatted(base, dtype, self.device().index(), format);
+  if (geometry_of_base) {
+    // The whole base array, then self's view of it.
+    FormatSizes strides(base.size(), 1);
+    for (int64_t d = static_cast<int64_t>(base.size()) - 2; d >= 0; --d) strides[d] = strides[d + 1] * base[d + 1];
+    at::Tensor whole = self.as_strided(base, strides, 0);
+    if (whole.scalar_type() != dtype) whole = whole.view(dtype);
+    dst.copy_(whole);
+    dst = dst.as_strided(self.sizes(), self.strides(), self.storage_offset());
+    if (dst.scalar_type() != self.scalar_type()) dst = dst.view(self.scalar_type());
+    return dst;
+  }
+  dst.copy_(self);
+  return dst;
+}
+
+namespace {
+
+using FormatCastFn = at::Tensor(const at::Tensor&, int64_t, std::optional<int64_t>, std::optional<int64_t>);
+
+c10::TypedOperatorHandle<FormatCastFn> format_cast_op() {
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("npu::npu_format_cast", "").typed<FormatCastFn>();
+  return op;
+}
+
+class FormatCast : public torch::autograd::Function<FormatCast> {
+ public:
+  // Through the dispatcher: below autograd, fake tensors (torch.compile) find their kernel.
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& self, int64_t acl_format) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return format_cast_op().call(self, acl_format, std::nullopt, std::nullopt);
+  }
+  // The values are the input's: the gradient passes through (in ND).
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads[0], at::Tensor()};
+  }
+};
+
+at::Tensor npu_format_cast(const at::Tensor& self, int64_t acl_format, std::optional<int64_t> customize_dtype,
+                           std::optional<int64_t> input_dtype) {
+  TORCH_CHECK(!customize_dtype.has_value() && !input_dtype.has_value(),
+              "npu_format_cast: customize_dtype and input_dtype (casts to another storage dtype) are not "
+              "supported by the NPU simulator");
+  return format_cast(self, acl_format);
+}
+
+at::Tensor npu_format_cast_autograd(const at::Tensor& self, int64_t acl_format, std::optional<int64_t> customize_dtype,
+                                    std::optional<int64_t> input_dtype) {
+  TORCH_CHECK(!customize_dtype.has_value() && !input_dtype.has_value(),
+              "npu_format_cast: customize_dtype and input_dtype (casts to another storage dtype) are not "
+              "supported by the NPU simulator");
+  return FormatCast::apply(self, acl_format);
+}
+
+// Casts to dst's format through the int overload (and its autograd).
+at::Tensor npu_format_cast_like(const at::Tensor& self, const at::Tensor& dst, std::optional<int64_t> customize_dtype,
+                                std::optional<int64_t> input_dtype) {
+  check_npu(dst, "npu_format_cast", "dst");
+  return format_cast_op().call(self, npu_format_of(dst), customize_dtype, input_dtype);
+}
+
+at::Tensor& npu_format_cast_inplace(at::Tensor& self, int64_t acl_format, std::optional<int64_t> customize_dtype,
+                                    std::optional<int64_t> input_dtype) {
+  at::Tensor cast = npu_format_cast(self, acl_format, customize_dtype, input_dtype);
+  if (!cast.is_same(self)) {
+    self.unsafeGetTensorImpl()->set_storage_keep_dtype(cast.storage());
+    self.unsafeGetTensorImpl()->set_sizes_and_strides(cast.sizes(), cast.strides(), cast.storage_offset());
+  }
+  return self;
+}
+
+// torch_npu: copies src's values into self, which keeps its own format.
+at::Tensor& npu_format_cast_from(at::Tensor& self, const at::Tensor& src, std::optional<int64_t> customize_dtype,
+                                 std::optional<int64_t> input_dtype) {
+  check_npu(self, "npu_format_cast_", "self");
+  check_npu(src, "npu_format_cast_", "src");
+  TORCH_CHECK(!customize_dtype.has_value() && !input_dtype.has_value(),
+              "npu_format_cast_: customize_dtype and input_dtype are not supported by the NPU simulator");
+  self.copy_(src);
+  return self;
+}
+
+int64_t get_npu_format(const at::Tensor& self) {
+  check_npu(self, "get_npu_format", "self");
+  return npu_format_of(self);
+}
+
+at::Tensor npu_format_cast_internal(const at::Tensor& self, int64_t acl_format) { return format_cast(self, acl_format); }
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(npu, m) {
+  m.def("get_npu_format(Tensor self) -> int");
+  m.def("npu_format_cast(Tensor self, int acl_format, *, int? customize_dtype=None, int? input_dtype=None) -> Tensor");
+  m.def(
+      "npu_format_cast.Tensor(Tensor self, Tensor dst, *, int? customize_dtype=None, int? input_dtype=None) -> "
+      "Tensor");
+  m.def(
+      "npu_format_cast_.acl_format(Tensor(a!) self, int acl_format, *, int? customize_dtype=None, "
+      "int? input_dtype=None) -> Tensor(a!)");
+  m.def(
+      "npu_format_cast_(Tensor(a!) self, Tensor src, *, int? customize_dtype=None, int? input_dtype=None) -> "
+      "Tensor(a!)");
+  m.def("_npu_format_cast(Tensor self, int acl_format) -> Tensor");
+  m.def(
+      "empty_with_format(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+      "bool? pin_memory=None, int acl_format=2, int? base_addr_aligned_kb=None) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
+  m.impl("npu_format_cast", TORCH_FN(npu_format_cast));
+  m.impl("npu_format_cast_.acl_format", TORCH_FN(npu_format_cast_inplace));
+  m.impl("npu_format_cast_", TORCH_FN(npu_format_cast_from));
+  m.impl("_npu_format_cast", TORCH_FN(npu_format_cast_internal));
+}
+
+TORCH_LIBRARY_IMPL(npu, Autograd, m) {
+  m.impl("npu_format_cast", TORCH_FN(npu_format_cast_autograd));
+}
+
+TORCH_LIBRARY_IMPL(npu, CompositeImplicitAutograd, m) {
+  m.impl("npu_format_cast.Tensor", TORCH_FN(npu_format_cast_like));
+}
+
+// No tensor argument to dispatch on: the device argument decides.
+TORCH_LIBRARY_IMPL(npu, CompositeExplicitAutograd, m) {
+  m.impl("empty_with_format", TORCH_FN(empty_with_format));
+  m.impl("get_npu_format", TORCH_FN(get_npu_format));  // names the device of a cpu tensor
+}
+
+}  // namespace torch_npu::ops
