@@ -3,7 +3,8 @@
 Reads the table and PyTorch's own native_functions.yaml (through torchgen, from the torch
 of the pair being built) and writes:
 
-  --cpp   the PrivateUse1 registrations of the supported zero-copy operators and the
+  --cpp   the PrivateUse1 registrations of the supported zero-copy operators, the
+          SparsePrivateUse1 / SparseCsrPrivateUse1 ones of the sparse section, and the
           per-operator data the kernels consult (dtype masks, why an operator is missing);
   --py    torch_npu/_op_table.py: the supported / unsupported operators, for
           torch.npu.is_op_supported and the op-support CLI;
@@ -49,6 +50,11 @@ class PairTable:
     absent: List[str] = field(default_factory=list)             # in the table, not in this torch
     untabled: List[str] = field(default_factory=list)           # CPU kernels the table lacks
     custom: List[Entry] = field(default_factory=list)
+    # The `sparse:` section: overloads on sparse npu tensors (COO: SparsePrivateUse1;
+    # CSR/CSC/BSR/BSC: SparseCsrPrivateUse1), run by ops/src/sparse.cpp.
+    sparse: List[Entry] = field(default_factory=list)
+    sparse_registered: Dict[str, List[str]] = field(default_factory=dict)  # op -> ["Sparse", "SparseCsr"]
+    sparse_unsupported: Dict[str, str] = field(default_factory=dict)
 
 
 def version_tuple(text: str) -> Tuple[int, ...]:
@@ -94,6 +100,7 @@ def parse_entry(raw, where: str) -> Entry:
 class Operator:
     has_cpu: bool        # a CPU kernel: what the zero-copy path runs
     has_composite: bool  # a CompositeExplicitAutograd(NonFunctional) kernel serves every backend
+    sparse_keys: Tuple[str, ...] = ()  # "Sparse" / "SparseCsr": SparseCPU / SparseCsrCPU kernels
 
 
 def torch_operators() -> Dict[str, Operator]:
@@ -107,6 +114,8 @@ def torch_operators() -> Dict[str, Operator]:
     cpu = parsed.backend_indices[DispatchKey.CPU]
     explicit = parsed.backend_indices[DispatchKey.CompositeExplicitAutograd]
     non_functional = parsed.backend_indices[DispatchKey.CompositeExplicitAutogradNonFunctional]
+    sparse = {"Sparse": parsed.backend_indices[DispatchKey.SparseCPU],
+              "SparseCsr": parsed.backend_indices[DispatchKey.SparseCsrCPU]}
     by_name = {f.func.name: f for f in parsed.native_functions}
     ops = {}
     for f in parsed.native_functions:
@@ -115,7 +124,8 @@ def torch_operators() -> Dict[str, Operator]:
             has_cpu=cpu.has_kernel(f) or (delegate is not None and cpu.has_kernel(by_name[delegate])),
             # Structured ops' functional and in-place forms are registered under
             # CompositeExplicitAutogradNonFunctional by PyTorch's codegen.
-            has_composite=explicit.has_kernel(f) or non_functional.has_kernel(f) or delegate is not None)
+            has_composite=explicit.has_kernel(f) or non_functional.has_kernel(f) or delegate is not None,
+            sparse_keys=tuple(k for k, index in sparse.items() if index.has_kernel(f)))
     return ops
 
 
@@ -149,7 +159,37 @@ def build_pair_table(table: dict, cann: str, operators: Dict[str, Operator]) -> 
             out.unsupported[name] = "not in the op table (ops/npu_native_functions.yaml)"
     for i, raw in enumerate(table.get("custom") or []):
         out.custom.append(parse_entry(raw, f"custom[{i}]"))
+    build_sparse(table, cann, operators, out)
     return out
+
+
+def build_sparse(table: dict, cann: str, operators: Dict[str, Operator], out: PairTable) -> None:
+    """The `sparse:` section: which overloads run on sparse npu tensors, for which layouts."""
+    seen = set()
+    for i, raw in enumerate(table.get("sparse") or []):
+        e = parse_entry(raw, f"sparse[{i}]")
+        if e.op in seen:
+            raise ValueError(f"sparse[{i}]: {e.op} is listed twice")
+        if e.dtypes:
+            raise ValueError(f"sparse[{i}] ({e.op}): sparse entries take no dtypes: the sparse CPU kernel's dtypes apply")
+        seen.add(e.op)
+        if e.op not in operators:
+            out.absent.append(e.op)
+            continue
+        keys = operators[e.op].sparse_keys
+        if not e.supported:
+            out.sparse_unsupported[e.op] = e.note or "no sparse NPU kernel"
+        elif e.cann and not cann_admits(e.cann, cann):
+            out.sparse_unsupported[e.op] = f"needs CANN {e.cann}" + (f": {e.note}" if e.note else "")
+        elif e.kernel == "zero_copy" and not keys:
+            out.sparse_unsupported[e.op] = "no sparse CPU kernel in this torch release for the zero-copy path to run"
+        else:
+            out.sparse.append(e)
+            if e.kernel == "zero_copy":
+                out.sparse_registered[e.op] = list(keys)
+    for name, o in sorted(operators.items()):
+        if o.sparse_keys and name not in seen:
+            out.sparse_unsupported[name] = "not in the op table's sparse section (ops/npu_native_functions.yaml)"
 
 
 def c_string(text: str) -> str:
@@ -185,6 +225,15 @@ def write_cpp(path: str, t: PairTable, torch_version: str, cann: str, version: s
         '    {nullptr, nullptr},',
         '};',
         '',
+        'extern const OpNote kUnsupportedSparseOps[];  // read by ops/src/sparse.cpp (external linkage)',
+        'const OpNote kUnsupportedSparseOps[] = {',
+        *[f"    {{{c_string(op)}, {c_string(why)}}}," for op, why in sorted(t.sparse_unsupported.items())],
+        '    {nullptr, nullptr},',
+        '};',
+        '',
+        '// ops/src/sparse.cpp: the sparse CPU kernel on CPU stand-ins of sparse npu tensors.',
+        'void sparse_zero_copy_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack);',
+        '',
         '}  // namespace torch_npu::ops',
         '',
         'TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {',
@@ -193,6 +242,14 @@ def write_cpp(path: str, t: PairTable, torch_version: str, cann: str, version: s
         '}',
         '',
     ]
+    for key in ("Sparse", "SparseCsr"):
+        lines += [
+            f'TORCH_LIBRARY_IMPL(aten, {key}PrivateUse1, m) {{',
+            '  const auto kernel = [] { return torch::CppFunction::makeFromBoxedFunction<&torch_npu::ops::sparse_zero_copy_kernel>(); };',
+            *[f"  m.impl({c_string(op)}, kernel());" for op, keys in sorted(t.sparse_registered.items()) if key in keys],
+            '}',
+            '',
+        ]
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
@@ -209,6 +266,11 @@ def write_py(path: str, t: PairTable, torch_version: str, cann: str) -> None:
         f.writelines(f"    {op!r}: {why!r},\n" for op, why in sorted(t.unsupported.items()))
         f.write("}\n\n# torch.ops.npu fused operators -> whether they have their own backward\nCUSTOM = {\n")
         f.writelines(f"    {e.op!r}: {e.autograd!r},\n" for e in t.custom)
+        f.write("}\n\n# aten overloads served on sparse (COO, CSR, CSC, BSR, BSC) npu tensors\nSPARSE = frozenset({\n")
+        f.writelines(f"    {op!r},\n" for op in sorted(e.op for e in t.sparse))
+        f.write("})\n\n# aten overloads with sparse CPU kernels but none for sparse npu tensors, and why\n")
+        f.write("SPARSE_UNSUPPORTED = {\n")
+        f.writelines(f"    {op!r}: {why!r},\n" for op, why in sorted(t.sparse_unsupported.items()))
         f.write("}\n\n# aten overloads whose dtypes are restricted on the NPU\nDTYPES = {\n")
         f.writelines(f"    {e.op!r}: {tuple(e.dtypes)!r},\n" for e in t.supported if e.dtypes)
         f.write("}\n")
@@ -232,6 +294,14 @@ def write_md(path: str, t: PairTable, torch_version: str, cann: str, pair: str) 
     out += ["", "### Fused operators (`torch.ops.npu`, `torch_npu.<name>`)", "",
             ", ".join(f"`{e.op}`" + (" (autograd)" if e.autograd else "") for e in t.custom), "",
             "### All supported ATen overloads", "", ", ".join(f"`{op}`" for op in sorted(zero_copy + native)), ""]
+    out += ["### Sparse layouts", "",
+            f"{len(t.sparse)} ATen overloads run on sparse npu tensors (COO, and CSR/CSC/BSR/BSC where PyTorch's "
+            f"CPU has the kernel; ops/src/sparse.cpp), {len(t.sparse_unsupported)} raise.", "",
+            ", ".join(f"`{e.op}`" for e in sorted(t.sparse, key=lambda e: e.op)), ""]
+    if t.sparse_unsupported:
+        out += ["| operator (sparse npu tensors) | why |", "|---|---|"]
+        out += [f"| `aten::{op}` | {why} |" for op, why in sorted(t.sparse_unsupported.items())]
+        out += [""]
     if t.absent:
         out += ["", f"Listed in the table but absent from torch {torch_version}: "
                 + ", ".join(f"`{op}`" for op in sorted(t.absent)), ""]

@@ -78,11 +78,6 @@ EXPECTED_FAILURES: Dict[Key, Reason] = {
     # --- numerics ---
     ("nn.functional.scaled_dot_product_attention", torch.float16, "backward"): _SDPA_HALF,
     ("nn.functional.scaled_dot_product_attention", torch.bfloat16, "backward"): _SDPA_HALF,
-    # --- layouts ---
-    ("to_sparse", None, None): "sparse layouts on npu are not implemented: the zero-copy path aliases strided "
-                               "tensors only (NotImplementedError: npu tensors with layout Sparse ...)",
-    ("sparse.sampled_addmm", None, None): "sparse layouts on npu are not implemented: the sample's to_sparse_csr "
-                                          "raises NotImplementedError (layout SparseCsr)",
 }
 
 # Cross-backend comparison: float16/bfloat16 results may differ from the CPU's by a rounding
