@@ -533,3 +533,380 @@ def test_ifa_many_query_heads_per_kv_head():
     out = IFA(*npu(q, k, v), atten_mask=mask.npu(), num_heads=N, num_key_value_heads=1, scale_value=0.4,
               input_layout="BNSD")
     check(out, reference(q, k, v, 0.4, mask)[0])
+
+
+# ---- layout conversions, ragged NTD, TND with a paged cache ------------------------------------
+FIA2 = torch_npu.npu_fused_infer_attention_score_v2
+
+
+def to_axes(x, axes):
+    """[B, N, S, D] -> the layout with these axes (BSH: "BSH"); NSD takes B = 1."""
+    if axes == "BSH":
+        return to_layout(x, "BSH")
+    if axes == "NSD":
+        return x[0].contiguous()
+    return x.permute(*["BNSD".index(a) for a in axes]).contiguous()
+
+
+def ragged(xs, axes):
+    """Batches [1, N, s, D] -> TND (rows of all batches, then N, D) or NTD."""
+    if axes == "TND":
+        return torch.cat([x[0].permute(1, 0, 2) for x in xs])
+    return torch.cat([x[0] for x in xs], 1)
+
+
+def cumulative(lens):
+    return [sum(lens[:i + 1]) for i in range(len(lens))]
+
+
+@pytest.mark.parametrize("layout", ["NSD", "BSH_BNSD", "BSND_BNSD", "BSH_NBSD", "BSND_NBSD", "BNSD_NBSD"])
+def test_fia_layout_conversions(layout):
+    in_axes, _, out_axes = layout.partition("_")
+    out_axes = out_axes or in_axes
+    B = 1 if in_axes == "NSD" else 2
+    N, nkv, S1, S2, D, Dv = 4, 2, 9, 21, 16, 8
+    q, k, v = rand(B, N, S1, D), rand(B, nkv, S2, D), rand(B, nkv, S2, Dv)
+    mask = torch.rand(S1, S2) < 0.3
+    mask[:, 0] = False
+    out, lse = FIA(*npu(to_axes(q, in_axes), to_axes(k, in_axes), to_axes(v, in_axes)), atten_mask=mask.npu(),
+                   num_heads=N, num_key_value_heads=nkv, scale=0.3, input_layout=layout, sparse_mode=1,
+                   softmax_lse_flag=True)
+    ref, ref_lse = reference(q, k, v, 0.3, mask)
+    assert out.shape == to_axes(ref, out_axes).shape
+    check(out, to_axes(ref, out_axes))
+    assert lse.shape == (B, N, S1, 1)
+    check(lse[..., 0], ref_lse)
+
+
+@pytest.mark.parametrize("layout", ["NTD", "NTD_TND", "TND_NTD"])
+def test_fia_ragged_ntd_layouts(layout):
+    in_axes, _, out_axes = layout.partition("_")
+    out_axes = out_axes or in_axes
+    N, nkv, D = 4, 2, 16
+    lens_q, lens_kv = [5, 1, 12], [9, 30, 12]
+    qs = [rand(1, N, s, D) for s in lens_q]
+    ks, vs = [rand(1, nkv, s, D) for s in lens_kv], [rand(1, nkv, s, D) for s in lens_kv]
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+    out, lse = FIA(*npu(ragged(qs, in_axes), ragged(ks, in_axes), ragged(vs, in_axes)), atten_mask=mask.npu(),
+                   actual_seq_lengths=cumulative(lens_q), actual_seq_lengths_kv=cumulative(lens_kv), num_heads=N,
+                   num_key_value_heads=nkv, scale=0.25, input_layout=layout, sparse_mode=3, softmax_lse_flag=True)
+    refs = [reference(qb, kb, vb, 0.25, band(qb.shape[2], kb.shape[2], 10**6, 0, kb.shape[2] - qb.shape[2]))
+            for qb, kb, vb in zip(qs, ks, vs)]
+    check(out, ragged([r[0] for r in refs], out_axes))
+    assert lse.shape == (sum(lens_q), N, 1)
+    check(lse[..., 0], torch.cat([r[1][0].t() for r in refs]))
+
+
+@pytest.mark.parametrize("cache3d", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fia_tnd_query_over_paged_cache(cache3d, dtype):
+    # Ragged queries (cumulative actual_seq_lengths) over a paged cache whose per-batch
+    # lengths (actual_seq_lengths_kv) are not cumulative: a chunked prefill and a decode.
+    N, nkv, D, bs = 4, 2, 16, 16
+    lens_q, lens_kv = [7, 1, 20], [40, 17, 20]
+    B = len(lens_q)
+    kv_len = max(lens_kv)
+    k, v = rand(B, nkv, kv_len, D, dtype=dtype), rand(B, nkv, kv_len, D, dtype=dtype)
+    qs = [rand(1, N, s, D, dtype=dtype) for s in lens_q]
+    cache, table = paged(torch.cat([k, v], 1), bs, 12, layout3d=False)  # [blocks, 2 * nkv, bs, D]
+    kc, vc = cache[:, :nkv].contiguous(), cache[:, nkv:].contiguous()
+    if cache3d:
+        kc, vc = [c.permute(0, 2, 1, 3).reshape(c.shape[0], bs, nkv * D).contiguous() for c in (kc, vc)]
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+    out, lse = FIA(*npu(ragged(qs, "TND"), kc, vc), atten_mask=mask.npu(), block_table=table.npu(), block_size=bs,
+                   actual_seq_lengths=cumulative(lens_q), actual_seq_lengths_kv=lens_kv, num_heads=N,
+                   num_key_value_heads=nkv, scale=0.25, input_layout="TND", sparse_mode=3, softmax_lse_flag=True)
+    refs = []
+    for b, qb in enumerate(qs):
+        kb, vb = k[b:b + 1, :, :lens_kv[b]].double(), v[b:b + 1, :, :lens_kv[b]].double()
+        refs.append(reference(qb.double(), kb, vb, 0.25, band(lens_q[b], lens_kv[b], 10**6, 0,
+                                                                lens_kv[b] - lens_q[b])))
+    assert out.shape == (sum(lens_q), N, D) and out.dtype == dtype
+    check(out, ragged([r[0] for r in refs], "TND"), dtype)
+    check(lse[..., 0], torch.cat([r[1][0].t() for r in refs]), dtype)
+
+
+# ---- npu_fused_infer_attention_score_v2 -------------------------------------------------------
+def test_fia_v2_equals_v1_with_its_argument_names():
+    B, N, nkv, S1, S2, D = 2, 4, 2, 13, 30, 16
+    q, k, v = rand(B, N, S1, D), rand(B, nkv, S2, D), rand(B, nkv, S2, D)
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+    args = npu(to_layout(q, "BSH"), to_layout(k, "BSH"), to_layout(v, "BSH"))
+    out2, lse2 = FIA2(*args, atten_mask=mask.npu(), actual_seq_qlen=[13, 6], actual_seq_kvlen=[30, 25],
+                      num_query_heads=N, num_key_value_heads=nkv, softmax_scale=0.3, input_layout="BSH",
+                      sparse_mode=3, return_softmax_lse=True)
+    out1, lse1 = FIA(*args, atten_mask=mask.npu(), actual_seq_lengths=[13, 6], actual_seq_lengths_kv=[30, 25],
+                     num_heads=N, num_key_value_heads=nkv, scale=0.3, input_layout="BSH", sparse_mode=3,
+                     softmax_lse_flag=True)
+    torch.testing.assert_close(out2.cpu(), out1.cpu(), atol=0, rtol=0)
+    torch.testing.assert_close(lse2.cpu(), lse1.cpu(), atol=0, rtol=0)
+    out2 = from_layout(out2.cpu(), "BSH", N)
+    for b, (sq, skv) in enumerate([(13, 30), (6, 25)]):
+        ref, ref_lse = reference(q[b:b + 1, :, :sq], k[b:b + 1, :, :skv], v[b:b + 1, :, :skv], 0.3,
+                                 band(sq, skv, 10**6, 0, skv - sq))
+        check(out2[b:b + 1, :, :sq], ref)
+        check(lse2[b:b + 1, :, :sq, 0], ref_lse)
+    # defaults: no lse (an empty tensor), decode for one query token
+    out, lse = FIA2(*npu(q[:, :, -1:], k, v), num_query_heads=N, num_key_value_heads=nkv, input_layout="BNSD")
+    assert lse.shape == (0,)
+    check(out, reference(q[:, :, -1:], k, v, 1.0)[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fia_v2_learnable_sink(dtype):
+    # The sink is one more logit per query head in the softmax denominator, with no value.
+    N, D = 4, 16
+    lens_q, lens_kv = [6, 10], [6, 10]
+    qs = [rand(1, N, s, D, dtype=dtype) for s in lens_q]
+    ks, vs = [rand(1, N, s, D, dtype=dtype) for s in lens_kv], [rand(1, N, s, D, dtype=dtype) for s in lens_kv]
+    sink = torch.tensor([0.5, -1.0, 2.0, 0.0]).to(dtype)
+    mask = torch.triu(torch.ones(2048, 2048, dtype=torch.bool), 1)
+    out, lse = FIA2(*npu(ragged(qs, "TND"), ragged(ks, "TND"), ragged(vs, "TND")), atten_mask=mask.npu(),
+                    learnable_sink=sink.npu(), actual_seq_qlen=cumulative(lens_q),
+                    actual_seq_kvlen=cumulative(lens_kv), num_query_heads=N, softmax_scale=0.25,
+                    input_layout="TND", sparse_mode=3, return_softmax_lse=True)
+    outs, lses = [], []
+    for qb, kb, vb in zip(qs, ks, vs):
+        s = (qb.double() @ kb.double().transpose(-1, -2)) * 0.25
+        s = s.masked_fill(band(s.shape[2], s.shape[3], 10**6, 0), -math.inf)
+        sinks = sink.double().view(1, N, 1, 1).expand(1, N, s.shape[2], 1)
+        full = torch.cat([s, sinks], -1)
+        row_lse = torch.logsumexp(full, -1, keepdim=True)
+        outs.append(torch.exp(s - row_lse) @ vb.double())
+        lses.append(row_lse[0, :, :, 0].t())
+    check(out, ragged(outs, "TND"), dtype)
+    check(lse[..., 0], torch.cat(lses), dtype)
+
+
+def test_fia_v2_half_ntd_tnd_with_gqa():
+    N, nkv, D = 4, 1, 32
+    lens = [3, 17]
+    dtype = torch.float16
+    qs = [rand(1, N, s, D, dtype=dtype) for s in lens]
+    ks, vs = [rand(1, nkv, s, D, dtype=dtype) for s in lens], [rand(1, nkv, s, D, dtype=dtype) for s in lens]
+    out, _ = FIA2(*npu(ragged(qs, "NTD"), ragged(ks, "NTD"), ragged(vs, "NTD")), actual_seq_qlen=cumulative(lens),
+                  actual_seq_kvlen=cumulative(lens), num_query_heads=N, num_key_value_heads=nkv,
+                  softmax_scale=D ** -0.5, input_layout="NTD_TND")
+    assert out.shape == (sum(lens), N, D) and out.dtype == dtype
+    refs = [reference(qb.double(), kb.double(), vb.double(), D ** -0.5)[0] for qb, kb, vb in zip(qs, ks, vs)]
+    check(out, ragged(refs, "TND"), dtype)
+
+
+# ---- .out variants ----------------------------------------------------------------------------
+@pytest.mark.parametrize("v2", [False, True])
+def test_out_variants_write_the_given_tensors(v2):
+    B, N, S1, S2, D = 2, 4, 5, 12, 8
+    q, k, v = npu(rand(B, N, S1, D), rand(B, N, S2, D), rand(B, N, S2, D))
+    ref_out, ref_lse = reference(q.cpu(), k.cpu(), v.cpu(), 0.5)
+    if v2:
+        op = torch.ops.npu.npu_fused_infer_attention_score_v2.out
+        kw = lambda lse: dict(num_query_heads=N, softmax_scale=0.5, input_layout="BNSD",  # noqa: E731
+                              return_softmax_lse=lse)
+    else:
+        op = torch.ops.npu.npu_fused_infer_attention_score.out
+        kw = lambda lse: dict(num_heads=N, scale=0.5, input_layout="BNSD", softmax_lse_flag=lse)  # noqa: E731
+    out, lse = torch.empty(B, N, S1, D).npu(), torch.empty(B, N, S1, 1).npu()
+    ptrs = out.data_ptr(), lse.data_ptr()
+    got = op(q, k, v, workspace=None, attention_out=out, softmax_lse=lse, **kw(True))
+    assert got[0] is out and got[1] is lse and (out.data_ptr(), lse.data_ptr()) == ptrs
+    check(out, ref_out)
+    check(lse[..., 0], ref_lse)
+    # empty outputs are resized; without the flag softmax_lse is left as it is
+    out, lse = torch.empty(0).npu(), torch.full((1,), 7.0).npu()
+    op(q, k, v, attention_out=out, softmax_lse=lse, **kw(False))
+    check(out, ref_out)
+    assert lse.shape == (1,) and lse.item() == 7.0
+    # a non-contiguous attention_out: computed aside and copied in
+    out = torch.empty(B, N, D, S1).npu().transpose(-1, -2)
+    op(q, k, v, attention_out=out, softmax_lse=torch.empty(0).npu(), **kw(False))
+    check(out, ref_out)
+    with pytest.raises(RuntimeError, match="attention_out"):
+        op(q, k, v, attention_out=torch.empty(0, dtype=torch.float16).npu(), softmax_lse=lse, **kw(False))
+    with pytest.raises(RuntimeError, match="softmax_lse"):
+        op(q, k, v, attention_out=out, softmax_lse=torch.empty(0).cpu(), **kw(True))
+
+
+# ---- bad arguments of the new operators and layouts ---------------------------------------------
+def test_v2_and_tnd_paged_bad_arguments():
+    q, k, v = npu(rand(1, 4, 64), rand(1, 4, 64), rand(1, 4, 64))
+    with pytest.raises(RuntimeError, match="num_query_heads"):
+        FIA2(q, k, v, num_query_heads=3)
+    with pytest.raises(RuntimeError, match="input_layout"):
+        FIA2(q, k, v, num_query_heads=4, input_layout="SBH")
+    with pytest.raises(RuntimeError, match="actual_seq_qlen"):
+        FIA2(q, k, v, num_query_heads=4, actual_seq_qlen=[9])
+    with pytest.raises(RuntimeError, match="actual_seq_qlen"):
+        FIA2(q[0].view(4, 4, 16), k[0].view(4, 4, 16), v[0].view(4, 4, 16), num_query_heads=4, input_layout="TND")
+    with pytest.raises(RuntimeError, match="learnable_sink"):
+        FIA2(q, k, v, num_query_heads=4, learnable_sink=torch.zeros(3).npu())
+    for name in ["query_rope", "dequant_scale_key", "quant_scale_out", "quant_scale_p"]:
+        with pytest.raises(NotImplementedError, match=name):
+            FIA2(q, k, v, num_query_heads=4, **{name: torch.ones(4).npu()})
+    # TND over a paged cache: block_size a multiple of 16 (at most 1024), per-batch kv lengths
+    qt = rand(6, 2, 16).npu()
+    cache = rand(4, 16, 32).npu()
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32).npu()
+    args = dict(block_table=table, actual_seq_lengths=[2, 6], num_heads=2, input_layout="TND")
+    with pytest.raises(RuntimeError, match="block_size"):
+        FIA(qt, cache, cache, block_size=8, actual_seq_lengths_kv=[5, 5], **args)
+    with pytest.raises(RuntimeError, match="actual_seq_lengths_kv"):
+        FIA(qt, cache, cache, block_size=16, actual_seq_lengths_kv=[5, 33], **args)
+    with pytest.raises(RuntimeError, match="block_table"):
+        FIA(qt, cache, cache, block_size=16, actual_seq_lengths_kv=[5, 5],
+            **dict(args, block_table=table[:1].contiguous()))
+
+
+# ---- tracing of the new operators ---------------------------------------------------------------
+def test_fake_shapes_of_new_layouts_and_v2():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    q, k, v = rand(2, 4, 5, 16), rand(2, 2, 9, 16), rand(2, 2, 9, 8)
+    lens = [3, 5]
+    t = lambda x: ragged([x[:1, :, :lens[0]], x[1:, :, :lens[1]]], "TND")  # noqa: E731
+    kc, table = paged(torch.cat([k, k], 1), 16, 4)
+    cases = [
+        (FIA, (to_axes(q, "BSH"), to_axes(k, "BSH"), to_axes(v, "BSH")),
+         dict(num_heads=4, num_key_value_heads=2, input_layout="BSH_NBSD", softmax_lse_flag=True)),
+        (FIA, (q[0], k[0], v[0]), dict(num_heads=4, num_key_value_heads=2, input_layout="NSD", softmax_lse_flag=True)),
+        (FIA, (t(q), t(k), t(v)), dict(num_heads=4, num_key_value_heads=2, input_layout="TND_NTD",
+                                       actual_seq_lengths=[3, 8], actual_seq_lengths_kv=[3, 8],
+                                       softmax_lse_flag=True)),
+        (FIA, (t(q), kc, kc), dict(num_heads=4, num_key_value_heads=4, input_layout="TND", block_table=table,
+                                   block_size=16, actual_seq_lengths=[3, 8], actual_seq_lengths_kv=[9, 9])),
+        (FIA2, (q, k, v), dict(num_query_heads=4, num_key_value_heads=2, input_layout="BNSD_BSND",
+                               return_softmax_lse=True)),
+        (FIA2, (q, k, v), dict(num_query_heads=4, num_key_value_heads=2, input_layout="BNSD")),
+    ]
+    for op, tensors, kwargs in cases:
+        real_args = [x.npu() for x in tensors]
+        real_kwargs = {n: (a.npu() if isinstance(a, torch.Tensor) else a) for n, a in kwargs.items()}
+        real = op(*real_args, **real_kwargs)
+        with FakeTensorMode() as mode:
+            fake = op(*[mode.from_tensor(x) for x in real_args],
+                      **{n: (mode.from_tensor(a) if isinstance(a, torch.Tensor) else a)
+                         for n, a in real_kwargs.items()})
+        for r, f in zip(real, fake):
+            assert r.shape == f.shape and r.dtype == f.dtype, (kwargs, r.shape, f.shape)
+
+
+def _opcheck_new_cases():
+    q, k, v = rand(2, 4, 5, 16), rand(2, 2, 9, 16), rand(2, 2, 9, 16)
+    mask = torch.triu(torch.ones(5, 9, dtype=torch.bool), 1)
+    v2 = dict(atten_mask=mask, num_query_heads=4, num_key_value_heads=2, input_layout="BNSD", sparse_mode=1,
+              return_softmax_lse=True)
+    return [
+        (torch.ops.npu.npu_fused_infer_attention_score_v2.default, (q, k, v), v2),
+        (torch.ops.npu.npu_fused_infer_attention_score_v2.out, (q, k, v),
+         dict(v2, attention_out=torch.empty(2, 4, 5, 16), softmax_lse=torch.empty(2, 4, 5, 1))),
+        (torch.ops.npu.npu_fused_infer_attention_score.out, (q, k, v),
+         dict(num_heads=4, num_key_value_heads=2, input_layout="BNSD_NBSD", softmax_lse_flag=True,
+              attention_out=torch.empty(4, 2, 5, 16), softmax_lse=torch.empty(2, 4, 5, 1))),
+    ]
+
+
+@pytest.mark.parametrize("case", range(3))
+def test_opcheck_new_operators(case):
+    op, args, kwargs = _opcheck_new_cases()[case]
+    to_npu = lambda x: x.npu() if isinstance(x, torch.Tensor) else x  # noqa: E731
+    # torch does not functionalize custom operators whose outputs alias inputs (the .out
+    # variants' (Tensor(a!), Tensor(b!)), torch_npu's schema): no aot_dispatch test for them.
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor")
+    torch.library.opcheck(op, tuple(map(to_npu, args)), {n: to_npu(a) for n, a in kwargs.items()},
+                          test_utils=utils if op._overloadname == "out" else torch.library._OPCHECK_DEFAULT_UTILS)
+
+
+def test_torch_compile_v2_prefill():
+    B, N, S, D = 2, 4, 24, 16
+    q, k, v = npu(rand(B, N, S, D), rand(B, N, S, D), rand(B, N, S, D))
+
+    def step(q, k, v):
+        out, lse = FIA2(q * 2, k, v, num_query_heads=N, softmax_scale=0.25, input_layout="BNSD_BSND",
+                        actual_seq_kvlen=[S, 9], return_softmax_lse=True)
+        return out + 1, lse
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    for got, want in zip(compiled(q, k, v), step(q, k, v)):
+        torch.testing.assert_close(got.cpu(), want.cpu(), atol=0, rtol=0)
+
+
+def test_workspace_flow_of_the_out_variants():
+    # torch_npu's graph-mode flow: get_max_workspace, infer_output, then .out into them.
+    B, N, nkv, S2, D, Dv = 2, 4, 2, 19, 16, 8
+    q, k, v = npu(rand(B, 1, N * D), rand(B, S2, nkv * D), rand(B, S2, nkv * Dv))
+    args = dict(num_heads=N, num_key_value_heads=nkv, scale=0.2, actual_seq_lengths_kv=[19, 4], softmax_lse_flag=True)
+    ws = torch_npu._npu_fused_infer_attention_score_get_max_workspace(q, k, v, **args)
+    assert ws.device == q.device
+    out, lse = torch_npu._npu_fused_infer_attention_score_infer_output(q, v, num_heads=N, num_key_value_heads=nkv,
+                                                                        softmax_lse_flag=True)
+    assert out.shape == (B, 1, N * Dv) and lse.shape == (B, N, 1, 1) and lse.dtype == torch.float32
+    torch.ops.npu.npu_fused_infer_attention_score.out(q, k, v, workspace=ws, attention_out=out, softmax_lse=lse,
+                                                      **args)
+    want_out, want_lse = FIA(q, k, v, **args)
+    torch.testing.assert_close(out.cpu(), want_out.cpu(), atol=0, rtol=0)
+    torch.testing.assert_close(lse.cpu(), want_lse.cpu(), atol=0, rtol=0)
+    # v2, ragged NTD_TND: the output is TND, lse [T, N, 1]
+    lens = [3, 8]
+    qt, kt, vt = npu(rand(N, 11, D), rand(nkv, 11, D), rand(nkv, 11, Dv))
+    args2 = dict(num_query_heads=N, num_key_value_heads=nkv, input_layout="NTD_TND", actual_seq_qlen=[3, 11],
+                 actual_seq_kvlen=[3, 11], return_softmax_lse=True)
+    ws = torch_npu._npu_fused_infer_attention_score_v2_get_max_workspace(qt, kt, vt, **args2)
+    out, lse = torch_npu._npu_fused_infer_attention_score_v2_infer_output(
+        qt, vt, num_query_heads=N, num_key_value_heads=nkv, input_layout="NTD_TND", return_softmax_lse=True)
+    assert out.shape == (11, N, Dv) and lse.shape == (11, N, 1)
+    torch.ops.npu.npu_fused_infer_attention_score_v2.out(qt, kt, vt, workspace=ws, attention_out=out,
+                                                         softmax_lse=lse, **args2)
+    start = 0
+    for n_rows in lens:
+        sl = slice(start, start + n_rows)
+        ref, ref_lse = reference(qt.cpu()[:, sl].unsqueeze(0), kt.cpu()[:, sl].unsqueeze(0),
+                                 vt.cpu()[:, sl].unsqueeze(0), 1.0)
+        check(out[sl].permute(1, 0, 2).unsqueeze(0), ref)
+        check(lse[sl, :, 0].t().unsqueeze(0), ref_lse)
+        start += n_rows
+    # the arguments are checked as the operator checks them; an output may not alias an input
+    with pytest.raises(RuntimeError, match="num_query_heads"):
+        torch_npu._npu_fused_infer_attention_score_v2_get_max_workspace(qt, kt, vt, **dict(args2, num_query_heads=3))
+    with pytest.raises(RuntimeError, match="input_layout"):
+        torch_npu._npu_fused_infer_attention_score_infer_output(q, v, num_heads=N, input_layout="SBH")
+    with pytest.raises(RuntimeError, match="memory location"):
+        torch.ops.npu.npu_fused_infer_attention_score.out(q, k, v, attention_out=q, softmax_lse=lse, num_heads=N,
+                                                          num_key_value_heads=nkv)
+
+
+def test_random_bad_arguments_of_v2_and_tnd_paged_raise_cleanly():
+    # Corruptions of a valid ragged call over a paged cache: an error naming the operator
+    # or block_table (or a result), never a crash; the process stays usable.
+    import random
+    rng = random.Random(1)
+    N, nkv, D, bs = 4, 2, 16, 16
+    qt = rand(9, N, D).npu()
+    cache = rand(6, bs, nkv * D).npu()
+    table = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32).npu()
+    base = dict(block_table=table, block_size=bs, actual_seq_qlen=[4, 9], actual_seq_kvlen=[20, 32],
+                num_query_heads=N, num_key_value_heads=nkv, input_layout="TND", return_softmax_lse=True)
+    corruptions = [
+        ("num_query_heads", [0, -1, 3, 8]), ("num_key_value_heads", [-2, 3, 4, 8]),
+        ("input_layout", ["", "BSH", "NTD", "NTD_TND", "TND_NTD", "BNSD_NBSD", "NSD"]),
+        ("sparse_mode", [-1, 5, 9, 1, 2, 3]), ("block_size", [-1, 0, 8, 32, 2048]),
+        ("actual_seq_qlen", [[7], [1, 2, 3], [-1, 9], [], [5, 4], [4, 12]]),
+        ("actual_seq_kvlen", [[11], [-5, 1], [3, 3, 3], [33, 1], None]),
+        ("block_table", [torch.zeros(2, 1, dtype=torch.int32).npu(), torch.zeros(2, dtype=torch.int32).npu(),
+                         torch.full((2, 2), 9, dtype=torch.int32).npu(), table.long(), None]),
+        ("atten_mask", [torch.zeros(9, 32, dtype=torch.bool).npu(), torch.zeros(2048, 2048).npu(),
+                        torch.zeros(2, 9, 32, dtype=torch.bool).npu()]),
+        ("learnable_sink", [torch.zeros(N).npu(), torch.zeros(3).npu(), torch.zeros(N, dtype=torch.int32).npu(),
+                            torch.zeros(N)]),
+        ("pse_shift", [torch.zeros(2, N, 9, 32).npu()]),
+    ]
+    for _ in range(80):
+        kwargs = dict(base)
+        for name, values in rng.sample(corruptions, rng.randint(1, 3)):
+            kwargs[name] = rng.choice(values)
+        try:
+            FIA2(qt, cache, cache, **kwargs)
+            torch.npu.synchronize()
+        except (RuntimeError, NotImplementedError) as e:
+            assert "npu_fused_infer_attention_score_v2" in str(e) or "block_table" in str(e), str(e)
+    out, _ = FIA2(qt, cache, cache, **base)
+    torch.npu.synchronize()
+    assert out.shape == (9, N, D)

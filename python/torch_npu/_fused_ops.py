@@ -330,27 +330,52 @@ def _npu_deformable_conv2dbk(input, grad_output, offset_out, weight, offset, ker
             weight.new_empty((weight.shape[0],)))
 
 
+# The axes of torch_npu's inference attention layouts, outermost first: BSH is BSND with
+# N and D merged; TND and NTD are ragged (S is T, the batches' rows one after the other).
+_INFER_AXES = {"BSH": "BSND", "BSND": "BSND", "BNSD": "BNSD", "NSD": "NSD", "NBSD": "NBSD", "TND": "SND",
+               "NTD": "NSD"}
+
+
 def _infer_attention_out(query, value, block_table, num_heads, num_key_value_heads, input_layout):
     """attention_out of the inference attention operators (torch_npu's shape rule): the
     query's shape in the output layout ("BNSD_BSND": BNSD in, BSND out), with value's D."""
-    layout = input_layout.upper()
-    q_layout, _, out_layout = layout.partition("_")
+    q_layout, _, out_layout = input_layout.upper().partition("_")
     out_layout = out_layout or q_layout
     nkv = num_key_value_heads or num_heads
     if block_table is not None:  # paged cache: [blocks, block_size, H] or [blocks, Nkv, block_size, D]
         dv = value.shape[2] // nkv if value.dim() == 3 else value.shape[3]
     else:
         dv = value.shape[2] // nkv if q_layout == "BSH" else value.shape[-1]
-    if q_layout == "TND":
-        return query.new_empty([query.shape[0], query.shape[1], dv])
-    if q_layout == "BSH":
-        b, s, n = query.shape[0], query.shape[1], num_heads
-    elif q_layout == "BSND":
-        b, s, n = query.shape[0], query.shape[1], query.shape[2]
-    else:
-        b, n, s = query.shape[0], query.shape[1], query.shape[2]
-    shape = {"BSH": [b, s, n * dv], "BSND": [b, s, n, dv], "BNSD": [b, n, s, dv]}[out_layout]
-    return query.new_empty(shape)
+    dims = dict(zip(_INFER_AXES[q_layout], query.shape))
+    b, s, n = dims.get("B", 1), dims["S"], num_heads if q_layout == "BSH" else dims["N"]
+    if out_layout == "BSH":
+        return query.new_empty([b, s, n * dv])
+    sizes = {"B": b, "S": s, "N": n, "D": dv}
+    return query.new_empty([sizes[a] for a in _INFER_AXES[out_layout]])
+
+
+def _infer_attention_outputs(query, value, block_table, num_heads, num_key_value_heads, input_layout, want_lse):
+    """(attention_out, softmax_lse) of npu_fused_infer_attention_score(_v2): softmax_lse is
+    [B, N, S, 1] ([T, N, 1] for TND/NTD input), empty without the flag."""
+    out = _infer_attention_out(query, value, block_table, num_heads, num_key_value_heads, input_layout)
+    lse_dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    if not want_lse:
+        return out, query.new_empty([0], dtype=lse_dtype)
+    q_layout = input_layout.upper().partition("_")[0]
+    dims = dict(zip(_INFER_AXES[q_layout], query.shape))
+    n = num_heads if q_layout == "BSH" else dims["N"]
+    if q_layout in ("TND", "NTD"):
+        return out, query.new_empty([dims["S"], n, 1], dtype=lse_dtype)
+    return out, query.new_empty([dims.get("B", 1), n, dims["S"], 1], dtype=lse_dtype)
+
+
+def _resized_outputs(outputs, attention_out, softmax_lse, want_lse):
+    """The .out variants' outputs: resized like the operator's (softmax_lse left alone
+    without the flag)."""
+    attention_out.resize_(outputs[0].shape)
+    if want_lse:
+        softmax_lse.resize_(outputs[1].shape)
+    return attention_out, softmax_lse
 
 
 @_fake("npu::npu_prompt_flash_attention")
@@ -385,18 +410,58 @@ def _npu_fused_infer_attention_score(query, key, value, *, pse_shift=None, atten
                                      next_tokens=2147483647, input_layout="BSH", num_key_value_heads=0,
                                      sparse_mode=0, inner_precise=0, block_size=0, antiquant_mode=0,
                                      key_antiquant_mode=0, value_antiquant_mode=0, softmax_lse_flag=False):
-    out = _infer_attention_out(query, value, block_table, num_heads, num_key_value_heads, input_layout)
-    lse_dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
-    if not softmax_lse_flag:
-        return out, query.new_empty([0], dtype=lse_dtype)
-    layout = input_layout.upper()
-    if layout == "TND":
-        lse_shape = [query.shape[0], query.shape[1], 1]
-    elif layout.startswith("BNSD"):
-        lse_shape = [query.shape[0], query.shape[1], query.shape[2], 1]
-    else:  # BSH / BSND
-        lse_shape = [query.shape[0], num_heads, query.shape[1], 1]
-    return out, query.new_empty(lse_shape, dtype=lse_dtype)
+    return _infer_attention_outputs(query, value, block_table, num_heads, num_key_value_heads, input_layout,
+                                    softmax_lse_flag)
+
+
+@_fake("npu::npu_fused_infer_attention_score.out")
+def _npu_fused_infer_attention_score_out(query, key, value, *, attention_out, softmax_lse, block_table=None,
+                                         num_heads=1, input_layout="BSH", num_key_value_heads=0,
+                                         softmax_lse_flag=False, **_):
+    outputs = _infer_attention_outputs(query, value, block_table, num_heads, num_key_value_heads, input_layout,
+                                       softmax_lse_flag)
+    return _resized_outputs(outputs, attention_out, softmax_lse, softmax_lse_flag)
+
+
+@_fake("npu::npu_fused_infer_attention_score_v2")
+def _npu_fused_infer_attention_score_v2(query, key, value, *, block_table=None, num_query_heads=1,
+                                        num_key_value_heads=0, input_layout="BSH", return_softmax_lse=False, **_):
+    return _infer_attention_outputs(query, value, block_table, num_query_heads, num_key_value_heads, input_layout,
+                                    return_softmax_lse)
+
+
+@_fake("npu::npu_fused_infer_attention_score_v2.out")
+def _npu_fused_infer_attention_score_v2_out(query, key, value, *, attention_out, softmax_lse, block_table=None,
+                                            num_query_heads=1, num_key_value_heads=0, input_layout="BSH",
+                                            return_softmax_lse=False, **_):
+    outputs = _infer_attention_outputs(query, value, block_table, num_query_heads, num_key_value_heads,
+                                       input_layout, return_softmax_lse)
+    return _resized_outputs(outputs, attention_out, softmax_lse, return_softmax_lse)
+
+
+@_fake("npu::_npu_fused_infer_attention_score_infer_output")
+def _npu_fused_infer_attention_score_infer_output(query, value, *, input_layout="BSH", quant_scale2=None,
+                                                  block_table=None, num_heads=1, num_key_value_heads=0,
+                                                  softmax_lse_flag=False, query_rope=None):
+    return _infer_attention_outputs(query, value, block_table, num_heads, num_key_value_heads, input_layout,
+                                    softmax_lse_flag)
+
+
+@_fake("npu::_npu_fused_infer_attention_score_v2_infer_output")
+def _npu_fused_infer_attention_score_v2_infer_output(query, value, *, input_layout="BSH", block_table=None,
+                                                     num_query_heads=1, num_key_value_heads=0,
+                                                     return_softmax_lse=False, **_):
+    return _infer_attention_outputs(query, value, block_table, num_query_heads, num_key_value_heads, input_layout,
+                                    return_softmax_lse)
+
+
+def _no_workspace(query, key, value, **_):
+    # The simulator's kernel needs no workspace: an empty one.
+    return query.new_empty([0])
+
+
+_fake("npu::_npu_fused_infer_attention_score_get_max_workspace")(_no_workspace)
+_fake("npu::_npu_fused_infer_attention_score_v2_get_max_workspace")(_no_workspace)
 
 
 @_fake("npu::npu_ps_roi_pooling")
