@@ -7,6 +7,7 @@
 #include <ATen/ops/from_blob.h>
 #include <ATen/ops/zeros.h>
 #include <torch/autograd.h>
+#include <torch/csrc/jit/serialization/pickler_helper.h>
 #include <torch/library.h>
 
 #include <numeric>
@@ -407,6 +408,33 @@ int64_t get_npu_format(const at::Tensor& self) {
 }
 
 at::Tensor npu_format_cast_internal(const at::Tensor& self, int64_t acl_format) { return format_cast(self, acl_format); }
+
+// torch.save / torch.load. A storage's saved bytes are its base array's (what every
+// view reads, zero_copy.h), so the values load right on any device; the format goes
+// in the tensor's metadata and comes back when the tensor is loaded onto an npu.
+constexpr const char* kFormatKey = "npu_format_/";
+
+void save_format(const at::Tensor& t, std::unordered_map<std::string, bool>& metadata) {
+  const int64_t format = npu_format_of(t);
+  if (format != kFormatND) metadata[kFormatKey + std::to_string(format)] = true;
+}
+
+void load_format(const at::Tensor& t, std::unordered_map<std::string, bool>& metadata) {
+  for (const auto& [key, value] : metadata) {
+    if (!value || key.rfind(kFormatKey, 0) != 0) continue;
+    const int64_t format = std::stoll(key.substr(std::string(kFormatKey).size()));
+    c10::DeviceGuard guard(t.device());
+    at::Tensor cast = format_cast(t, format);
+    // In place, below autograd: the tensor may already require grad.
+    t.unsafeGetTensorImpl()->set_storage_keep_dtype(cast.storage());
+    t.unsafeGetTensorImpl()->set_sizes_and_strides(cast.sizes(), cast.strides(), cast.storage_offset());
+  }
+}
+
+const bool kSerializationRegistered = [] {
+  torch::jit::TensorBackendMetaRegistry(kNPU, &save_format, &load_format);
+  return true;
+}();
 
 }  // namespace
 

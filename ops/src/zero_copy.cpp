@@ -151,17 +151,6 @@ c10::Storage AliasMap::npu_storage_for(const c10::Storage& cpu) {
   return npu;
 }
 
-namespace {
-// A view of a tiled storage in its dtype, within its base array, reads the base array;
-// others (the bytes of untyped_storage()) read the physical bytes.
-bool reads_base_array(const at::Tensor& t, const FormattedStorage& f) {
-  if (t.scalar_type() != f.dtype) return false;
-  int64_t last = t.storage_offset();
-  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * std::abs(t.stride(d));
-  return t.numel() == 0 || static_cast<size_t>(last) < f.base_nbytes() / t.itemsize();
-}
-}  // namespace
-
 at::Tensor AliasMap::alias(const at::Tensor& t) {
   TORCH_CHECK(t.layout() == c10::kStrided, "npu tensors with layout ", t.layout(),
               " are not supported by the NPU simulator's kernels");
@@ -174,8 +163,7 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
       break;
     }
   }
-  const FormattedStorage* tiled = cpu ? nullptr : tiled_storage(t);
-  if (tiled != nullptr && reads_base_array(t, *tiled)) {
+  if (!cpu && tiled_storage(t) != nullptr) {
     cpu = untiled_copy(t);
     entries_.push_back({cpu.unsafeGetStorageImpl(), npu});
   } else if (!cpu) {
@@ -201,20 +189,23 @@ c10::Storage AliasMap::untiled_copy(const at::Tensor& t) {
     }
     wait_stream(stream);
   }
-  const size_t nbytes = f.base_nbytes();
+  // The base array, then zeros up to the storage's size: what any view of the storage
+  // (of any dtype, up to its nbytes) reads.
+  const size_t nbytes = std::max(f.base_nbytes(), f.nbytes());
   c10::DataPtr dp = NPUCachingAllocator::allocate(nbytes, device_);
   dp.unsafe_set_device(c10::Device(c10::DeviceType::CPU));
-  if (nbytes > 0) untile(f, dp.get());
+  if (f.base_nbytes() > 0) untile(f, dp.get());
+  std::memset(static_cast<char*>(dp.get()) + f.base_nbytes(), 0, nbytes - f.base_nbytes());
   c10::Storage copy(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes, std::move(dp),
                                                           &kernel_allocator(), /*resizable=*/true));
-  untiled_.push_back({copy, t.storage()});
+  untiled_.push_back({copy, t.storage(), nbytes});
   return copy;
 }
 
 void AliasMap::store_untiled() {
   for (const Untiled& u : untiled_) {
     FormattedStorage* f = formatted(u.npu.unsafeGetStorageImpl());
-    if (f->tiled() && u.copy.nbytes() == f->base_nbytes() && u.copy.nbytes() > 0) tile(*f, u.copy.data());
+    if (f->tiled() && u.copy.nbytes() == u.nbytes && f->base_nbytes() > 0) tile(*f, u.copy.data());
   }
 }
 
@@ -235,29 +226,34 @@ at::Tensor twin(const at::Tensor& t) {
 void AliasMap::sync_back(const WrittenArg& w) {
   auto* npu_storage = w.npu_storage.unsafeGetStorageImpl();
   auto* cpu_storage = w.alias.storage().unsafeGetStorageImpl();
-  // Written through an untiled copy (made by this map)?
-  FormattedStorage* tiled = nullptr;
-  for (const Untiled& u : untiled_) {
-    if (u.copy.unsafeGetStorageImpl() == cpu_storage) tiled = formatted(npu_storage);
-  }
-  if (tiled != nullptr && !tiled->tiled()) tiled = nullptr;
-  if (tiled != nullptr && cpu_storage->nbytes() == tiled->base_nbytes()) {
-    // Written into the untiled copy: store_untiled() tiles it back.
-  } else if (tiled != nullptr) {
-    // The kernel resized an out= argument in a tiled format: it now holds plain bytes.
-    npu_storage->set_data_ptr_noswap(take_buffer(cpu_storage, device_));
-    npu_storage->set_nbytes(cpu_storage->nbytes());
-    tiled->become_nd();
-  } else if (cpu_storage->data() != npu_storage->data() || cpu_storage->nbytes() != npu_storage->nbytes()) {
-    // The kernel resized an out= argument: its alias got a new (NPU) buffer.
-    npu_storage->set_data_ptr_noswap(take_buffer(cpu_storage, device_));
-    npu_storage->set_nbytes(cpu_storage->nbytes());
-  }
   // Only a change the kernel made (out= resized) goes to the caller's tensor; comparing
   // with the tensor itself would undo what the caller did meanwhile (set_, resize_).
   const at::Tensor& a = w.alias;
   const bool reshaped = a.sizes() != c10::IntArrayRef(w.sizes) || a.strides() != c10::IntArrayRef(w.strides) ||
                         a.storage_offset() != w.storage_offset;
+  // Written through an untiled copy (made by this map)?
+  FormattedStorage* tiled = nullptr;
+  size_t untiled_nbytes = 0;
+  for (const Untiled& u : untiled_) {
+    if (u.copy.unsafeGetStorageImpl() == cpu_storage) {
+      tiled = formatted(npu_storage);
+      untiled_nbytes = u.nbytes;
+    }
+  }
+  if (tiled != nullptr && !tiled->tiled()) tiled = nullptr;
+  if (tiled != nullptr && (reshaped || cpu_storage->nbytes() != untiled_nbytes)) {
+    // The kernel resized an out= argument in a tiled format: it now holds the plain
+    // bytes the kernel wrote (the tiling was for the old shape).
+    npu_storage->set_data_ptr_noswap(take_buffer(cpu_storage, device_));
+    npu_storage->set_nbytes(cpu_storage->nbytes());
+    tiled->become_nd();
+  } else if (tiled == nullptr &&
+             (cpu_storage->data() != npu_storage->data() || cpu_storage->nbytes() != npu_storage->nbytes())) {
+    // The kernel resized an out= argument: its alias got a new (NPU) buffer.
+    npu_storage->set_data_ptr_noswap(take_buffer(cpu_storage, device_));
+    npu_storage->set_nbytes(cpu_storage->nbytes());
+  }
+  // (Otherwise an untiled copy the kernel wrote in place: store_untiled() tiles it back.)
   if (!reshaped) return;
   if (auto original = w.original.lock()) {
     original->set_sizes_and_strides(a.sizes(), a.strides(), a.storage_offset());

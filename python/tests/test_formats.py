@@ -5,6 +5,8 @@ zero-padded layout (checked here against a reference tiling written with plain t
 its size follows torch_npu's rounding, and every operator gives on it the values it
 gives on ND.
 """
+import ctypes
+import io
 import math
 
 import pytest
@@ -52,9 +54,13 @@ def ref_fractal_z(x):
 
 
 def physical(t, shape):
-    """The raw bytes of t's storage, read as t's dtype in `shape`."""
-    raw = t.untyped_storage().cpu()
-    return torch.tensor([], dtype=t.dtype).set_(raw).reshape(shape)
+    """The physical bytes of t's storage, read as t's dtype in `shape`. (Device memory
+    of the simulator is host memory; every tensor view of the storage, its
+    untyped_storage() too, sees the base array's values instead, as kernels do.)"""
+    torch.npu.synchronize()
+    nbytes = t.untyped_storage().nbytes()
+    raw = bytearray(ctypes.string_at(t.untyped_storage().data_ptr(), nbytes))
+    return torch.frombuffer(raw, dtype=t.dtype).reshape(shape)
 
 
 # ---- API -------------------------------------------------------------------------
@@ -259,3 +265,28 @@ def test_compile_traces_format_cast():
     x = torch.randn(8, 16).npu()
     out = torch.compile(f, backend="eager")(x)
     torch.testing.assert_close(out.cpu(), x.cpu() * 2)
+
+
+def test_views_of_other_dtypes_read_the_base_array():
+    x = torch.randn(15, 17)
+    nz = _nz(x)
+    assert torch.equal(nz.view(torch.int32).cpu(), x.view(torch.int32))
+    raw = nz.untyped_storage().cpu()          # base array's bytes, zeros after them
+    base = torch.frombuffer(bytearray(bytes(raw)), dtype=torch.float32)
+    assert torch.equal(base[:x.numel()].reshape(15, 17), x)
+    assert torch.all(base[x.numel():] == 0)
+
+
+@pytest.mark.parametrize("fmt", [FRACTAL_NZ, NC1HWC0, NCHW])
+def test_save_and_load_keep_values_and_format(fmt):
+    x = torch.randn(4, 20, 3, 5)
+    t = torch_npu.npu_format_cast(x.npu(), fmt)
+    buf = io.BytesIO()
+    torch.save({"t": t, "view": t[1]}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf)
+    assert torch.equal(loaded["t"].cpu(), x) and torch.equal(loaded["view"].cpu(), x[1])
+    assert torch_npu.get_npu_format(loaded["t"]) == fmt
+    buf.seek(0)
+    on_cpu = torch.load(buf, map_location="cpu")
+    assert on_cpu["t"].device.type == "cpu" and torch.equal(on_cpu["t"], x)

@@ -58,9 +58,9 @@ class AliasMap {
   void sync_back(const WrittenArg& written);
   // A storage in a tiled format (formats.h) is aliased through an untiled copy of it,
   // made when the alias is: on a host thread after the device's current stream has
-  // drained, on a stream's worker in stream order. (A view with another element size,
-  // such as the bytes of untyped_storage(), sees the physical, tiled bytes.) True if
-  // this map made one.
+  // drained, on a stream's worker in stream order. Every view of such a storage, of any
+  // dtype (the bytes of untyped_storage() too), sees the base array's bytes; the tiled
+  // ones are physical only (data_ptr()). True if this map made one.
   bool has_untiled() const { return !untiled_.empty(); }
   // Tiles every untiled copy back into its storage (after a kernel that may write them).
   void store_untiled();
@@ -75,6 +75,7 @@ class AliasMap {
   struct Untiled {
     c10::Storage copy;  // CPU storage of the base array, plain
     c10::Storage npu;   // the tiled storage it stands for
+    size_t nbytes;      // of the copy as made (a kernel resizing it makes the storage ND)
   };
   c10::SmallVector<Untiled, 1> untiled_;
   c10::Storage npu_storage_for(const c10::Storage& cpu);
