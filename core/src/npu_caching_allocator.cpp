@@ -1629,6 +1629,9 @@ class State {
  public:
   // Lazily creates the per-device allocators and parses PYTORCH_NPU_ALLOC_CONF.
   void ensure_init() {
+    // Checked first: std::call_once costs two thread-local writes and a pthread_once
+    // call on every allocation and free.
+    if (initialized_.load(std::memory_order_acquire)) return;
     std::call_once(init_flag_, [this] {
       const char* env = std::getenv(kConfEnv);
       Config c = parse_config(env ? env : "");

@@ -164,7 +164,7 @@ def test_patches_are_listed_and_documented():
     from torch_npu import _patches
 
     assert _patches._applied
-    assert len(_patches.PATCHES) == 3
+    assert len(_patches.PATCHES) == 4
     for patch in _patches.PATCHES:
         assert patch.__doc__ and len(patch.__doc__.strip()) > 40
 
@@ -188,6 +188,28 @@ def test_patch_checkpoint_default_device():
     from torch.utils.checkpoint import DefaultDeviceType
 
     assert DefaultDeviceType.get_device_type() == "npu"
+
+
+def test_patch_linear_cross_entropy_auto_options():
+    # npu resolves the chunked path's "auto" picks as cpu does (float32 accumulation for
+    # half inputs), so the results equal the cpu's bit for bit.
+    import torch.nn.functional as F
+    from torch.nn import LinearCrossEntropyOptions
+
+    opts = LinearCrossEntropyOptions(batch_chunk_size=2)
+    resolved = opts._adjust(8, 8, 8, torch.float16, torch.device("npu:0"))
+    assert resolved.acc_dtype == torch.float32
+    assert resolved == opts._adjust(8, 8, 8, torch.float16, torch.device("cpu"))
+    torch.manual_seed(0)
+    x, w = torch.randn(8, 8, dtype=torch.float16), torch.randn(8, 8, dtype=torch.float16)
+    target = torch.randint(0, 8, (8,))
+    results = []
+    for device in ("cpu", "npu"):
+        xd, wd = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+        loss = F.linear_cross_entropy(xd, wd, target.to(device), reduction="sum", options=opts)
+        results.append([t.cpu() for t in (loss, *torch.autograd.grad(loss, (xd, wd)))])
+    for cpu, npu in zip(*results):
+        assert torch.equal(cpu, npu)
 
 
 def test_native_apis_need_no_patch():

@@ -59,11 +59,40 @@ def _checkpoint_default_device() -> None:
     DefaultDeviceType.set_device_type("npu")
 
 
+def _linear_cross_entropy_auto_options() -> None:
+    """Resolve ``LinearCrossEntropyOptions``' ``"auto"`` picks for npu as for cpu.
+
+    ``F.linear_cross_entropy``'s chunked path picks its accumulation dtype, precision
+    policy and chunking per device type from lists that know only cuda and cpu; any other
+    device gets float16/bfloat16 accumulation (``acc_dtype`` = the input dtype) and the
+    ``"compact"`` policy. The 910B's cube units do have mixed-precision matmuls (half
+    inputs, float32 results), and npu kernels are the CPU's, whose half GEMMs upcast to
+    float32 -- the case the options' docs say to pick ``"accurate"`` for. So npu resolves
+    like cpu: float32 accumulation, ``"accurate"``, ``"aspect_ratio"`` chunks, and the
+    same results as the cpu.
+    """
+    from torch.nn.modules import linear_cross_entropy_options as lce
+
+    options = getattr(lce, "LinearCrossEntropyOptions", None)
+    adjust = getattr(options, "_adjust", None)
+    if adjust is None or getattr(adjust, "_torch_npu_patched", False):
+        return
+
+    def _adjust(self, num_batches, in_features, num_classes, dtype, device=None):
+        if device is not None and torch.device(device).type == "npu":
+            device = torch.device("cpu")
+        return adjust(self, num_batches, in_features, num_classes, dtype, device)
+
+    _adjust._torch_npu_patched = True
+    options._adjust = _adjust
+
+
 #: The patches, in application order.
 PATCHES: List[Callable[[], None]] = [
     _alias_torch_npu_submodules,
     _profiler_activity_npu,
     _checkpoint_default_device,
+    _linear_cross_entropy_auto_options,
 ]
 
 _applied = False
