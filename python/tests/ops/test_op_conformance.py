@@ -12,8 +12,10 @@ they pass. So do the comparison tolerances (torch.testing's defaults for float32
 rounding or two for float16/bfloat16; per-OpInfo overrides with their reasons).
 
 Modes (TORCH_NPU_CONFORMANCE):
-  unset / "fast"  float32 forward (the first sample and its noncontiguous twin) and backward
-                  (the first sample) of every OpInfo: the slice the default
+  unset / "fast"  float32 forward (the first sample and its noncontiguous twin), backward
+                  (the first sample) and storage formats (the first sample with a tensor of
+                  2+ dimensions, its npu tensors in FRACTAL_NZ / NC1HWC0) of every OpInfo: the
+                  slice the default
                   `pytest python/tests` runs (CI), 1.5-3 minutes on 2 cores;
   "full"          float32, float16, bfloat16, int64 and bool forward (every sample and its
                   noncontiguous twin) and backward (every sample) where the OpInfo takes the
@@ -63,6 +65,17 @@ def _cpu_twin(sample):
     """The sample with each npu tensor copied to the cpu (tensors the OpInfo deliberately
     put on the cpu, e.g. tensor_split's indices, stay there)."""
     return sample.transform(lambda t: _twin(t, "cpu") if isinstance(t, torch.Tensor) and t.device.type != "cpu" else t)
+
+
+def _formattable(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.device.type == "npu" and t.layout == torch.strided and t.dim() >= 2
+
+
+def _in_storage_format(t):
+    """t's values in a storage of FRACTAL_NZ (29), or NC1HWC0 (3) for a 4-D tensor."""
+    if not _formattable(t):
+        return t
+    return torch_npu.npu_format_cast(t, 3 if t.dim() == 4 else 29)
 
 
 def _to_cpu(x):
@@ -121,8 +134,10 @@ class TestNPUConformance(TestCase):
         atol, rtol = tol if tol else (None, None)
         self.assertEqual(npu, cpu, exact_dtype=True, atol=atol, rtol=rtol, msg=what)
 
-    def _forward(self, op, dtype, sample, label):
+    def _forward(self, op, dtype, sample, label, npu_transform=None):
         npu_sample, sample = sample, _cpu_twin(sample)
+        if npu_transform is not None:
+            npu_sample = npu_sample.transform(npu_transform)
         _seed()
         try:
             expected = op(sample.input, *sample.args, **sample.kwargs)
@@ -151,6 +166,23 @@ class TestNPUConformance(TestCase):
                     if all(t.layout == torch.strided for t in _leaves(sample) if isinstance(t, torch.Tensor)):
                         self._forward(op, dtype, sample.noncontiguous(), f"noncontiguous sample {i}")
         self._check(op, dtype, "forward", body)
+
+    @ops(op_db, dtypes=OpDTypes.supported, allowed_dtypes=(torch.float32,))
+    def test_formats(self, device, dtype, op):
+        """The first sample with a tensor of 2 or more dimensions, its npu tensors in internal
+        storage formats (FRACTAL_NZ; 4-D ones in NC1HWC0): the op must give the values it
+        gives in ND."""
+        def body():
+            _seed()
+            skip = SKIPPED_SAMPLES.get(op.full_name, (lambda sample: False, ""))[0]
+            for i, sample in enumerate(op.sample_inputs(device, dtype, requires_grad=False)):
+                if not skip(sample) and any(_formattable(t) for t in _leaves(sample)):
+                    with torch.no_grad():
+                        self._forward(op, dtype, sample, f"sample {i} in storage formats: {sample.summary()}",
+                                      npu_transform=_in_storage_format)
+                    return
+            raise unittest.SkipTest("no sample has a tensor of 2 or more dimensions to put in a storage format")
+        self._check(op, dtype, "formats", body)
 
     @ops(op_db, dtypes=OpDTypes.supported_backward, allowed_dtypes=BACKWARD_DTYPES)
     def test_backward(self, device, dtype, op):
