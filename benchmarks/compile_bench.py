@@ -7,7 +7,9 @@
 The block is what transformer layers do around their matmuls, on [TOKENS, HIDDEN] f32:
 LayerNorm, GELU, then bias + dropout + residual add. Eager npu runs it as five or six
 kernels over the whole tensor; Inductor fuses it into one C++ kernel (the LayerNorm
-reduction with its pointwise epilogue and the dropout's random numbers). Cases:
+reduction with its pointwise epilogue and the dropout's random numbers; for npu graphs the
+random numbers come from torch_npu's vectorized form of Inductor's Philox, see
+``torch_npu._inductor.codegen.vectorized_rand``). Cases:
 
 * ``compile_eager``: the block in training mode (dropout p=0.1), compiled npu vs eager npu
   (target: >= 1.5x faster, ratio <= 0.67);
@@ -76,11 +78,13 @@ COMMON = dict(n=10, repeats=15, warmup=3, prewarm=2, unit="ms")
 CASES = [
     Case("compile_eager", f"torch.compile {BLOCK} {SHAPE}: compiled vs eager npu", 1 / 1.5,
          build=_builder(norm_block), sides=("eager", "compiled"), **COMMON,
-         note="training mode: the compiled kernel draws dropout's random numbers with Inductor's per-element "
-              "Philox, eager npu with ATen's bernoulli; both dominate the block's time"),
+         note="training mode: eager npu draws dropout's random numbers with ATen's bernoulli, the compiled npu "
+              "kernel with Inductor's Philox, 16 lanes at a time (torch_npu's AVX-512/AVX2 form, same numbers)"),
     Case("compile_cpu", f"torch.compile {BLOCK} {SHAPE}: npu vs cpu, both compiled", 1.1,
          build=_builder(norm_block), sides=("cpu", "compiled"), **COMMON,
-         note="the same Inductor C++ kernel on cpu tensors and on npu memory"),
+         note="the same fused Inductor C++ kernel on cpu tensors and on npu memory, except for dropout's random "
+              "numbers: Inductor's cpu kernel computes Philox lane by lane, torch_npu's 16 lanes at a time "
+              "(bit-identical numbers)"),
     Case("compile_eval", f"torch.compile LayerNorm + GELU + bias + residual {SHAPE}: compiled vs eager npu", 1 / 1.5,
          build=_builder(norm_block_eval), sides=("eager", "compiled"), **COMMON,
          note="the block in eval mode (no dropout): LayerNorm and GELU are single ATen kernels in eager too"),

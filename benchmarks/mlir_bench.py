@@ -104,7 +104,7 @@ CASES = [
          note="one IREE dispatch per LayerNorm pass with the elementwise ops fused in"),
     Case("mlir_mlp", f"MLIR (IREE) MLP {HIDDEN}->{MLP_HIDDEN}->{HIDDEN} + GELU + residual, {MLP_TOKENS} tokens: "
          f"vs eager npu", 1.0, build=_build_mlp, sides=("eager", "mlir"), **COMMON,
-         note="matmul-bound; weights are arguments (zero-copy), so IREE re-packs them on each call"),
+         note="matmul-bound; weights are arguments read in place (zero-copy, no data-tiling re-pack per call)"),
     Case("mlir_inductor", f"MLIR (IREE) vs Inductor, LayerNorm + GELU + bias + residual [{TOKENS}, {HIDDEN}] f32",
          10.0, build=_build_norm, sides=("inductor", "mlir"), **COMMON, note="reported, no target"),
 ]

@@ -317,3 +317,81 @@ def test_graph_break_falls_back_to_eager():
     out = torch.compile(fn, backend=counter)(x)
     _close(out, fn(x))
     assert counter.frame_count == 2
+
+
+# ---- random numbers in compiled kernels ---------------------------------------------------------
+def _philox_uniform(seed: int, offsets):
+    """Reference for Inductor's ``normalized_rand_cpu(seed, offset)`` (cpp_prefix.h) in numpy:
+    the first word of Philox4x32-10 with key (seed, 0) and counter (offset, 0, 0, 0), its low
+    31 bits scaled to [0, 1)."""
+    import numpy as np
+
+    m32 = np.uint64(0xFFFFFFFF)
+    c0 = offsets.astype(np.uint64) & m32
+    c1 = np.zeros_like(c0)
+    c2 = np.zeros_like(c0)
+    c3 = np.zeros_like(c0)
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(0)
+    for _ in range(10):
+        p0 = np.uint64(0xD2511F53) * c0
+        p1 = np.uint64(0xCD9E8D57) * c2
+        c0, c1, c2, c3 = (p1 >> np.uint64(32)) ^ c1 ^ k0, p1 & m32, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & m32
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & m32, (k1 + np.uint64(0xBB67AE85)) & m32
+    return (c0 & np.uint64(0x7FFFFFFF)).astype(np.float32) * np.float32(4.6566127342e-10)
+
+
+@pytest.mark.parametrize("device", ["cpu", "npu"])
+def test_compiled_rand_is_inductors_philox(device):
+    """Random numbers in compiled kernels are exactly Inductor's: on cpu the stock per-lane
+    ``normalized_rand_cpu`` loop (which checks the numpy reference), on npu the lanes-at-once
+    form torch_npu emits (``codegen.vectorized_rand``), vectorized body and scalar tail alike.
+
+    The kernel's seed is the one value the compiled graph draws with ``randint`` from the
+    device's generator; re-seeding and drawing it the same way gives it to the reference.
+    """
+    import numpy as np
+
+    fn = torch.compile(lambda x: torch.rand_like(x) + x)
+    x = torch.zeros(4099, device=device)  # 4096 vectorized elements and a scalar tail of 3
+    torch.manual_seed(123)
+    torch.npu.manual_seed(123)
+    out, code = _code(fn, x)
+    if device == "npu":
+        assert "0xD2511F53u" in code, "the npu kernel does not use the vectorized Philox"
+    torch.manual_seed(123)
+    torch.npu.manual_seed(123)
+    seed = torch.randint(-2 ** 63, 2 ** 63 - 1, [1], device=device).item()
+    expected = _philox_uniform(seed, np.arange(x.numel()))
+    assert torch.equal(out.cpu(), torch.from_numpy(expected))
+    assert 0.45 < float(out.mean()) < 0.55
+
+
+def test_dropout_in_a_compiled_block():
+    """Training-mode dropout in a fused kernel: the kept share is 1 - p, kept values are scaled
+    by 1 / (1 - p), and a second call draws a different mask."""
+    def block(x, bias):
+        return F.dropout(F.gelu(x) + bias, p=0.25, training=True)
+
+    x = torch.randn(256, 1024).npu()
+    bias = torch.randn(1024).npu()
+    compiled = torch.compile(block)
+    out1, out2 = compiled(x, bias), compiled(x, bias)
+    full = F.gelu(x) + bias
+    for out in (out1, out2):
+        kept = out != 0
+        assert 0.73 < kept.float().mean().item() < 0.77
+        _close(out[kept], (full / 0.75)[kept])
+    assert not torch.equal(out1 != 0, out2 != 0)
+
+
+def test_torch_npu_codegen_is_in_the_fx_graph_cache_key():
+    """Inductor's FX graph cache key covers torch_npu's code generation: its device custom
+    pass for npu hashes the modules that shape the generated code."""
+    from torch._inductor.codegen.common import custom_backend_passes, init_backend_registration
+    from torch_npu._inductor import codegen
+
+    torch.compile(lambda x: x + 1)(torch.ones(2).npu())  # registers Inductor's npu backend
+    init_backend_registration()
+    key = custom_backend_passes["npu"]
+    assert isinstance(key, codegen.NpuCodegenKey)
+    assert re.fullmatch(r"[0-9a-f]{64}", key.uuid())

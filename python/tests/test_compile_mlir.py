@@ -394,4 +394,8 @@ def test_dispatch_fuses_matmul_with_its_epilogue(tmp_path, monkeypatch):
             src = f.read()
         if "linalg.matmul" in src and "math.erf" in src:  # GELU(x) = x/2 (1 + erf(x/sqrt 2))
             fused.append(path)
+        assert "linalg.pack" not in src, path
     assert fused, dispatches
+    # Weights are arguments: executables that re-pack them (data tiling's "__encoding_*"
+    # dispatches, linalg.pack) would copy every weight matrix on every call.
+    assert not glob.glob(os.path.join(str(tmp_path), "*encoding*")), os.listdir(str(tmp_path))

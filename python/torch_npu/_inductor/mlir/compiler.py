@@ -21,12 +21,15 @@ from . import runtime
 log = logging.getLogger(__name__)
 
 TARGET_BACKEND = "llvm-cpu"
-# Tuned on this simulator's host: data tiling and microkernels let matmuls reach MKL-like
-# speed; target-cpu=host makes the code non-portable, hence the CPU in the cache key.
+# target-cpu=host makes the code non-portable, hence the CPU in the cache key. No data
+# tiling (--iree-opt-data-tiling): weights are function arguments, so the packed layouts it
+# gives matmuls would be recomputed from the weights on every call (an "__encoding" dispatch
+# copying each weight matrix); IREE's plain tiled matmuls are faster here than that.
+# Aggressive fusion puts a LayerNorm's two reductions and its elementwise epilogue into one
+# dispatch (with _layer_norm below): one barrier and worker hand-off fewer per norm.
 COMPILE_FLAGS = (
     "--iree-llvmcpu-target-cpu=host",
-    "--iree-opt-data-tiling",
-    "--iree-llvmcpu-enable-ukernels=all",
+    "--iree-dispatch-creation-enable-aggressive-fusion",
 )
 # Calling convention of the compiled main() (part of the cache key): inputs, then output
 # buffers the results are written into.
@@ -135,10 +138,37 @@ def _decompositions():
             aten.unsafe_split.Tensor, aten.squeeze.dims, aten.masked_fill.Scalar, aten.masked_fill.Tensor,
             aten.full, aten._to_copy, aten.lift_fresh_copy, aten._unsafe_index.Tensor,
             aten._scaled_dot_product_flash_attention_for_cpu, aten.nll_loss_forward, aten.nll_loss_backward,
+            # erf(x * M_SQRT1_2): torch-mlir's own lowering divides by sqrt(2) per element
+            aten.gelu,
         ])
         # PyTorch's own decomposition of this one calls the mutating _native_batch_norm_legit.
         _DECOMPOSITIONS[aten._native_batch_norm_legit_no_training.default] = _batch_norm_inference
+        _DECOMPOSITIONS[aten.native_layer_norm.default] = _layer_norm
     return _DECOMPOSITIONS
+
+
+def _layer_norm(x, normalized_shape, weight, bias, eps):
+    """native_layer_norm as two reductions IREE fuses without a stored intermediate.
+
+    torch-mlir's lowering (and PyTorch's decomposition) use ``x - mean`` twice, for the
+    variance and for the output; IREE then computes it once, in the mean's dispatch, and
+    writes it to memory for the second dispatch to read: one more pass over an input-sized
+    tensor. Here the variance squares ``mean - x`` (not CSE'd with ``x - mean``), so each
+    difference has one use and is fused into its consumer: the same two-pass arithmetic,
+    ~25% less time on a [2048, 1024] LayerNorm + GELU block. Outputs as ATen's: y, and mean
+    and rstd with the normalized dimensions kept as size 1 (in the input's dtype, as on cpu).
+    """
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    xc = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    mean = xc.mean(dims, keepdim=True)
+    deviation = mean - xc
+    rstd = torch.rsqrt((deviation * deviation).mean(dims, keepdim=True) + eps)
+    y = (xc - mean) * rstd
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y.to(x.dtype), mean.to(x.dtype), rstd.to(x.dtype)
 
 
 def _batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps):

@@ -12,8 +12,9 @@ are passed as they are. Exception: IREE cannot write a result that is a pure con
 into an imported buffer; such a graph uses the returning entry and copies its results.
 
 Ordering: IREE runs on its own threads, outside the npu stream's task queue, so before
-it reads npu memory the current stream is synchronized (work queued there may still be
-producing the inputs). The results are complete when the call returns.
+it reads npu memory the current stream is queried and, if it has pending work,
+synchronized (work queued there may still be producing the inputs). The results are
+complete when the call returns.
 """
 import threading
 from typing import List, NamedTuple, Sequence
@@ -29,8 +30,16 @@ def _runtime():
     global _state
     with _lock:
         if _state is None:
+            import os
+
             import iree.runtime as rt
 
+            # IREE's default topology pins one worker per core. On this host the cores are
+            # shared with the npu stream workers, ATen's OpenMP threads and other processes,
+            # and a pinned worker whose core is busy cannot move to an idle one. A group
+            # count makes the workers unpinned (scheduled by the OS).
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+            rt.flags.parse_flags(f"--task_topology_group_count={cpus or 1}")
             config = rt.Config("local-task")
             _state = (config.vm_instance, config.device, rt.create_hal_module(config.vm_instance, config.device))
         return _state
@@ -110,7 +119,9 @@ def make_callable(module: Module, plan: OutputPlan):
                            if isinstance(t, torch.Tensor) and t.device.type == "npu"), None)
         iree_args = [_to_iree(a) for a in args]  # (may queue .contiguous() copies: before the sync)
         if npu_device is not None:  # the inputs may still be in the making on the stream
-            torch.npu.current_stream(npu_device).synchronize()
+            stream = torch.npu.current_stream(npu_device)
+            if not stream.query():  # (a query is ~20x cheaper than synchronizing an idle stream)
+                stream.synchronize()
         results = invoke(iree_args)
         args_in = list(args)
         args.clear()  # boxed calling convention: the callee owns (and drops) the inputs
