@@ -70,15 +70,13 @@ struct Tiling {
   FormatSizes logical, padded, split, perm;
 };
 
-Tiling tiling_of(int64_t format, c10::IntArrayRef base, at::ScalarType dtype) {
+Tiling tiling_of(int64_t format, c10::IntArrayRef base, int64_t c0) {
   Tiling t;
   switch (format) {
     case kFormatFractalNZ: {
-      // [..., m, n] -> [..., n/c0, m/16, 16, c0]; c0 is 32 bytes of 16-bit elements
-      // (float32 is counted as float16, as torch_npu does), 32 for 1-byte types.
+      // [..., m, n] -> [..., n/c0, m/16, 16, c0] (nz_c0 below).
       t.logical.assign(base.begin(), base.end());
       const size_t k = base.size() - 2;
-      const int64_t c0 = c10::elementSize(dtype) == 1 ? 32 : 16;
       const int64_t m = base[k], n = base[k + 1];
       t.padded = t.logical;
       t.padded[k] = blocks(m, kBlock) * kBlock;
@@ -159,12 +157,13 @@ at::Tensor unpadded(at::Tensor padded, c10::IntArrayRef logical) {
 }  // namespace
 
 FormattedStorage::FormattedStorage(size_t nbytes, c10::DataPtr data, c10::Allocator* allocator, int64_t format,
-                                   FormatSizes base_sizes, at::ScalarType dtype)
+                                   FormatSizes base_sizes, at::ScalarType dtype, int64_t c0)
     : c10::StorageImpl(c10::StorageImpl::use_byte_size_t(), static_cast<int64_t>(nbytes), std::move(data), allocator,
                        /*resizable=*/true),
       format(format),
       base_sizes(std::move(base_sizes)),
-      dtype(dtype) {}
+      dtype(dtype),
+      c0(c0) {}
 
 bool FormattedStorage::tiled() const { return is_tiled_format(format); }
 
@@ -229,9 +228,19 @@ int64_t effective_format(int64_t format, int64_t dim) {
   return format;
 }
 
-FormatSizes storage_sizes(int64_t format, c10::IntArrayRef base, at::ScalarType dtype) {
+int64_t nz_c0(at::ScalarType dtype, std::optional<int64_t> customize_dtype) {
+  if (!customize_dtype.has_value()) return c10::elementSize(dtype) == 1 ? 32 : 16;
+  TORCH_CHECK(*customize_dtype >= 0 && *customize_dtype < static_cast<int64_t>(at::ScalarType::NumOptions),
+              "npu_format_cast: customize_dtype ", *customize_dtype, " is not a dtype number");
+  const auto custom = static_cast<at::ScalarType>(*customize_dtype);
+  const size_t size = c10::elementSize(custom);
+  TORCH_CHECK(size >= 1 && size <= 8, "npu_format_cast: customize_dtype ", custom, " has no FRACTAL_NZ block");
+  return 32 / static_cast<int64_t>(size);
+}
+
+FormatSizes storage_sizes(int64_t format, c10::IntArrayRef base, int64_t c0) {
   if (!is_tiled_format(format)) return FormatSizes(base.begin(), base.end());
-  const Tiling t = tiling_of(format, base, dtype);
+  const Tiling t = tiling_of(format, base, c0);
   FormatSizes physical = permuted(t.split, t.perm);
   if (format == kFormatFractalZ || format == kFormatFractalZ3D) {
     // torch_npu reports the fractal's outer dimensions as one.
@@ -243,13 +252,13 @@ FormatSizes storage_sizes(int64_t format, c10::IntArrayRef base, at::ScalarType 
 }
 
 void untile(const FormattedStorage& s, void* nd) {
-  const Tiling t = tiling_of(s.format, s.base_sizes, s.dtype);
+  const Tiling t = tiling_of(s.format, s.base_sizes, s.c0);
   at::Tensor out = at::from_blob(nd, t.logical, at::TensorOptions().dtype(s.dtype));
   out.copy_(unpadded(split_view(s, t).reshape(t.padded), t.logical));
 }
 
 void tile(FormattedStorage& s, const void* nd) {
-  const Tiling t = tiling_of(s.format, s.base_sizes, s.dtype);
+  const Tiling t = tiling_of(s.format, s.base_sizes, s.c0);
   at::Tensor in = at::from_blob(const_cast<void*>(nd), t.logical, at::TensorOptions().dtype(s.dtype));
   at::Tensor padded = at::zeros(t.padded, in.options());  // the padding holds zeros, as on Ascend
   unpadded(padded, t.logical).copy_(in);
@@ -269,14 +278,15 @@ void check_npu(const at::Tensor& t, const char* op, const char* arg) {
 }
 
 // An npu tensor of `sizes` whose storage is in `format` (already effective).
-at::Tensor empty_formatted(c10::IntArrayRef sizes, at::ScalarType dtype, c10::DeviceIndex device, int64_t format) {
+at::Tensor empty_formatted(c10::IntArrayRef sizes, at::ScalarType dtype, c10::DeviceIndex device, int64_t format,
+                           int64_t c0) {
   for (int64_t s : sizes) TORCH_CHECK(s >= 0, "empty_with_format: negative dimension ", s, " in size ", sizes);
   c10::DeviceGuard guard(c10::Device(kNPU, device));
-  const FormatSizes physical = storage_sizes(format, sizes, dtype);
+  const FormatSizes physical = storage_sizes(format, sizes, c0);
   const size_t nbytes = static_cast<size_t>(product(physical)) * c10::elementSize(dtype);
   c10::Allocator* allocator = NPUCachingAllocator::get();
   auto storage = c10::make_intrusive<FormattedStorage>(nbytes, allocator->allocate(nbytes), allocator, format,
-                                                      FormatSizes(sizes.begin(), sizes.end()), dtype);
+                                                      FormatSizes(sizes.begin(), sizes.end()), dtype, c0);
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(std::move(storage)),
                                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                                    c10::scalarTypeToTypeMeta(dtype));
@@ -299,7 +309,7 @@ at::Tensor empty_with_format(c10::IntArrayRef size, std::optional<at::ScalarType
   if (format == kFormatND) {
     return at::empty(size, at::TensorOptions().dtype(type).device(kNPU, index));
   }
-  return empty_formatted(size, type, index, format);
+  return empty_formatted(size, type, index, format, nz_c0(type, std::nullopt));
 }
 
 }  // namespace
@@ -307,19 +317,21 @@ at::Tensor empty_with_format(c10::IntArrayRef size, std::optional<at::ScalarType
 // The cast itself: a storage in `format` holding what self's storage holds. A tensor
 // on a formatted storage keeps its geometry (views stay views, as in torch_npu); one
 // on a plain storage is copied as it appears.
-at::Tensor format_cast(const at::Tensor& self, int64_t acl_format) {
+at::Tensor format_cast(const at::Tensor& self, int64_t acl_format, std::optional<int64_t> customize_dtype) {
   check_npu(self, "npu_format_cast", "self");
   const FormattedStorage* src = formatted(self.storage().unsafeGetStorageImpl());
   const bool geometry_of_base = src != nullptr;
   const c10::IntArrayRef base = geometry_of_base ? c10::IntArrayRef(src->base_sizes) : self.sizes();
   const int64_t format = effective_format(acl_format, static_cast<int64_t>(base.size()));
-  if (npu_format_of(self) == format) return self;
   TORCH_CHECK(!geometry_of_base || c10::elementSize(src->dtype) == self.itemsize(), "npu_format_cast: a ",
               self.scalar_type(), " view of a ", src->dtype, " storage in ", format_name(src->format),
               " cannot be cast; cast the tensor it views");
   const at::ScalarType dtype = geometry_of_base ? src->dtype : self.scalar_type();
+  // customize_dtype sets FRACTAL_NZ's block (32 bytes of that dtype), as on Ascend.
+  const int64_t c0 = nz_c0(dtype, customize_dtype);
+  if (npu_format_of(self) == format && (format != kFormatFractalNZ || src->c0 == c0)) return self;
   at::Tensor dst = format == kFormatND ? at::empty(base, self.options().dtype(dtype))
-                                       : empty_formatted(base, dtype, self.device().index(), format);
+                                       : empty_formatted(base, dtype, self.device().index(), format, c0);
   if (geometry_of_base) {
     // The whole base array, then self's view of it.
     FormatSizes strides(base.size(), 1);
@@ -347,31 +359,35 @@ c10::TypedOperatorHandle<FormatCastFn> format_cast_op() {
 class FormatCast : public torch::autograd::Function<FormatCast> {
  public:
   // Through the dispatcher: below autograd, fake tensors (torch.compile) find their kernel.
-  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& self, int64_t acl_format) {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& self, int64_t acl_format,
+                            std::optional<int64_t> customize_dtype, std::optional<int64_t> input_dtype) {
     at::AutoDispatchBelowADInplaceOrView guard;
-    return format_cast_op().call(self, acl_format, std::nullopt, std::nullopt);
+    return format_cast_op().call(self, acl_format, customize_dtype, input_dtype);
   }
   // The values are the input's: the gradient passes through (in ND).
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
                                                  torch::autograd::variable_list grads) {
-    return {grads[0], at::Tensor()};
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
+// input_dtype reinterprets self's bytes (packed int4 and the like), which the simulator
+// does not have: only self's own dtype is accepted.
+void check_input_dtype(const at::Tensor& self, std::optional<int64_t> input_dtype) {
+  TORCH_CHECK(!input_dtype.has_value() || *input_dtype == static_cast<int64_t>(self.scalar_type()),
+              "npu_format_cast: input_dtype ", input_dtype.value_or(-1), " differs from self's dtype ",
+              self.scalar_type(), "; reinterpreting storage bytes is not supported by the NPU simulator");
+}
+
 at::Tensor npu_format_cast(const at::Tensor& self, int64_t acl_format, std::optional<int64_t> customize_dtype,
                            std::optional<int64_t> input_dtype) {
-  TORCH_CHECK(!customize_dtype.has_value() && !input_dtype.has_value(),
-              "npu_format_cast: customize_dtype and input_dtype (casts to another storage dtype) are not "
-              "supported by the NPU simulator");
-  return format_cast(self, acl_format);
+  check_input_dtype(self, input_dtype);
+  return format_cast(self, acl_format, customize_dtype);
 }
 
 at::Tensor npu_format_cast_autograd(const at::Tensor& self, int64_t acl_format, std::optional<int64_t> customize_dtype,
                                     std::optional<int64_t> input_dtype) {
-  TORCH_CHECK(!customize_dtype.has_value() && !input_dtype.has_value(),
-              "npu_format_cast: customize_dtype and input_dtype (casts to another storage dtype) are not "
-              "supported by the NPU simulator");
-  return FormatCast::apply(self, acl_format);
+  return FormatCast::apply(self, acl_format, customize_dtype, input_dtype);
 }
 
 // Casts to dst's format through the int overload (and its autograd).
@@ -396,8 +412,7 @@ at::Tensor& npu_format_cast_from(at::Tensor& self, const at::Tensor& src, std::o
                                  std::optional<int64_t> input_dtype) {
   check_npu(self, "npu_format_cast_", "self");
   check_npu(src, "npu_format_cast_", "src");
-  TORCH_CHECK(!customize_dtype.has_value() && !input_dtype.has_value(),
-              "npu_format_cast_: customize_dtype and input_dtype are not supported by the NPU simulator");
+  check_input_dtype(src, input_dtype);
   self.copy_(src);
   return self;
 }

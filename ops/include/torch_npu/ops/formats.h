@@ -40,11 +40,12 @@ using FormatSizes = c10::SmallVector<int64_t, 6>;
 // A storage with an NPU storage format other than plain ND.
 struct FormattedStorage final : public c10::StorageImpl {
   FormattedStorage(size_t nbytes, c10::DataPtr data, c10::Allocator* allocator, int64_t format,
-                   FormatSizes base_sizes, at::ScalarType dtype);
+                   FormatSizes base_sizes, at::ScalarType dtype, int64_t c0);
 
   int64_t format;          // an AclFormat
   FormatSizes base_sizes;  // the ND array the storage holds
   at::ScalarType dtype;    // of its elements (tiling is in elements)
+  int64_t c0;              // FRACTAL_NZ: elements per fractal row (32 bytes' worth)
 
   // The physical layout differs from the base array's (NZ, NC1HWC0, ...); NCHW, NHWC,
   // ND, ... are labels over plain bytes.
@@ -61,8 +62,11 @@ FormattedStorage* formatted(c10::StorageImpl* storage);
 // The descriptor of t's storage if its bytes are tiled, else nullptr.
 const FormattedStorage* tiled_storage(const at::Tensor& t);
 
+// FRACTAL_NZ's row block: 32 bytes of 16-bit elements (float32 counts as float16, as
+// torch_npu does), 32 for 1-byte types; 32 bytes of customize_dtype if given.
+int64_t nz_c0(at::ScalarType dtype, std::optional<int64_t> customize_dtype);
 // The physical shape of `base_sizes` in `format` (torch_npu's storage sizes).
-FormatSizes storage_sizes(int64_t format, c10::IntArrayRef base_sizes, at::ScalarType dtype);
+FormatSizes storage_sizes(int64_t format, c10::IntArrayRef base_sizes, int64_t c0);
 // The format a cast to `format` gives a tensor of `dim` dimensions (NZ needs >= 2).
 int64_t effective_format(int64_t format, int64_t dim);
 std::string format_name(int64_t format);
@@ -77,6 +81,7 @@ int64_t npu_format_of(const at::Tensor& t);
 
 // torch_npu.npu_format_cast without autograd: self's values in a storage of
 // `acl_format` (self itself if it has that format already).
-at::Tensor format_cast(const at::Tensor& self, int64_t acl_format);
+at::Tensor format_cast(const at::Tensor& self, int64_t acl_format,
+                       std::optional<int64_t> customize_dtype = std::nullopt);
 
 }  // namespace torch_npu::ops
