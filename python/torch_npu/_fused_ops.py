@@ -514,3 +514,71 @@ def _npu_quant_conv2d(input, weight, scale, strides=(1, 1), pads=(0, 0), dilatio
 @_fake("npu::npu_anchor_response_flags")
 def _npu_anchor_response_flags(self, featmap_size, stride, num_base_anchors):
     return self.new_empty((featmap_size[0] * featmap_size[1] * num_base_anchors,), dtype=torch.uint8)
+
+
+# ---- BERT attention (contrib/src/bert_attention.cpp) ----
+
+@_fake("npu::npu_fused_attention_score_fwd")
+def _npu_fused_attention_score_fwd(query_layer, key_layer, value_layer, attention_mask, scale, keep_prob,
+                                   query_transpose=False, key_transpose=False, bmm_score_transpose_a=False,
+                                   bmm_score_transpose_b=False, value_transpose=False, dx_transpose=False):
+    b, n, s, _ = query_layer.shape
+    sk, dv = key_layer.shape[2], value_layer.shape[3]
+    return (query_layer.new_empty([b * s, n * dv]), query_layer.new_empty([b, n, s, sk]),
+            query_layer.new_empty([b * n * s * sk], dtype=torch.uint8))
+
+
+def _attention_score_grads(query_layer, key_layer, value_layer):
+    """q/k/v gradient buffers [B, S, N, D] (the context's BSH rows)."""
+    b, n, s, d = query_layer.shape
+    sk, dv = key_layer.shape[2], value_layer.shape[3]
+    return (query_layer.new_empty([b, s, n, d]), query_layer.new_empty([b, sk, n, d]),
+            query_layer.new_empty([b, sk, n, dv]))
+
+
+@_fake("npu::npu_fused_attention_score_backward")
+def _npu_fused_attention_score_backward(grad_output, softmax_output, query_layer, key_layer, value_layer, mask,
+                                        scale, keep_prob, query_transpose=False, key_transpose=False,
+                                        value_transpose=False, dx_transpose=False):
+    return tuple(t.transpose(1, 2) for t in _attention_score_grads(query_layer, key_layer, value_layer))
+
+
+@_fake("npu::npu_fused_attention_score_grad")
+def _npu_fused_attention_score_grad(grad_output, softmax_output, query_layer, key_layer, value_layer, mask,
+                                    scale, keep_prob, query_transpose=False, key_transpose=False,
+                                    value_transpose=False, dx_transpose=False):
+    return tuple(t.new_empty([t.shape[0] * t.shape[1], t.shape[2] * t.shape[3]])
+                 for t in _attention_score_grads(query_layer, key_layer, value_layer))
+
+
+@_fake("npu::npu_fused_attention_layernorm_qkv_fwd")
+def _npu_fused_attention_layernorm_qkv_fwd(x, kernel_query, kernel_key, kernel_value, gamma, beta, bias_query=None,
+                                           bias_key=None, bias_value=None, seq_len=128, num_heads=12, eps=1e-05):
+    m, h = x.shape
+    shape = [m // seq_len, num_heads, seq_len, kernel_query.shape[1] // num_heads]
+    return [x.new_empty([m, h]), x.new_empty(shape), x.new_empty(shape), x.new_empty(shape),
+            x.new_empty([m]), x.new_empty([m])]
+
+
+@_fake("npu::npu_fused_attention_qkv_grad")
+def _npu_fused_attention_qkv_grad(grad_output_query, grad_output_key, grad_output_value, query_kernel, key_kernel,
+                                  value_kernel, hidden_states, grad_output_ln):
+    kernels = (query_kernel, key_kernel, value_kernel)
+    return ([hidden_states.new_empty(hidden_states.shape)] + [k.new_empty(k.shape) for k in kernels]
+            + [k.new_empty([k.shape[1]]) for k in kernels])
+
+
+@_fake("npu::npu_layernorm_grad")
+def _npu_layernorm_grad(grad_out, input, normalized_shape, mean, rstd, weight, bias):
+    shape = list(normalized_shape)
+    return input.new_empty(input.shape), input.new_empty(shape), input.new_empty(shape)
+
+
+@_fake("npu::npu_linear")
+def _npu_linear(input, weight, bias=None):
+    return input.new_empty([input.shape[0], weight.shape[0]])
+
+
+@_fake("npu::npu_linear_backward")
+def _npu_linear_backward(grad, input, weight):
+    return input.new_empty(input.shape), weight.new_empty(weight.shape)

@@ -13,7 +13,7 @@ from . import function, module
 from .function import (npu_iou, npu_ptiou, npu_giou, npu_diou, npu_ciou, npu_multiclass_nms,
                        npu_batched_multiclass_nms, npu_bbox_coder_encode_yolo, npu_bbox_coder_encode_xyxy2xywh,
                        npu_bbox_coder_decode_xywh2xyxy, fuse_add_softmax_dropout, roll, matmul_transpose,
-                       npu_fast_condition_index_put)
+                       npu_fast_condition_index_put, npu_fused_attention, npu_fused_attention_with_layernorm)
 from .module import (ChannelShuffle, Prefetcher, LabelSmoothingCrossEntropy, ROIAlign, DCNv2, ModulatedDeformConv,
                      Mish, SiLU, Swish, NpuFairseqDropout, NpuCachedDropout, NpuDropPath, Focus, FastBatchNorm1d,
                      FastBatchNorm2d, FastBatchNorm3d, MultiheadAttention, PSROIPool, BiLSTM, FusedColorJitter,
@@ -36,6 +36,7 @@ __all__ = [
     "npu_multiclass_nms", "npu_batched_multiclass_nms",
     "npu_bbox_coder_encode_yolo", "npu_bbox_coder_encode_xyxy2xywh", "npu_bbox_coder_decode_xywh2xyxy",
     "fuse_add_softmax_dropout", "roll", "matmul_transpose", "npu_fast_condition_index_put",
+    "npu_fused_attention", "npu_fused_attention_with_layernorm",
     # from module
     "ChannelShuffle", "Prefetcher", "LabelSmoothingCrossEntropy", "ROIAlign", "ModulatedDeformConv", "DCNv2",
     "Mish", "SiLU", "Swish", "NpuFairseqDropout", "NpuCachedDropout", "NpuDropPath", "Focus",

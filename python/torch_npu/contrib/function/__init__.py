@@ -7,6 +7,7 @@ from .bbox_coder import (npu_bbox_coder_encode_yolo, npu_bbox_coder_encode_xyxy2
 from .fuse_add_softmax_dropout import fuse_add_softmax_dropout
 from .roll import roll
 from .matmul_transpose import matmul_transpose
+from .fused_attention import npu_fused_attention_with_layernorm, npu_fused_attention
 from .npu_functional import dropout_with_byte_mask
 from .index_op import npu_fast_condition_index_put
 from .anchor_generator import npu_single_level_responsible_flags
@@ -25,6 +26,8 @@ __all__ = [
     "fuse_add_softmax_dropout",
     "roll",
     "matmul_transpose",
+    "npu_fused_attention",
+    "npu_fused_attention_with_layernorm",
     "dropout_with_byte_mask",
     "npu_fast_condition_index_put",
     "npu_single_level_responsible_flags",
