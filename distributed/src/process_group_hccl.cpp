@@ -10,6 +10,7 @@
 #include "algorithms.h"
 #include "comm.h"
 #include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_graph.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
 #include "torch_npu/ops/zero_copy.h"
@@ -68,6 +69,10 @@ class WorkHCCL : public c10d::Work {
   bool isCompleted() override { return failed() || done_.query(); }
   bool isSuccess() const override { return !failed(); }
   std::exception_ptr exception() const override {
+    for (const auto& o : joined_) {
+      std::lock_guard<std::mutex> lock(o->mu);
+      if (o->error) return o->error;
+    }
     std::lock_guard<std::mutex> lock(outcome_->mu);
     return outcome_->error;
   }
@@ -104,12 +109,10 @@ class WorkHCCL : public c10d::Work {
   std::shared_ptr<Outcome> outcome_;
   c10::Event done_{kNPU};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::vector<std::shared_ptr<Outcome>> joined_;  // a coalescing block's operations
 
  private:
-  bool failed() const {
-    std::lock_guard<std::mutex> lock(outcome_->mu);
-    return outcome_->error != nullptr;
-  }
+  bool failed() const { return exception() != nullptr; }
   void rethrow() const {
     if (auto e = exception()) std::rethrow_exception(e);
   }
@@ -138,6 +141,41 @@ void check_rank(int r, int size, const char* name, const char* what) {
 
 void* ptr(const at::Tensor& t) { return t.data_ptr(); }
 size_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+
+// After a failure: make local peers and the other hosts fail now, not at their timeout;
+// the Work and every later call of the group raise `e`.
+void record_failure(Comm& comm, CommState& state, Outcome& outcome, std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const c10::Error& ex) {
+    comm.abort(ex.what_without_backtrace());
+  } catch (const std::exception& ex) {
+    comm.abort(ex.what());
+  } catch (...) {
+    comm.abort("hccl: unknown error");
+  }
+  {
+    std::lock_guard<std::mutex> lock(outcome.mu);
+    outcome.error = e;
+  }
+  std::lock_guard<std::mutex> lock(state.mu);
+  if (!state.error) state.error = e;
+}
+
+// Collectives moving at most this many bytes (all their tensors together) may run on the
+// calling thread; larger ones always go to the communication stream, to overlap compute.
+constexpr size_t kInlineBytes = 256 << 10;
+
+// How long an inline attempt waits for the peers before handing the collective to the
+// communication stream (which keeps waiting): long enough for a peer in a loop of
+// collectives, short enough that a caller whose peers are busy elsewhere goes on.
+std::chrono::nanoseconds inline_budget() {
+  static const std::chrono::nanoseconds budget = [] {
+    const char* v = std::getenv("TORCH_NPU_HCCL_INLINE_US");  // simulator knob; 0 disables
+    return std::chrono::microseconds(v && *v ? std::atoll(v) : 200);
+  }();
+  return budget;
+}
 
 }  // namespace
 
@@ -207,6 +245,48 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane 
   }
   const uint64_t seq = lane == Lane::Collective ? ++seq_ : ++p2p_seq_;
   const c10::Stream comm = stream_for(device, lane);
+  auto work = c10::make_intrusive<WorkHCCL>(rank_, c10d::OpType::UNKNOWN, comm, std::move(outputs),
+                                            /*host_wait=*/lane == Lane::Collective && tensors.empty());
+  if (coalescing_) coalesced_.push_back(work);
+  bool resume = false;  // an inline attempt already arrived at the first barrier
+
+  // Small message, one host, nothing queued on the caller's stream or the communication
+  // stream: run the collective right here. Handing it to the stream's worker and back
+  // costs more than the collective (two thread wake-ups per rank). Stream semantics are
+  // unchanged: everything the collective waits for is done, and it is done when the call
+  // returns (the Work's event is never recorded, so wait() and the future have nothing
+  // to wait for). If the peers do not all arrive within the budget, the collective
+  // continues on the communication stream as usual, so a rank that issues it early never
+  // blocks its caller.
+  if (lane == Lane::Collective && !comm_->multi_host() && !in_kernel() && inline_budget().count() > 0) {
+    size_t total = 0;
+    for (const auto& t : tensors) total += bytes(t);
+    const NPUStream current = getCurrentNPUStream(device);
+    const NPUStream comm_stream(comm);
+    if (total <= kInlineBytes && !isStreamCapturing(current) && !isStreamCapturing(comm_stream) &&
+        comm_stream.query() && current.query()) {
+      ShmComm& local = comm_->local();
+      local.attempt(inline_budget());
+      try {
+        body(*comm_, seq);
+        local.attempt(std::chrono::nanoseconds(0));  // in case the body had no barrier
+        return work;
+      } catch (const ShmComm::NotArrived&) {
+        resume = true;
+      } catch (...) {
+        local.attempt(std::chrono::nanoseconds(0));
+        // As a collective that failed on the stream: work.wait() (so a synchronous call)
+        // and later calls of the group raise the error, and so does the next
+        // synchronisation of the stream.
+        const auto e = std::current_exception();
+        record_failure(*comm_, *state_, *work->outcome_, e);
+        launch(comm_stream, name, [e] { std::rethrow_exception(e); });
+        work->done_.record(comm);
+        return work;
+      }
+    }
+  }
+
   // The communication stream starts after what the caller queued so far.
   c10::Event ready(kNPU);
   ready.record(getCurrentNPUStream(device).unwrap());
@@ -216,35 +296,43 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane 
     NPUCachingAllocator::recordStream(t.storage().data_ptr(), comm);
     keep.push_back(ops::twin(t));
   }
-  auto work = c10::make_intrusive<WorkHCCL>(rank_, c10d::OpType::UNKNOWN, comm, std::move(outputs),
-                                            /*host_wait=*/lane == Lane::Collective && tensors.empty());
   launch(NPUStream(comm), name,
          [comm_ptr = comm_, state = state_, outcome = work->outcome_, keep = std::move(keep), body = std::move(body),
-          seq] {
+          seq, resume] {
            try {
+             if (resume) comm_ptr->local().resume();
              body(*comm_ptr, seq);
            } catch (...) {
-             auto e = std::current_exception();
-             // Across hosts: make local peers and the other hosts fail now, not at their timeout.
-             try {
-               std::rethrow_exception(e);
-             } catch (const c10::Error& ex) {
-               comm_ptr->abort(ex.what_without_backtrace());
-             } catch (const std::exception& ex) {
-               comm_ptr->abort(ex.what());
-             } catch (...) {
-               comm_ptr->abort("hccl: unknown error");
-             }
-             {
-               std::lock_guard<std::mutex> lock(outcome->mu);
-               outcome->error = e;
-             }
-             std::lock_guard<std::mutex> lock(state->mu);
-             if (!state->error) state->error = e;
+             record_failure(*comm_ptr, *state, *outcome, std::current_exception());
              throw;
            }
          });
   work->done_.record(comm);
+  return work;
+}
+
+void ProcessGroupHCCL::startCoalescing() {
+  TORCH_CHECK(!coalescing_, "hccl: startCoalescing was called twice without endCoalescing in between");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::endCoalescing() {
+  TORCH_CHECK(coalescing_, "hccl: endCoalescing was called without startCoalescing");
+  coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> members = std::move(coalesced_);
+  coalesced_.clear();
+  const c10::DeviceIndex device = comm_->device() >= 0 ? comm_->device() : current_device();
+  // The block's Work: an event on a stream of its own that waits for every operation's.
+  const c10::Stream join = stream_for(device, Lane::Coalesced);
+  auto work = c10::make_intrusive<WorkHCCL>(rank_, c10d::OpType::COALESCED, join, std::vector<at::Tensor>{},
+                                            /*host_wait=*/false);
+  for (const auto& m : members) {
+    auto* w = static_cast<WorkHCCL*>(m.get());
+    w->done_.block(join);
+    work->joined_.push_back(w->outcome_);
+  }
+  work->done_.record(join);
   return work;
 }
 
@@ -322,6 +410,42 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather(std::vector<std::vect
                  [=](Comm& c, uint64_t seq) { distributed::allgather(c, {"allgather", seq}, in, n, dt, outs); });
 }
 
+namespace {
+// One all-gather of a coalesced call: an input buffer and the rank-ordered outputs.
+struct GatherItem {
+  const void* in;
+  int64_t n;
+  c10::ScalarType dt;
+  std::vector<void*> outs;
+};
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                     std::vector<at::Tensor>& inputs,
+                                                                     const c10d::AllgatherOptions&) {
+  TORCH_CHECK(outputs.size() == inputs.size(), "hccl: allgather_coalesced: ", inputs.size(), " inputs but ",
+              outputs.size(), " output lists");
+  std::vector<at::Tensor> all = inputs;
+  std::vector<at::Tensor> results;
+  std::vector<GatherItem> items;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TORCH_CHECK(static_cast<int>(outputs[i].size()) == size_, "hccl: allgather_coalesced: output list ", i,
+                " has ", outputs[i].size(), " tensors, expected one per rank (", size_, ")");
+    GatherItem it{ptr(inputs[i]), inputs[i].numel(), inputs[i].scalar_type(), {}};
+    for (const auto& o : outputs[i]) {
+      check_same(inputs[i], o, "allgather_coalesced", "an output tensor");
+      all.push_back(o);
+      results.push_back(o);
+      it.outs.push_back(ptr(o));
+    }
+    items.push_back(std::move(it));
+  }
+  const auto dev = device_of(all, "allgather_coalesced");
+  return enqueue("hccl:allgather_coalesced", Lane::Collective, dev, all, results, [=](Comm& c, uint64_t seq) {
+    for (const auto& it : items) distributed::allgather(c, {"allgather_coalesced", seq}, it.in, it.n, it.dt, it.outs);
+  });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions& opts) {
   std::vector<at::Tensor> outs{output}, ins{input};
@@ -336,13 +460,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather_into_tensor_coalesced
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
   const auto dev = device_of(all, "allgather_into_tensor");
-  struct Item {
-    const void* in;
-    int64_t n;
-    c10::ScalarType dt;
-    std::vector<void*> outs;
-  };
-  std::vector<Item> items;
+  std::vector<GatherItem> items;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& in = inputs[i];
     const auto& out = outputs[i];
@@ -350,7 +468,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather_into_tensor_coalesced
                 out.scalar_type(), " differs from input dtype ", in.scalar_type());
     TORCH_CHECK(out.numel() == in.numel() * size_, "hccl: allgather_into_tensor: the output must have world_size (",
                 size_, ") times the input's elements: got ", out.numel(), " for an input of ", in.numel());
-    Item it{ptr(in), in.numel(), in.scalar_type(), {}};
+    GatherItem it{ptr(in), in.numel(), in.scalar_type(), {}};
     for (int r = 0; r < size_; ++r) it.outs.push_back(static_cast<char*>(ptr(out)) + r * bytes(in));
     items.push_back(std::move(it));
   }

@@ -36,6 +36,9 @@ struct ShmComm::Segment {
 namespace {
 
 constexpr uint64_t kNack = 1ull << 63;  // receiver rejected a message (size/dtype mismatch)
+// Waits spin this many pause instructions (a few µs) before yielding the core: enough for
+// a peer running on the other core, short when the peer waits for ours.
+constexpr int kSpinPauses = 64;
 
 size_t slots_offset() { return (sizeof(ShmComm::Segment) + 63) / 64 * 64; }
 
@@ -246,7 +249,7 @@ void ShmComm::wait_for(Ready ready, Missing missing, const OpDesc& op) {
   const auto start = Clock::now();
   // Peers usually arrive within microseconds: spin, then yield the core (2 cores are
   // shared by all ranks), then sleep on the futex.
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < kSpinPauses; ++i) {
     if (ready()) return;
     __builtin_ia32_pause();
   }
@@ -277,15 +280,37 @@ void ShmComm::wait_for(Ready ready, Missing missing, const OpDesc& op) {
 
 void ShmComm::barrier(const OpDesc& op) {
   check_abort(op);
-  const uint64_t e = ++epoch_;
-  mine().arrived.store(e);
-  ring();
+  uint64_t e = epoch_;
+  if (resume_) {
+    resume_ = false;  // arrived already, in the inline attempt
+  } else {
+    mine().arrived.store(++e);
+    epoch_ = e;
+    ring();
+  }
+  auto all_here = [&] {
+    for (int r = 0; r < size_; ++r)
+      if (slots_[r].arrived.load(std::memory_order_acquire) < e) return false;
+    return true;
+  };
+  if (attempt_.count() > 0) {
+    // Inline attempt: spin (a peer in a tight loop arrives within microseconds), then
+    // yield the core, until the budget is spent; never sleep.
+    const auto deadline = Clock::now() + attempt_;
+    attempt_ = std::chrono::nanoseconds(0);
+    for (int i = 0; !all_here(); ++i) {
+      if (i < kSpinPauses) {
+        __builtin_ia32_pause();
+        continue;
+      }
+      if (Clock::now() >= deadline) throw NotArrived{};
+      if (i % 16 == 0) check_abort(op);
+      sched_yield();  // returns at once unless a thread (maybe the peer) waits for this core
+    }
+    return;
+  }
   wait_for(
-      [&] {
-        for (int r = 0; r < size_; ++r)
-          if (slots_[r].arrived.load(std::memory_order_acquire) < e) return false;
-        return true;
-      },
+      all_here,
       [&] {
         std::vector<int> m;
         for (int r = 0; r < size_; ++r)

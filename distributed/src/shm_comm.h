@@ -94,6 +94,17 @@ class ShmComm {
 
   // Every rank reaches this point (each collective calls it the same number of times).
   void barrier(const OpDesc& op);
+
+  // Inline attempts (process_group_hccl.cpp runs small collectives on the calling thread
+  // when its streams are idle): after attempt(budget) the next barrier waits at most
+  // `budget` for the peers (spinning) and throws NotArrived if one is missing. Its
+  // arrival stays posted; after resume() the next barrier (the same one, when the
+  // collective is re-run on the communication stream) waits for it without arriving
+  // again. Publishing a header and offsets is idempotent, so a collective can be re-run
+  // from its start. attempt(0) cancels an attempt that never reached a barrier.
+  struct NotArrived {};
+  void attempt(std::chrono::nanoseconds budget) { attempt_ = budget; }
+  void resume() { resume_ = true; }
   // Point-to-point (pull): the sender posts a buffer and waits until the receiver took it.
   void send(int dst, uint64_t offset, uint64_t nbytes, int32_t dtype, const OpDesc& op);
   void recv(int src, void* dst, uint64_t nbytes, int32_t dtype, const OpDesc& op);
@@ -125,7 +136,9 @@ class ShmComm {
   Segment* seg_ = nullptr;
   Slot* slots_ = nullptr;
   size_t seg_bytes_ = 0;
-  uint64_t epoch_ = 0;               // barriers passed (collective stream only)
+  uint64_t epoch_ = 0;               // barriers passed (collective stream, or inline while it is idle)
+  std::chrono::nanoseconds attempt_{0};
+  bool resume_ = false;
   uint64_t sent_[kMaxRanks] = {};    // send stream only
   uint64_t taken_[kMaxRanks] = {};   // recv stream only
   int g(int r) const { return global_.empty() ? r : global_[r]; }

@@ -229,17 +229,24 @@ def test_collectives(world):
 
 # ---- mismatched sizes across ranks ---------------------------------------------------------
 
+def _raises_by_sync(fn, *texts):
+    """fn() or the synchronisation after it raises an error containing every text (a
+    synchronous collective that already failed raises in its work.wait())."""
+    try:
+        try:
+            fn()
+        finally:
+            torch.npu.synchronize()  # the stream's copy of the error, if fn() raised it
+    except RuntimeError as e:
+        assert all(t in str(e) for t in texts), str(e)
+    else:
+        raise AssertionError(f"no error containing {texts}")
+
+
 def _w_mismatch(rank, world, port):
     dev = _init(rank, world, port)
     t = torch.ones(10 + rank, device=dev)
-    dist.all_reduce(t)
-    try:
-        torch.npu.synchronize()
-    except RuntimeError as e:
-        msg = str(e)
-        assert "does not match across ranks" in msg and "10 elements" in msg and "11 elements" in msg, msg
-    else:
-        raise AssertionError("mismatched all_reduce did not raise")
+    _raises_by_sync(lambda: dist.all_reduce(t), "does not match across ranks", "10 elements", "11 elements")
     dist.destroy_process_group()
 
 
@@ -385,6 +392,172 @@ def test_fsdp2_matches_single_process(tmp_path):
     path = str(tmp_path / "weights.pt")
     _spawn(_w_fsdp2, world, path)
     _assert_matches_single_process(path, world)
+
+
+# ---- small collectives on the calling thread -----------------------------------------------
+
+def _w_small_inline(rank, world, port):
+    import time
+
+    dev = _init(rank, world, port, timeout=60)
+    peer = 1 - rank
+    # Many small all-reduces in a row (the path that runs on the calling thread when both
+    # streams are idle), checked against the sum computed here.
+    x = torch.zeros(1024, device=dev)
+    for i in range(200):
+        x.fill_(float(rank + i))
+        dist.all_reduce(x)
+        assert x[::97].cpu().eq(float(2 * i + 1)).all(), i
+
+    # Work queued on the current stream before a small collective: the collective must
+    # see its result (the current stream is busy, so the collective is queued after it).
+    big = torch.ones(1 << 22, device=dev)
+    t = torch.zeros(16, device=dev)
+    for _ in range(3):
+        big.mul_(1.0)
+    t.add_(rank + 1)  # behind the big kernels
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    t.add_(1)  # after wait(): sees the reduced values
+    assert t.cpu().tolist() == [float(sum(r + 1 for r in range(world)) + 1)] * 16
+
+    # A peer that arrives late: the early rank's attempt hands the collective to the
+    # communication stream and returns; the result is the same.
+    t = torch.full((8,), float(rank + 1), device=dev)
+    if rank == 1:
+        time.sleep(0.2)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert t.cpu().tolist() == [3.0] * 8
+    t2 = torch.full((8,), float(rank), device=dev)
+    dist.all_reduce(t2)  # queued behind it or inline, in order
+    assert t2.cpu().tolist() == [1.0] * 8
+
+    # An async collective must not block its caller until the peers join it: rank 0 issues
+    # an all_reduce, then sends to rank 1, which receives before joining the all_reduce.
+    # (Blocking rank 0 in the all_reduce would deadlock.)
+    a = torch.full((4,), float(rank + 1), device=dev)
+    msg = torch.empty(4, device=dev)
+    if rank == 0:
+        w = dist.all_reduce(a, async_op=True)
+        dist.send(torch.full((4,), 7.0, device=dev), dst=peer)
+        w.wait()
+    else:
+        dist.recv(msg, src=peer)
+        dist.all_reduce(a)
+        assert msg.cpu().tolist() == [7.0] * 4
+    assert a.cpu().tolist() == [3.0] * 4
+
+    # Mismatched small collectives: async, the error surfaces at the next synchronisation
+    # (and the group is failed: a synchronous call raises at once).
+    bad = torch.ones(10 + rank, device=dev)
+    dist.all_reduce(bad, async_op=True)
+    try:
+        torch.npu.synchronize()
+    except RuntimeError as e:
+        assert "does not match across ranks" in str(e), str(e)
+    else:
+        raise AssertionError("mismatched small all_reduce did not raise")
+    _raises_by_sync(lambda: dist.all_reduce(bad), "does not match across ranks")
+    dist.destroy_process_group()
+
+
+def test_small_collectives_inline():
+    # HCCL_EXEC_TIMEOUT: a regression that blocks the async caller fails instead of hanging.
+    _spawn(_w_small_inline, 2, env={"HCCL_EXEC_TIMEOUT": "30"})
+
+
+# ---- coalescing ----------------------------------------------------------------------------
+
+def _w_coalescing(rank, world, port):
+    dev = _init(rank, world, port)
+    ranks = range(world)
+    backend = dist.group.WORLD._get_backend(torch.device("npu"))
+    assert backend.supports_coalescing
+
+    def total(n, dtype=torch.float32, salt=0):
+        return sum(_value(r, n, torch.float64, salt) for r in ranks).to(dtype)
+
+    # fast path: all_reduce -> allreduce_coalesced (small and large tensors, sync and async)
+    a, b = _value(rank, 10, torch.float32).to(dev), _value(rank, 300_000, torch.float32, 1).to(dev)
+    with dist._coalescing_manager():
+        dist.all_reduce(a)
+        dist.all_reduce(b)
+    assert torch.equal(a.cpu(), total(10)) and torch.equal(b.cpu(), total(300_000, salt=1))
+    a, b = _value(rank, 10, torch.float32).to(dev), _value(rank, 20, torch.float32, 1).to(dev)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(a, op=dist.ReduceOp.MAX)
+        dist.all_reduce(b, op=dist.ReduceOp.MAX)
+    cm.wait()
+    assert torch.equal(a.cpu(), _value(world - 1, 10, torch.float32))
+    assert torch.equal(b.cpu(), _value(world - 1, 20, torch.float32, 1))
+
+    # fast path: all_gather_into_tensor / reduce_scatter_tensor, as FSDP issues them
+    sizes = (5, 1000, 70_000)
+    ins = [_value(rank, n, torch.bfloat16, i).to(dev) for i, n in enumerate(sizes)]
+    outs = [torch.empty(n * world, dtype=torch.bfloat16, device=dev) for n in sizes]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for o, i in zip(outs, ins):
+            dist.all_gather_into_tensor(o, i)
+    cm.wait()
+    for k, (o, n) in enumerate(zip(outs, sizes)):
+        assert torch.equal(o.cpu(), torch.cat([_value(r, n, torch.bfloat16, k) for r in ranks]))
+    bigs = [torch.cat([_value(rank, n, torch.float32, d) for d in ranks]).to(dev) for n in sizes]
+    parts = [torch.empty(n, device=dev) for n in sizes]
+    with dist._coalescing_manager():
+        for p, big in zip(parts, bigs):
+            dist.reduce_scatter_tensor(p, big)
+    for p, n in zip(parts, sizes):
+        assert torch.equal(p.cpu(), total(n, salt=rank))
+
+    # device= (startCoalescing / endCoalescing): any collective inside; the block's Work
+    # covers all of them, including the fast-path one issued at the end of the block
+    x = torch.full((6,), float(rank * 10), device=dev)
+    lst = [torch.empty(3, device=dev) for _ in ranks]
+    y = torch.full((3,), float(rank + 1), device=dev)
+    z = torch.full((1 << 18,), float(rank + 1), device=dev)  # large: queued on the stream
+    with dist._coalescing_manager(device=dev, async_ops=True) as cm:
+        dist.broadcast(x, src=world - 1)
+        dist.all_gather(lst, y)
+        dist.all_reduce(z)
+    assert len(cm.works) == 1
+    cm.wait()
+    z.add_(1)  # after wait(): ordered after the block
+    assert x.cpu().tolist() == [float((world - 1) * 10)] * 6
+    assert [t.cpu()[0].item() for t in lst] == [float(r + 1) for r in ranks]
+    assert z.cpu()[::4096].eq(float(sum(r + 1 for r in ranks) + 1)).all()
+    with dist._coalescing_manager(device=dev):  # an empty block
+        pass
+
+    # all_gather_coalesced (lists of per-rank outputs)
+    ins = [torch.full((2,), float(rank), device=dev), torch.full((3,), float(rank + 5), device=dev)]
+    outs = [[torch.empty(2, device=dev) for _ in ranks], [torch.empty(3, device=dev) for _ in ranks]]
+    dist.all_gather_coalesced(outs, ins)
+    assert [o.cpu()[0].item() for o in outs[0]] == [float(r) for r in ranks]
+    assert [o.cpu()[-1].item() for o in outs[1]] == [float(r + 5) for r in ranks]
+
+    # batch_isend_irecv goes through startCoalescing/endCoalescing (supports_coalescing)
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    s = torch.full((100,), float(rank), device=dev)
+    r = torch.empty(100, device=dev)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, s, nxt), dist.P2POp(dist.irecv, r, prv)])
+    assert len(reqs) == 1
+    reqs[0].wait()
+    assert torch.equal(r.cpu(), torch.full((100,), float(prv)))
+
+    try:
+        dist.group.WORLD._end_coalescing(dev)
+    except RuntimeError as e:
+        assert "without startCoalescing" in str(e), str(e)
+    else:
+        raise AssertionError("endCoalescing without start did not raise")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_coalescing_manager(world):
+    _spawn(_w_coalescing, world)
 
 
 # ---- torchrun (env://) -------------------------------------------------------------------

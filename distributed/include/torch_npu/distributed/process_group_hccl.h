@@ -6,7 +6,9 @@
 // communication stream (a host wait only with TORCH_HCCL_BLOCKING_WAIT=1); its future is
 // completed in stream order (DDP's comm hooks chain on it). Tensors are record_stream'ed
 // on the communication stream. Point-to-point ops use two more streams (send, recv) so
-// that a blocking send never holds back a receive.
+// that a blocking send never holds back a receive. A small collective issued while both
+// streams are idle runs on the calling thread instead (src/process_group_hccl.cpp,
+// enqueue), and goes to the communication stream if its peers do not join it promptly.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -54,6 +56,9 @@ class ProcessGroupHCCL : public c10d::Backend {
                                            const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                  std::vector<at::Tensor>& inputs,
                                                                  const c10d::AllgatherOptions& opts) override;
@@ -86,11 +91,20 @@ class ProcessGroupHCCL : public c10d::Backend {
   std::vector<int> tcp_peers() const;
   std::string tcp_address() const;  // "ip:port" of this rank's listener ("" on one host)
 
+  // Coalescing (`dist._coalescing_manager(group, device)`, batch_isend_irecv): the
+  // operations issued between start and end run as usual, in order on their streams; the
+  // Work endCoalescing() returns completes when all of them have.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
  private:
-  enum class Lane { Collective, Send, Recv };
+  // Coalesced: only joins the operations of a coalescing block (so that waiting for the
+  // block adds no dependency between the other streams).
+  enum class Lane { Collective, Send, Recv, Coalesced };
   // Queues `body` on the lane's stream of `device`; `tensors` are every tensor the op
   // touches (kept alive and record_stream'ed), `outputs` what the Work/future yield.
   c10::intrusive_ptr<c10d::Work> enqueue(const char* name, Lane lane, c10::DeviceIndex device,
@@ -106,6 +120,8 @@ class ProcessGroupHCCL : public c10d::Backend {
   uint64_t p2p_seq_ = 0;
   std::mutex mu_;
   std::map<std::pair<int, int>, c10::Stream> streams_;  // (device, lane)
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;  // Works issued since startCoalescing
 };
 
 }  // namespace torch_npu::distributed
