@@ -10,6 +10,9 @@ algbw * (n - 1) / n for all-gather and reduce-scatter (bytes = the full tensor).
 measured too when ``mpirun`` and mpi4py are available (apt install openmpi-bin; pip install mpi4py).
 Not part of run_all.py: it needs the whole machine for a minute.
 
+``--plot FILE.svg`` also draws bus bandwidth against message size, one panel per collective,
+one line per backend (a dependency-free SVG, e.g. docs/hccl_busbw.svg).
+
 ``--tcp`` adds an ``hccl-tcp`` column: hccl with each rank made its own "host"
 (TORCH_NPU_HCCL_HOST_ID set per rank), so the data goes over the TCP transport (loopback)
 instead of shared memory, as between machines.
@@ -157,10 +160,48 @@ def _busbw(op, nbytes, t):
     return nbytes / t * factor / 1e9
 
 
+COLORS = {"hccl": "#c0392b", "gloo": "#2c7fb8", "hccl-tcp": "#e67e22", "mpi": "#27ae60"}
+
+
+def write_plot(path, results):
+    """busbw (GB/s, linear) against size (log2) per collective, one polyline per backend."""
+    ops = list(dict.fromkeys(op for op, _ in results["hccl"]))
+    sizes = sorted({n for _, n in results["hccl"]})
+    w, h, pad = 360, 240, 46
+    top = max(_busbw(op, n, t) for r in results.values() for (op, n), t in r.items() if t) * 1.1
+    x = lambda n: pad + (w - 2 * pad + 20) * (sizes.index(n) / max(len(sizes) - 1, 1))  # noqa: E731
+    y = lambda v: h - pad + 10 - (h - pad - 10) * v / top  # noqa: E731
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w * len(ops)}" height="{h + 30}" '
+             f'font-family="sans-serif" font-size="11">']
+    for i, op in enumerate(ops):
+        parts.append(f'<g transform="translate({i * w},0)"><text x="{w / 2}" y="14" text-anchor="middle" '
+                     f'font-weight="bold">{op} busbw (GB/s), {WORLD} ranks</text>')
+        parts.append(f'<line x1="{pad}" y1="{y(0)}" x2="{w - pad + 20}" y2="{y(0)}" stroke="#444"/>'
+                     f'<line x1="{pad}" y1="{y(0)}" x2="{pad}" y2="{y(top)}" stroke="#444"/>')
+        for k in range(5):
+            v = top * k / 4
+            parts.append(f'<text x="{pad - 4}" y="{y(v) + 4}" text-anchor="end">{v:.1f}</text>')
+        for n in sizes:
+            parts.append(f'<text x="{x(n)}" y="{y(0) + 14}" text-anchor="middle">{_fmt_size(n)}</text>')
+        for name, r in results.items():
+            pts = [(x(n), y(_busbw(op, n, r[(op, n)]))) for n in sizes if r.get((op, n))]
+            if pts:
+                parts.append(f'<polyline fill="none" stroke="{COLORS.get(name, "#000")}" stroke-width="2" '
+                             f'points="{" ".join(f"{a:.1f},{b:.1f}" for a, b in pts)}"/>')
+        parts.append("</g>")
+    for j, name in enumerate(results):
+        parts.append(f'<rect x="{pad + j * 90}" y="{h + 12}" width="12" height="4" fill="{COLORS.get(name, "#000")}"/>'
+                     f'<text x="{pad + j * 90 + 16}" y="{h + 18}">{name}</text>')
+    parts.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(parts) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default=DEFAULT_SIZES)
     parser.add_argument("--tcp", action="store_true", help="also hccl over its TCP transport")
+    parser.add_argument("--plot", metavar="SVG", help="also write a bus-bandwidth plot here")
     args = parser.parse_args()
     sizes = [_parse_size(s) for s in args.sizes.split(",")]
     results = {"hccl": _run("hccl", sizes), "gloo": _run("gloo", sizes)}
@@ -184,6 +225,9 @@ def main():
             line += f"{t * 1e6:>14.1f}{_busbw(op, n, t):>14.2f}" if t else f"{'-':>14}{'-':>14}"
         line += f"{results['gloo'][key] / results['hccl'][key]:>14.1f}"
         print(line)
+    if args.plot:
+        write_plot(args.plot, results)
+        print(f"wrote {args.plot}")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 // with the npu generator, record_stream).
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorUtils.h>
+#include <ATen/native/ConvUtils.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/ops/_local_scalar_dense.h>
@@ -251,42 +252,116 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 // ---- ops the boxed fallback cannot serve -------------------------------------------
-// `fn(aliases)` run through run_now(); returns its result.
-template <typename Fn>
-auto run_cpu(const char* name, const at::Tensor& input, int64_t max_numel, Fn&& fn) {
-  const auto device = input.device().index();
-  AliasMap aliases(device);
-  std::invoke_result_t<Fn, AliasMap&> result;
-  run_now(name, device, max_numel, [&] { result = fn(aliases); });
-  return result;
+// Convolutions: the CPU kernel allocates its outputs, so the fallback would have to run
+// it before returning (which a capturing stream never does). Their shapes and layouts
+// are known beforehand, though: the outputs are allocated here and the kernel is queued
+// on the stream (launch_kernel: recorded while the stream captures), writing its
+// results into them. Arguments were checked by at::convolution / convolution_backward
+// (check_shape_forward/backward) before they chose this backend.
+
+// A CPU tensor with t's sizes, strides and dtype over no memory: ATen's choice of a
+// convolution backend and of its memory format looks at geometry only, and this is what
+// the CPU alias the kernel will run on looks like (an alias of a tiled storage is ND).
+at::Tensor geometry_only(const at::Tensor& t) {
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)), nullptr,
+                       false);
+  auto cpu = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                      t.dtype());
+  cpu.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), 0);
+  return cpu;
+}
+
+// The memory format ATen's CPU convolution gives its outputs for these operands (e.g.
+// channels_last for channels_last operands on the oneDNN path), so that results keep
+// the layout they had when the CPU kernel allocated them.
+at::MemoryFormat cpu_conv_memory_format(const at::Tensor& input, const at::Tensor& weight,
+                                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                        c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                                        c10::IntArrayRef output_padding, int64_t groups,
+                                        at::OptionalIntArrayRef bias_sizes) {
+  const at::Tensor in = geometry_only(input), w = geometry_only(weight);
+  std::optional<at::Tensor> b;
+  if (bias.has_value() && bias->defined()) b = geometry_only(*bias);
+  const auto backend = at::native::select_conv_backend(
+      in, w, b, c10::fromIntArrayRefSlow(stride), c10::fromIntArrayRefSlow(padding),
+      c10::fromIntArrayRefSlow(dilation), transposed, c10::fromIntArrayRefSlow(output_padding), c10::SymInt(groups),
+      bias_sizes.has_value() ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes)) : std::nullopt);
+  return at::native::_determine_backend_memory_format(in, w, backend);
+}
+
+void check_conv_params(const char* op, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
+                       c10::IntArrayRef padding, c10::IntArrayRef dilation, c10::IntArrayRef output_padding,
+                       bool transposed) {
+  const int64_t k = input.dim() - 2;
+  TORCH_CHECK(k >= 1 && weight.dim() == input.dim(), op, ": expected input and weight of the same rank >= 3, got input ",
+              input.sizes(), " and weight ", weight.sizes());
+  for (auto [name, list] : {std::pair<const char*, c10::IntArrayRef>{"stride", stride}, {"padding", padding},
+                            {"dilation", dilation}}) {
+    TORCH_CHECK(static_cast<int64_t>(list.size()) == k, op, ": expected ", name, " to have ", k,
+                " elements (one per spatial dimension), got ", list);
+  }
+  TORCH_CHECK(!transposed || static_cast<int64_t>(output_padding.size()) == k, op, ": expected output_padding to have ",
+              k, " elements, got ", output_padding);
 }
 
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
                                     c10::IntArrayRef output_padding, int64_t groups) {
-  return run_cpu("aten::convolution_overrideable", input, std::max(input.numel(), weight.numel()), [&](AliasMap& a) {
-    std::optional<at::Tensor> b;
-    if (bias.has_value() && bias->defined()) b = a.alias(*bias);
-    return a.to_npu(at::convolution(a.alias(input), a.alias(weight), b, stride, padding, dilation, transposed,
-                                    output_padding, groups));
-  });
+  constexpr const char* kName = "aten::convolution_overrideable";
+  check_conv_params(kName, input, weight, stride, padding, dilation, output_padding, transposed);
+  const auto sizes = transposed ? at::native::conv_input_size(input.sizes(), weight.sizes(), padding, output_padding,
+                                                              stride, dilation, groups)
+                                : at::native::conv_output_size(input.sizes(), weight.sizes(), padding, stride, dilation);
+  for (size_t d = 2; d < sizes.size(); ++d) {
+    TORCH_CHECK(sizes[d] > 0, kName, ": the output size ", c10::IntArrayRef(sizes), " is empty (input ",
+                input.sizes(), ", weight ", weight.sizes(), ", stride ", stride, ", padding ", padding, ", dilation ",
+                dilation, ")");
+  }
+  const auto format =
+      cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
+                             std::nullopt);
+  at::Tensor out = at::empty(sizes, input.options().memory_format(format));
+  at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+  launch_kernel(kName, input.device().index(), {input, weight, b, out}, std::max(input.numel(), weight.numel()),
+                [stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(), transposed,
+                 output_padding = output_padding.vec(), groups](const std::vector<at::Tensor>& t) {
+                  std::optional<at::Tensor> bias;
+                  if (t[2].defined()) bias = t[2];
+                  t[3].copy_(at::convolution(t[0], t[1], bias, stride, padding, dilation, transposed, output_padding,
+                                             groups));
+                });
+  return out;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed, c10::IntArrayRef output_padding,
     int64_t groups, std::array<bool, 3> output_mask) {
+  constexpr const char* kName = "aten::convolution_backward_overrideable";
+  check_conv_params(kName, input, weight, stride, padding, dilation, output_padding, transposed);
+  const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
+  const auto format = cpu_conv_memory_format(input, weight, std::nullopt, stride, padding, dilation, transposed,
+                                             output_padding, groups, std::nullopt);
+  at::Tensor gi, gw, gb;
+  if (output_mask[0]) gi = at::empty(input.sizes(), input.options().memory_format(format));
+  if (output_mask[1]) gw = at::empty(weight.sizes(), weight.options().memory_format(format));
+  if (output_mask[2]) gb = at::empty({bias_size}, weight.options());
   const int64_t max_numel = std::max({grad_output.numel(), input.numel(), weight.numel()});
-  return run_cpu("aten::convolution_backward_overrideable", input, max_numel, [&](AliasMap& a) {
-    std::optional<std::vector<int64_t>> bias_sizes;
-    if (output_mask[2]) bias_sizes = std::vector<int64_t>{transposed ? weight.size(1) * groups : weight.size(0)};
-    auto [gi, gw, gb] = at::convolution_backward(a.alias(grad_output), a.alias(input), a.alias(weight),
-                                                 bias_sizes ? c10::OptionalIntArrayRef(*bias_sizes) : std::nullopt,
-                                                 stride, padding, dilation, transposed, output_padding, groups,
-                                                 output_mask);
-    return std::make_tuple(a.to_npu(gi), a.to_npu(gw), a.to_npu(gb));
-  });
+  launch_kernel(kName, input.device().index(), {grad_output, input, weight, gi, gw, gb}, max_numel,
+                [stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(), transposed,
+                 output_padding = output_padding.vec(), groups, output_mask,
+                 bias_size](const std::vector<at::Tensor>& t) {
+                  std::optional<std::vector<int64_t>> bias_sizes;
+                  if (output_mask[2]) bias_sizes = std::vector<int64_t>{bias_size};
+                  auto [gi, gw, gb] = at::convolution_backward(
+                      t[0], t[1], t[2], bias_sizes ? c10::OptionalIntArrayRef(*bias_sizes) : std::nullopt, stride,
+                      padding, dilation, transposed, output_padding, groups, output_mask);
+                  if (t[3].defined()) t[3].copy_(gi);
+                  if (t[4].defined()) t[4].copy_(gw);
+                  if (t[5].defined()) t[5].copy_(gb);
+                });
+  return {gi, gw, gb};
 }
 
 // Dropout drawing from the npu generator (the CPU kernel would use the CPU default).

@@ -1,11 +1,19 @@
 // torch_npu._C bindings of NPU graphs (torch.npu.NPUGraph & co, see npu/graphs.py).
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <array>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_graph.h"
+#include "torch_npu/core/npu_stream.h"
+#include "torch_npu/ops/zero_copy.h"
 
 namespace py = pybind11;
 
@@ -18,6 +26,89 @@ aclmdlRICaptureMode capture_mode(const std::string& mode) {
   if (mode == "thread_local") return ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL;
   if (mode == "relaxed") return ACL_MODEL_RI_CAPTURE_MODE_RELAXED;
   TORCH_CHECK(false, "Unknown capture error mode. Expected `global`, `thread_local`, or `relaxed`, got ", mode);
+}
+
+// ---- host kernels on the stream (Inductor's generated C++ kernels, see
+// torch_npu/_inductor/runtime.py) ----------------------------------------------------
+// A generated kernel is `extern "C" void kernel(T0, T1, ...)` whose arguments are all
+// pointers or int64_t (the wrapper checks the types), i.e. each one integer register or
+// stack slot: it is called through a function type with N uintptr_t parameters.
+constexpr size_t kMaxHostKernelArgs = 128;
+using HostKernelCaller = void (*)(uintptr_t, const uintptr_t*);
+
+template <size_t... I>
+void call_host_kernel(uintptr_t fn, const uintptr_t* args, std::index_sequence<I...>) {
+  using Fn = void (*)(decltype(I, uintptr_t{})...);
+  reinterpret_cast<Fn>(fn)(args[I]...);
+}
+
+template <size_t N>
+void call_host_kernel_n(uintptr_t fn, const uintptr_t* args) {
+  call_host_kernel(fn, args, std::make_index_sequence<N>{});
+}
+
+template <size_t... N>
+constexpr std::array<HostKernelCaller, sizeof...(N)> host_kernel_callers(std::index_sequence<N...>) {
+  return {&call_host_kernel_n<N>...};
+}
+
+constexpr auto kHostKernelCallers = host_kernel_callers(std::make_index_sequence<kMaxHostKernelArgs + 1>{});
+
+// Task names must outlive their tasks (and the graphs recording them).
+const char* intern_name(const std::string& name) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> names;
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(name).first->c_str();
+}
+
+// Queues `fn(args...)` on the current stream of `device` (recorded while it captures).
+// Tensor arguments become their data pointers when the kernel runs, read from CPU
+// aliases that keep their npu storages alive as long as the task (or graph) exists.
+void launch_host_kernel(int device, const std::string& name, uintptr_t fn, const py::tuple& args) {
+  TORCH_CHECK(fn != 0, "_npu_launch_host_kernel: expected the address of ", name, "'s entry function, got 0");
+  TORCH_CHECK(args.size() <= kMaxHostKernelArgs, "_npu_launch_host_kernel: ", name, " takes ", args.size(),
+              " arguments, at most ", kMaxHostKernelArgs, " are supported");
+  std::vector<at::Tensor> tensors;
+  std::vector<uintptr_t> words(args.size());
+  std::vector<std::pair<size_t, size_t>> tensor_words;  // (argument, tensor) positions
+  int64_t work_numel = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyObject* arg = args[i].ptr();
+    if (THPVariable_Check(arg)) {
+      const at::Tensor& t = THPVariable_Unpack(arg);
+      tensor_words.emplace_back(i, tensors.size());
+      tensors.push_back(t);
+      work_numel = std::max(work_numel, t.numel());
+    } else if (PyLong_Check(arg)) {
+      words[i] = static_cast<uintptr_t>(py::cast<int64_t>(args[i]));
+    } else {
+      TORCH_CHECK(false, "_npu_launch_host_kernel: argument ", i, " of ", name, " must be a tensor or an int, got ",
+                  Py_TYPE(arg)->tp_name);
+    }
+  }
+  const char* task_name = intern_name(name);
+  py::gil_scoped_release no_gil;
+  ops::launch_kernel(task_name, static_cast<c10::DeviceIndex>(device), std::move(tensors), work_numel,
+                     [fn, words = std::move(words), tensor_words = std::move(tensor_words)](
+                         const std::vector<at::Tensor>& aliases) mutable {
+                       for (const auto& [word, tensor] : tensor_words) {
+                         words[word] = reinterpret_cast<uintptr_t>(aliases[tensor].data_ptr());
+                       }
+                       kHostKernelCallers[words.size()](fn, words.data());
+                     });
+}
+
+// Before a host kernel of an Inductor graph (outside a capture): waits for the work
+// queued on the current stream of `device`; an idle stream is only queried, which is
+// several times cheaper than a synchronize. While the stream captures, the query fails
+// the capture (107027).
+void host_kernel_wait(int device) {
+  const NPUStream stream = getCurrentNPUStream(static_cast<c10::DeviceIndex>(device));
+  if (!stream.query()) {
+    py::gil_scoped_release no_gil;
+    stream.synchronize();
+  }
 }
 
 }  // namespace
@@ -40,6 +131,12 @@ void init_graph_bindings(py::module& m) {
       .def("enable_debug_mode", &NPUGraph::enable_debug_mode)
       .def("debug_dump", &NPUGraph::debug_dump, py::arg("debug_path"))
       .def("_num_tasks", &NPUGraph::num_tasks);
+  m.def("_npu_launch_host_kernel", &launch_host_kernel, py::arg("device"), py::arg("name"), py::arg("fn"),
+        py::arg("args"));
+  m.def("_npu_host_kernel_wait", &host_kernel_wait, py::arg("device"));
+  m.def("_npu_is_stream_capturing", [](int device) {
+    return isStreamCapturing(getCurrentNPUStream(static_cast<c10::DeviceIndex>(device)));
+  }, py::arg("device"));
   m.def("_graph_pool_handle", &graph_pool_handle);
   m.def("_npu_isCurrentStreamCapturing", &currentStreamCapturing);
   m.def("_npu_graphPoolInfo", [](int device, MempoolId_t pool) {

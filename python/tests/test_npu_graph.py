@@ -118,6 +118,100 @@ def test_capture_does_not_change_written_arguments():
     torch.testing.assert_close(bn.running_mean.cpu(), bn_ref.running_mean, rtol=1e-5, atol=1e-6)
 
 
+def _cnn():
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 4, 3, stride=2, groups=2), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+        torch.nn.ConvTranspose2d(4, 2, 2, stride=2), torch.nn.Flatten(), torch.nn.Linear(200, 5))
+
+
+def test_cnn_training_step_replay_matches_eager():
+    # Convolutions (forward and backward, grouped and transposed) are queued with
+    # outputs allocated on the host, so a conv + batch norm + relu step can be captured.
+    torch.manual_seed(3)
+    model = _cnn().npu()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    static_x = torch.randn(2, 3, 12, 12).npu()
+    static_t = torch.randn(2, 5).npu()
+
+    def step(m, o, x, t):
+        o.zero_grad(set_to_none=True)
+        loss = F.mse_loss(m(x), t)
+        loss.backward()
+        o.step()
+        return loss
+
+    _warm_up(lambda: step(model, opt, static_x, static_t))
+    opt.zero_grad(set_to_none=True)
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        static_loss = F.mse_loss(model(static_x), static_t)
+        static_loss.backward()
+        opt.step()
+    assert g._num_tasks() >= 10
+    ref = copy.deepcopy(model).cpu()  # nothing ran during the capture
+    opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
+    previous = None
+    for _ in range(3):
+        x, t = torch.randn(2, 3, 12, 12), torch.randn(2, 5)
+        static_x.copy_(x)
+        static_t.copy_(t)
+        g.replay()
+        loss_ref = step(ref, opt_ref, x, t)
+        got = static_loss.cpu()
+        torch.testing.assert_close(got, loss_ref.detach(), rtol=1e-4, atol=1e-5)
+        for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5, msg=name)
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5, msg=name)
+        for b, c in zip(model.buffers(), ref.buffers()):  # batch norm running stats
+            torch.testing.assert_close(b.cpu(), c, rtol=1e-4, atol=1e-5)
+        assert previous is None or not torch.equal(got, previous)
+        previous = got
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("kind", ["conv1d", "conv2d", "grouped", "transposed", "conv3d"])
+def test_convolution_outputs_match_cpu(kind, memory_format):
+    # Eager convolutions allocate their outputs before queuing the CPU kernel: values,
+    # shapes and layouts (channels_last on the oneDNN path) must be the CPU kernel's.
+    torch.manual_seed(1)
+    shapes = {"conv1d": ((2, 4, 20), (6, 4, 3), {}),
+              "conv2d": ((2, 4, 9, 9), (6, 4, 3, 3), dict(padding=1, stride=2)),
+              "grouped": ((2, 4, 9, 9), (6, 2, 3, 3), dict(groups=2, dilation=2)),
+              "transposed": ((2, 4, 9, 9), (4, 3, 3, 3), dict(stride=2, output_padding=1)),
+              "conv3d": ((2, 3, 6, 6, 6), (4, 3, 3, 3, 3), dict(padding=1))}
+    x_shape, w_shape, kwargs = shapes[kind]
+    fn = {"conv1d": F.conv1d, "conv3d": F.conv3d, "transposed": F.conv_transpose2d}.get(kind, F.conv2d)
+    x, w = torch.randn(x_shape), torch.randn(w_shape)
+    if len(x_shape) == 4:
+        x = x.contiguous(memory_format=memory_format)
+    elif len(x_shape) == 5 and memory_format == torch.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last_3d)
+    b = torch.randn(w_shape[1] if kind == "transposed" else w_shape[0])
+    cpu = [t.clone().requires_grad_() for t in (x, w, b)]
+    npu = [t.detach().npu().requires_grad_() for t in (x, w, b)]
+    y_cpu, y_npu = fn(*cpu, **kwargs), fn(*npu, **kwargs)
+    grad = torch.randn_like(y_cpu)
+    y_cpu.backward(grad)
+    y_npu.backward(grad.npu())
+    assert y_npu.stride() == y_cpu.stride()
+    torch.testing.assert_close(y_npu.cpu(), y_cpu.detach(), rtol=1e-4, atol=1e-4)
+    for c, n in zip(cpu, npu):
+        assert n.grad.stride() == c.grad.stride()
+        torch.testing.assert_close(n.grad.cpu(), c.grad, rtol=1e-4, atol=1e-4)
+
+
+def test_convolution_overrideable_bad_arguments():
+    x, w = torch.randn(2, 4, 9, 9).npu(), torch.randn(6, 4, 3, 3).npu()
+    conv = torch.ops.aten.convolution_overrideable
+    with pytest.raises(RuntimeError, match="expected stride to have 2 elements"):
+        conv(x, w, None, [1], [0, 0], [1, 1], False, [0, 0], 1)
+    with pytest.raises(RuntimeError, match="output size .* is empty"):
+        conv(x[..., :2, :2], w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+    with pytest.raises(RuntimeError, match="to have 4 channels"):  # checked by at::convolution
+        F.conv2d(torch.randn(2, 3, 9, 9).npu(), w)
+
+
 @pytest.mark.parametrize("opt_name", ["sgd", "adamw"])
 def test_training_step_replay_matches_eager(opt_name):
     torch.manual_seed(2)
@@ -425,6 +519,106 @@ def test_npugraphs_backend_matches_eager():
             with torch.no_grad():
                 torch.testing.assert_close(compiled(x).cpu(), ref(x).cpu(), rtol=1e-5, atol=1e-5)
     torch._dynamo.reset()
+
+
+def _no_capture_warnings(caught):
+    msgs = [str(w.message) for w in caught if "capture" in str(w.message)]
+    assert not msgs, msgs
+
+
+def test_npugraphs_records_inductor_kernels():
+    # Inductor's fused C++ kernels are launched on the capturing stream (not run on the
+    # host, which would fail the capture): forward and backward graphs are captured,
+    # replays follow new inputs and match eager.
+    import warnings
+
+    import torch_npu.dynamo.graphs as graphs
+
+    torch._dynamo.reset()
+    torch.manual_seed(6)
+    base = _mlp()
+    model, ref = copy.deepcopy(base).npu(), copy.deepcopy(base).npu()
+    runners = []
+    original = graphs._GraphRunner._capture
+
+    def spy(self, args):
+        entry = original(self, args)
+        runners.append((self, entry))
+        return entry
+
+    graphs._GraphRunner._capture = spy
+    try:
+        compiled = torch.compile(lambda x: F.gelu(model(x) * 2 + 1).relu(), backend="npugraphs")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            previous = None
+            for _ in range(3):
+                x = torch.randn(4, 16).npu().requires_grad_()
+                xr = x.detach().clone().requires_grad_()
+                y = compiled(x)
+                y.sum().backward()
+                yr = F.gelu(ref(xr) * 2 + 1).relu()
+                yr.sum().backward()
+                torch.testing.assert_close(y.cpu(), yr.cpu(), rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(x.grad.cpu(), xr.grad.cpu(), rtol=1e-5, atol=1e-5)
+                for p, q in zip(model.parameters(), ref.parameters()):
+                    torch.testing.assert_close(p.grad.cpu(), q.grad.cpu(), rtol=1e-5, atol=1e-5)
+                assert previous is None or not torch.equal(y.cpu(), previous)
+                previous = y.detach().cpu()
+        _no_capture_warnings(caught)
+    finally:
+        graphs._GraphRunner._capture = original
+        torch._dynamo.reset()
+    assert len(runners) == 2  # forward and backward, each captured once
+    for runner, entry in runners:
+        assert entry is not None and runner.uncapturable is None
+        assert entry[1]._num_tasks() >= 2
+
+
+def test_graph_captures_inductor_compiled_function():
+    # torch.compile's default backend inside torch.npu.graph: the generated kernels are
+    # recorded, so a replay after new values are copied into the input recomputes them.
+    torch._dynamo.reset()
+    torch.manual_seed(7)
+    w = torch.randn(16, 8)
+    wn = w.npu()
+    f = torch.compile(lambda x: (torch.softmax(x @ wn, -1) * 3 - x.sum(-1, keepdim=True)).tanh())
+    static_x = torch.randn(5, 16).npu()
+    with torch.no_grad():
+        f(static_x)
+        _warm_up(lambda: f(static_x))
+        g = torch.npu.NPUGraph()
+        with torch.npu.graph(g):
+            static_y = f(static_x)
+    assert g._num_tasks() >= 2  # the matmul and at least one fused C++ kernel
+    previous = None
+    for _ in range(3):
+        x = torch.randn(5, 16)
+        static_x.copy_(x)
+        g.replay()
+        got = static_y.cpu()
+        torch.testing.assert_close(got, (torch.softmax(x @ w, -1) * 3 - x.sum(-1, keepdim=True)).tanh(),
+                                   rtol=1e-5, atol=1e-5)
+        assert previous is None or not torch.equal(got, previous)
+        previous = got
+    torch._dynamo.reset()
+
+
+def test_only_pointer_and_integer_kernels_are_launched():
+    from torch_npu._inductor.codegen import _launchable
+
+    assert _launchable(["const float*", "float*", "const int64_t", "const bool*"])
+    assert not _launchable(["const float*", "const float"])  # a float travels in another register
+    assert not _launchable(None)
+
+
+def test_launch_host_kernel_bad_arguments():
+    from torch_npu._inductor import runtime
+
+    with pytest.raises(RuntimeError, match="not a function of a compiled C\\+\\+ kernel module"):
+        runtime.launch_host_kernel(0, "k", len, ())
+    with pytest.raises(RuntimeError, match="argument 0 of k must be a tensor or an int, got float"):
+        torch_npu._C._npu_launch_host_kernel(0, "k", 1, (1.5,))
 
 
 def test_backend_bad_options():

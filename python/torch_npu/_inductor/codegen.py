@@ -9,7 +9,8 @@ fallback ops, torch_npu custom ops), which are queued on the current npu stream.
 The stock wrapper only knows how to call C++ kernels for ``cpu`` (and ``mps``); this one
 calls them for ``npu`` too, each preceded by :func:`torch_npu._inductor.runtime.wait_for_stream`
 because the kernel runs right away on the calling thread while extern kernels run later
-on the stream's worker, and allocates buffers on the graph's npu device.
+on the stream's worker (while the stream captures, the kernel is launched on the stream
+instead, see runtime.py), and allocates buffers on the graph's npu device.
 """
 import functools
 import hashlib
@@ -49,6 +50,20 @@ class NpuCodegenKey(CustomGraphModulePass):
         return h.hexdigest()
 
 _WAIT = "npu_wait_for_stream"
+_LAUNCH = "npu_launch_host_kernel"
+_CAPTURING = "npu_is_capturing"
+
+
+def _launchable(arg_types) -> bool:
+    """Whether a C++ kernel with these argument types can be called from the stream's
+    worker (runtime.launch_host_kernel): pointers and 64-bit integers only."""
+    if arg_types is None:
+        return False
+    for t in arg_types:
+        t = str(t).replace("const ", "").strip()
+        if not (t.endswith("*") or t in ("int64_t", "uintptr_t", "long")):
+            return False
+    return True
 
 
 class _NpuKernelCalls:
@@ -60,8 +75,17 @@ class _NpuKernelCalls:
             return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton,
                                                         **kwargs)
         index = device.index if device.index is not None else "torch.npu.current_device()"
-        self.writeline(f"{_WAIT}({index})")
-        self.writeline(self.wrap_kernel_call(kernel_name, call_args))
+        call = self.wrap_kernel_call(kernel_name, call_args)
+        if not _launchable(kwargs.get("arg_types")):
+            self.writeline(f"{_WAIT}({index})")
+            self.writeline(call)
+            return None
+        # While the stream captures, the kernel is recorded as a task of the stream.
+        args = "".join(f"{a}, " for a in call_args)
+        self.writeline(f"if {_CAPTURING}({index}): {_LAUNCH}({index}, '{kernel_name}', {kernel_name}, ({args}))")
+        self.writeline("else:")
+        self.writeline(f"    {_WAIT}({index})")
+        self.writeline(f"    {call}")
         return None
 
     def make_allocation(self, name, device, dtype, shape, stride, *args, **kwargs):
@@ -84,6 +108,8 @@ class NpuPythonWrapperCodegen(_NpuKernelCalls, PythonWrapperCodegen):
     def write_header(self) -> None:
         super().write_header()
         self.imports.writeline(f"from torch_npu._inductor.runtime import wait_for_stream as {_WAIT}")
+        self.imports.writeline(f"from torch_npu._inductor.runtime import launch_host_kernel as {_LAUNCH}")
+        self.imports.writeline(f"from torch_npu._inductor.runtime import is_capturing as {_CAPTURING}")
 
 
 class NpuSubgraphPythonWrapperCodegen(_NpuKernelCalls, SubgraphPythonWrapperCodegen):

@@ -9,12 +9,14 @@ copied into static tensors the capture read; outputs are cloned (``clone_outputs
 option, default True) so that a later replay cannot overwrite what a caller holds.
 
 ``npugraphs`` does the same with each graph compiled by Inductor first (the ``npu``
-backend's code generation), like ``backend="cudagraphs"`` with ``triton.cudagraphs``.
+backend's code generation), like ``backend="cudagraphs"`` with ``triton.cudagraphs``:
+while the stream captures, the generated wrapper launches its C++ kernels on the stream
+(``torch_npu._inductor.runtime``), so they are recorded with the extern kernels.
 
 Graphs that read or produce tensors off the npu (CPU work cannot be captured), or whose
-capture fails (an operation synchronises with the stream, e.g. the C++ kernels Inductor
-generates run on the host after waiting for the stream; or cannot be recorded), run
-without graph capture, with one warning. Both names are in ``torch_npu.dynamo.BACKENDS``
+capture fails (an operation synchronises with the stream or cannot be recorded, e.g. a
+data-dependent op or a C++ kernel taking a float argument), run without graph capture,
+with one warning. Both names are in ``torch_npu.dynamo.BACKENDS``
 (Dynamo loads this module when one is first used).
 """
 import warnings
