@@ -108,6 +108,8 @@ struct Config {
   bool expandable_segments = false;
   size_t base_addr_aligned_kb = 16;  // accepted (real torch_npu key); no effect here
   bool page_size_1g = false;         // accepted (real torch_npu key); no effect here
+  // per_process_memory_fraction: set_per_process_memory_fraction for every device; < 0: unset.
+  double memory_fraction = -1.0;
   // roundup_power2_divisions: `limits[i]` (bytes, ascending) pairs with `divisions[i]`;
   // a size below limits[i] (and not below an earlier limit) uses divisions[i]; sizes past
   // the last limit use `divisions_rest`. A single value sets only `divisions_rest`.
@@ -272,11 +274,27 @@ Config parse_config(const std::string& conf) {
       for (auto& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       if (v != "1g" && v != "1gb") conf_error(key, value, "1g");
       c.page_size_1g = true;
+    } else if (key == "per_process_memory_fraction") {
+      double f = 0;
+      if (!parse_double(value, &f) || !(f >= 0.0 && f <= 1.0)) {
+        conf_error(key, value, "a number in [0.0, 1.0]");
+      }
+      c.memory_fraction = f;
+    } else if (key == "multi_stream_lazy_reclaim" || key == "release_lock_on_npumalloc" ||
+               key == "pinned_mem_register" || key == "pin_memory_expandable_segments") {
+      // Real torch_npu keys that only tune locking, event reclaim and host pinning, which the
+      // simulator does not model: validated and accepted, no effect.
+      if (value != "True" && value != "False") conf_error(key, value, "True or False");
+    } else if (key == "pinned_reserve_segment_size_mb") {
+      size_t mb = 0;  // accepted like the keys above; no effect
+      if (!parse_uint(value, &mb)) conf_error(key, value, "an integer number of MiB");
     } else {
       TORCH_CHECK(false, kConfEnv, ": unrecognized key '", key,
                   "'. Expected one of: max_split_size_mb, garbage_collection_threshold, "
                   "expandable_segments, roundup_power2_divisions, base_addr_aligned_kb, "
-                  "page_size.");
+                  "page_size, per_process_memory_fraction, multi_stream_lazy_reclaim, "
+                  "release_lock_on_npumalloc, pinned_mem_register, "
+                  "pin_memory_expandable_segments, pinned_reserve_segment_size_mb.");
     }
   }
   return c;
@@ -738,6 +756,14 @@ class DeviceCachingAllocator {
         block->stream_uses.end()) {
       block->stream_uses.push_back(use);
     }
+  }
+
+  // torch_npu.erase_stream: forget a record_stream use of an allocated block, so that
+  // freeing it does not wait for `use`'s stream.
+  void erase_stream(Block* block, StreamUse use) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& uses = block->stream_uses;
+    uses.erase(std::remove(uses.begin(), uses.end(), use), uses.end());
   }
 
   void empty_cache() {
@@ -1642,6 +1668,7 @@ class State {
         devices_.push_back(std::make_unique<DeviceCachingAllocator>(
             static_cast<c10::DeviceIndex>(d), &config_));
       }
+      apply_memory_fraction();
       initialized_.store(true);
     });
   }
@@ -1665,9 +1692,12 @@ class State {
   void set_settings(const std::string& conf) {
     ensure_init();
     Config c = parse_config(conf);  // validate before touching anything
-    std::vector<std::unique_lock<std::mutex>> locks;
-    for (auto& d : devices_) locks.emplace_back(d->mutex());
-    install_config(std::move(c));
+    {
+      std::vector<std::unique_lock<std::mutex>> locks;
+      for (auto& d : devices_) locks.emplace_back(d->mutex());
+      install_config(std::move(c));
+    }
+    apply_memory_fraction();  // takes each device's lock itself
   }
 
   void* malloc(c10::DeviceIndex dev, size_t size, aclrtStream stream) {
@@ -1716,6 +1746,10 @@ class State {
 
  private:
   void install_config(Config c) { config_ = std::move(c); }
+  void apply_memory_fraction() {
+    if (config_.memory_fraction < 0) return;
+    for (auto& d : devices_) d->set_memory_fraction(config_.memory_fraction);
+  }
 
   std::once_flag init_flag_;
   std::atomic<bool> initialized_{false};
@@ -1829,6 +1863,16 @@ void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
               ptr.get_context());
   StreamUse use{acl_stream_of(stream), stream.device_index()};
   state().device(block->device).record_stream(block, use);
+}
+
+void eraseStream(const c10::DataPtr& ptr, c10::Stream stream) {
+  if (!ptr.get()) return;
+  if (ptr.get_deleter() != &local_raw_delete && ptr.get_deleter() != &local_tensor_delete) return;
+  Block* block = state().find_allocated(ptr.get_context());
+  TORCH_CHECK(block != nullptr, "erase_stream: no allocated NPU block found for pointer ",
+              ptr.get_context());
+  StreamUse use{acl_stream_of(stream), stream.device_index()};
+  state().device(block->device).erase_stream(block, use);
 }
 
 void emptyCache() {

@@ -193,6 +193,13 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_npu_cachingAllocator_raw_delete", [](uintptr_t p) { NPUCachingAllocator::raw_delete(reinterpret_cast<void*>(p)); });
   m.def("_npu_setAllocatorSettings", [](const std::string& conf) { NPUCachingAllocator::setAllocatorSettings(conf); });
+  // torch_npu.erase_stream(tensor, stream): undoes tensor.record_stream(stream).
+  m.def("_npu_eraseStream", [](const at::Tensor& t, int64_t id, int64_t device, int64_t type) {
+    TORCH_CHECK(type == static_cast<int64_t>(kNPU), "expected an npu stream, got device type ", type);
+    NPUCachingAllocator::eraseStream(
+        t.storage().data_ptr(),
+        c10::Stream(c10::Stream::UNSAFE, c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id));
+  });
 
   m.def("_npu_getDefaultGenerator", [](int d) {
     const auto& gen = getDefaultNPUGenerator(static_cast<c10::DeviceIndex>(d));

@@ -107,7 +107,11 @@ def test_device_name_and_properties():
     assert props.multi_processor_count > 0 and props.cube_core_num > 0
     assert props.vector_core_num > 0 and props.L2_cache_size > 0
     assert repr(props) == "_NPUDeviceProperties(name='Ascend910B1', total_memory=65536MB)"
-    assert torch.npu.get_soc_version() == "Ascend910B1"
+    # torch_npu's SocVersion enum: Ascend910B1 = 220 (names in get_device_name()).
+    assert torch.npu.get_soc_version() == 220
+    assert torch_npu._C._npu_get_soc_version() == 220
+    assert len(str(props.uuid)) == 36 and props.uuid == torch.npu.get_device_properties(1).uuid
+    assert props.uuid != torch.npu.get_device_properties(0).uuid
 
 
 def test_device_capability(monkeypatch):

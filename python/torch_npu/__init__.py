@@ -77,6 +77,10 @@ else:
 
 _C._npu_init()
 
+from torch_npu import _c_compat  # noqa: E402
+
+_c_compat.install(_C)  # _C._npu_get_soc_version, _C._weak_ref_tensor, ... (torch_npu's names)
+
 if torch._C._get_privateuse1_backend_name() != "npu":
     torch.utils.rename_privateuse1_backend("npu")
 
@@ -98,10 +102,13 @@ from torch_npu import _patches  # noqa: E402
 _patches.apply()
 
 import torch_npu.utils  # noqa: E402,F401
+from torch_npu.utils.combine_tensors import get_storage_size, npu_change_data_ptr  # noqa: E402
+from torch_npu.npu.streams import _erase_stream as erase_stream  # noqa: E402
 from torch_npu import _fused_ops  # noqa: E402
 
 # torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name.
-__all__ = ["npu", "utils", "__version__"] + _fused_ops.export(__import__(__name__))
+__all__ = ["npu", "utils", "__version__", "get_storage_size", "npu_change_data_ptr",
+           "erase_stream"] + _fused_ops.export(__import__(__name__))
 from torch_npu import _formats  # noqa: E402
 
 _formats.install(__import__(__name__))  # torch_npu.Format, get_npu_format -> Format

@@ -58,6 +58,7 @@ from .memory import (
     caching_allocator_alloc,
     caching_allocator_delete,
     empty_cache,
+    get_allocator_backend,
     get_per_process_memory_fraction,
     max_memory_allocated,
     max_memory_cached,
@@ -103,6 +104,14 @@ from . import op_support
 from .op_support import get_cpu_fallback, is_op_supported, set_cpu_fallback
 from . import graphs
 from .graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing, make_graphed_callables
+from . import _tensor_types
+from . import aclnn, backends, deterministic
+from .backends import (enable_flash_sdp, enable_math_sdp, enable_mem_efficient_sdp, flash_sdp_enabled,
+                       math_sdp_enabled, mem_efficient_sdp_enabled, preferred_linalg_library, sdp_kernel)
+from .deterministic import disable_deterministic_with_backward, enable_deterministic_with_backward
+from ._tensor_types import (  # noqa: F401  (torch.npu.FloatTensor, ... legacy types)
+    BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, ComplexDoubleTensor, ComplexFloatTensor,
+    DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor, ShortTensor)
 
 __all__ = [
     "get_cpu_fallback", "is_op_supported", "set_cpu_fallback",
@@ -120,7 +129,7 @@ __all__ = [
     "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_cached", "max_memory_cached", "memory_snapshot", "memory_summary",
-    "set_per_process_memory_fraction", "get_per_process_memory_fraction",
+    "set_per_process_memory_fraction", "get_per_process_memory_fraction", "get_allocator_backend",
     # random
     "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed",
     "manual_seed_all", "seed", "seed_all", "initial_seed", "default_generators",
@@ -132,7 +141,10 @@ __all__ = [
     "is_jit_compile_false", "set_mm_bmm_format_nd", "get_mm_bmm_format_nd",
     # graphs
     "NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables",
-]
+    # backends
+    "aclnn", "preferred_linalg_library", "enable_deterministic_with_backward",
+    "disable_deterministic_with_backward",
+] + _tensor_types.__all__ + backends.__all__
 
 # ----------------------------------------------------------------------------------
 # Initialisation. The C++ runtime (hooks, allocator, generators) is set up by

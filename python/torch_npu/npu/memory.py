@@ -104,13 +104,13 @@ def set_per_process_memory_fraction(fraction: float, device=None) -> None:
         fraction (float): in ``[0, 1]``.
         device (torch.device or int, optional): the device; the current one if ``None``.
     """
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
-        raise TypeError("set_per_process_memory_fraction(): argument 'fraction' must be a float, "
-                        f"got {type(fraction).__name__}")
-    fraction = float(fraction)
+    # Only a float, as torch_npu and torch.cuda accept (an int 1 is rejected too).
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument: set_per_process_memory_fraction(): "
+                        f"argument 'fraction' must be a float, got {type(fraction).__name__}")
     if not 0.0 <= fraction <= 1.0:
-        raise ValueError("set_per_process_memory_fraction(): argument 'fraction' must be in "
-                         f"[0, 1], got {fraction}")
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1 "
+                         f"(set_per_process_memory_fraction(): argument 'fraction')")
     _lazy_init()
     idx = _valid_device_index(device, fn="set_per_process_memory_fraction")
     _C._npu_setMemoryFraction(fraction, idx)
@@ -121,6 +121,21 @@ def get_per_process_memory_fraction(device=None) -> float:
     r"""Return the fraction set by :func:`set_per_process_memory_fraction` (1.0 by default)."""
     idx = _valid_device_index(device, fn="get_per_process_memory_fraction")
     return _memory_fraction.get(idx, 1.0)
+
+
+def get_allocator_backend() -> str:
+    r"""The caching allocator in use: ``"native"`` (torch_npu's own, the only backend)."""
+    return "native"
+
+
+def _set_allocator_settings(settings: str) -> None:
+    r"""Change caching allocator options at run time, in ``PYTORCH_NPU_ALLOC_CONF`` syntax
+    (e.g. ``"max_split_size_mb:50,garbage_collection_threshold:0.8"``)."""
+    if not isinstance(settings, str):
+        raise TypeError("_set_allocator_settings(): argument 'settings' must be a str, "
+                        f"got {type(settings).__name__}")
+    _lazy_init()
+    _C._npu_setAllocatorSettings(settings)
 
 
 def empty_cache() -> None:

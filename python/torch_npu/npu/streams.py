@@ -313,3 +313,23 @@ def set_sync_debug_mode(debug_mode) -> None:
 def get_sync_debug_mode() -> int:
     r"""Return the debug mode for synchronising operations (0, 1 or 2)."""
     return _sync_debug_mode
+
+
+def _erase_stream(tensor: torch.Tensor, stream: Stream) -> None:
+    r"""Undo ``tensor.record_stream(stream)`` (``torch_npu.erase_stream``).
+
+    The caching allocator then frees ``tensor``'s memory without waiting for the work
+    queued on ``stream`` so far: use it after making the freeing stream wait for
+    ``stream`` (an event wait), so that later kernels cannot overwrite memory that
+    ``stream`` still reads.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"erase_stream(): argument 'tensor' must be a torch.Tensor, got "
+                        f"{type(tensor).__name__}")
+    if not isinstance(stream, torch.Stream) or stream.device.type != "npu":
+        raise TypeError(f"erase_stream(): argument 'stream' must be a torch.npu.Stream, got "
+                        f"{type(stream).__name__}")
+    if tensor.device.type != "npu":
+        raise ValueError(f"erase_stream(): argument 'tensor' must be an npu tensor, got a tensor "
+                         f"on {tensor.device}")
+    _C._npu_eraseStream(tensor, stream.stream_id, stream.device_index, stream.device_type)

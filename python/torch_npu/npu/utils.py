@@ -9,6 +9,7 @@ rejects everything else with the same kind of message.
 
 import os
 import re
+import uuid
 import warnings
 from typing import Any, Optional
 
@@ -92,14 +93,18 @@ def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = Fal
         try:
             device = torch.device(text)
         except RuntimeError as err:
-            raise ValueError(f"{where}argument '{arg}' is not a valid device string: {device!r} "
-                             f"(expected e.g. 'npu', 'npu:0' or an index)") from err
+            # RuntimeError as torch.device raises it, ValueError as for other bad devices.
+            raise _InvalidDeviceError(
+                f"Invalid device string: {device!r}: {where}argument '{arg}' is not a valid "
+                f"device string (expected e.g. 'npu', 'npu:0' or an index)") from err
     if isinstance(device, torch.device):
         if device.type == "cpu" and allow_cpu:
             return -1
         if device.type != "npu":
             expected = "an npu or cpu device" if allow_cpu else "an npu device"
-            raise ValueError(f"{where}argument '{arg}' must be {expected}, got {device}")
+            # "Expected a npu device, but got: cpu" is torch_npu's (and torch.cuda's) wording.
+            raise ValueError(f"{where}Expected a npu device, but got: {device} (argument '{arg}' "
+                             f"must be {expected})")
         if device.index is not None:
             return device.index
         if optional:
@@ -196,7 +201,7 @@ class _NPUDeviceProperties:
 
     __slots__ = ("name", "total_memory", "cube_core_num", "vector_core_num", "L2_cache_size",
                  "multi_processor_count", "major", "minor", "is_integrated",
-                 "is_multi_gpu_board", "index")
+                 "is_multi_gpu_board", "index", "uuid")
 
     def __init__(self, index: int, name: str, total_memory: int):
         cube, vector, l2 = _SOC_FACTS.get(name, _SOC_FACTS["Ascend910B1"])
@@ -212,6 +217,8 @@ class _NPUDeviceProperties:
         self.minor = 0
         self.is_integrated = False
         self.is_multi_gpu_board = False
+        # A stable id per simulated device (a real NPU reports its chip's UUID).
+        self.uuid = uuid.uuid5(uuid.NAMESPACE_OID, f"ascend-simulator/{name}/{index}")
 
     def __repr__(self) -> str:
         return (f"_NPUDeviceProperties(name='{self.name}', "
@@ -269,19 +276,50 @@ def utilization(device=None) -> int:
     return int(query(idx))
 
 
+# torch_npu's SocVersion enum (what get_soc_version() returns): one number per SoC, grouped
+# by generation so that code can compare, e.g. ``get_soc_version() >= 220`` for Ascend910B1+.
+_SOC_VERSIONS = {
+    "Ascend910PremiumA": 100, "Ascend910ProA": 101, "Ascend910A": 102, "Ascend910ProB": 103,
+    "Ascend910B": 104,
+    "Ascend310P1": 200, "Ascend310P2": 201, "Ascend310P3": 202, "Ascend310P4": 203,
+    "Ascend310P5": 204, "Ascend310P7": 205,
+    "Ascend910B1": 220, "Ascend910B2": 221, "Ascend910B2C": 222, "Ascend910B3": 223,
+    "Ascend910B4": 224, "Ascend910B4-1": 225,
+    "Ascend310B1": 240, "Ascend310B2": 241, "Ascend310B3": 242, "Ascend310B4": 243,
+    "Ascend910_9391": 250, "Ascend910_9392": 251, "Ascend910_9381": 252, "Ascend910_9382": 253,
+    "Ascend910_9372": 254, "Ascend910_9362": 255, "Ascend910_9363": 256,
+}
+_ASCEND910B1 = 220
+_ASCEND310B1 = 240
+_ASCEND910_9391 = 250
+_ASCEND950 = 260
+
+
+def _soc_version_of(name: str) -> int:
+    if name in _SOC_VERSIONS:
+        return _SOC_VERSIONS[name]
+    if name.startswith("Ascend950"):
+        return _ASCEND950
+    return -1  # torch_npu's UnsupportedSocVersion
+
+
+def get_soc_version() -> int:
+    r"""Return the SoC of the NPUs as torch_npu's ``SocVersion`` number, e.g. ``220`` for
+    ``"Ascend910B1"`` (``get_device_name()`` gives the name)."""
+    _lazy_init()
+    return _soc_version_of(get_device_name())
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
-    r"""Return ``True``: the Ascend910B family computes in bfloat16."""
-    return True
+    r"""Return whether the SoC computes in bfloat16 (Ascend910B1 and later)."""
+    return get_soc_version() >= _ASCEND910B1
 
 
 def is_support_inf_nan() -> bool:
-    r"""Return ``True``: Ascend910B and later propagate inf/NaN (no global overflow flag)."""
-    return True
-
-
-def get_soc_version() -> str:
-    r"""Return the SoC name of the current device (e.g. ``"Ascend910B1"``)."""
-    return get_device_name()
+    r"""Return whether the SoC propagates inf/NaN instead of setting a global overflow flag
+    (the Ascend910B and Ascend910_93 families and later; torch_npu's rule)."""
+    soc = get_soc_version()
+    return (_ASCEND910B1 <= soc < _ASCEND310B1) or soc >= _ASCEND910_9391
 
 
 def current_blas_handle():
@@ -295,6 +333,13 @@ def get_cann_version(module: str = "CANN") -> str:
     from torch_npu.utils import get_cann_version as _get
 
     return _get(module)
+
+
+def _is_gte_cann_version(version: str, module: str = "CANN") -> bool:
+    r"""Whether the CANN component ``module`` is at least ``version`` (e.g. ``"8.1.RC1"``)."""
+    from torch_npu.utils import _is_gte_cann_version as _gte
+
+    return _gte(version, module)
 
 
 class _DeviceContext:

@@ -30,6 +30,7 @@ __all__ = [
     "SkipIfNoLapack",
     "SkipIfNoLatestTorch",
     "skipIfUnsupportMultiNPU",
+    "SkipIfNotGteCANNVersion",
     "PERF_TEST_ENABLE",
     "IS_WINDOWS",
 ]
@@ -268,3 +269,45 @@ def skipIfUnsupportMultiNPU(npu_number_needed: int):
         return wrapper
 
     return decorator
+
+
+class SkipIfNotGteCANNVersion:
+    """Decorator: skip the test unless the CANN component ``module`` is at least ``base_version``,
+    e.g. ``@SkipIfNotGteCANNVersion("8.1.RC1")``."""
+
+    def __init__(self, base_version: str, module: str = "CANN"):
+        self.base_version = base_version
+        self.module = module
+
+    def __call__(self, fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            from torch_npu.utils import _is_gte_cann_version, get_cann_version
+
+            if not _is_gte_cann_version(self.base_version, module=self.module):
+                raise unittest.SkipTest(
+                    f"Only run on {self.base_version} or greater, current cann version is "
+                    f"{get_cann_version(self.module)}.")
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def _create_scaling_models_optimizers(device="npu", optimizer_ctor=torch.optim.SGD, optimizer_kwargs=None):
+    """Two identical 2-layer MLPs with their optimizers: one to train with a GradScaler and a
+    control trained without; the GradScaler tests compare them."""
+    mod_control = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)).to(device=device)
+    mod_scaling = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)).to(device=device)
+    mod_scaling.load_state_dict(mod_control.state_dict())
+    kwargs = {"lr": 1.0, **(optimizer_kwargs or {})}
+    return (mod_control, mod_scaling, optimizer_ctor(mod_control.parameters(), **kwargs),
+            optimizer_ctor(mod_scaling.parameters(), **kwargs))
+
+
+def _create_scaling_case(device="npu", dtype=torch.float, optimizer_ctor=torch.optim.SGD, optimizer_kwargs=None):
+    """:func:`_create_scaling_models_optimizers` plus 4 (input, target) batches, an MSE loss
+    and the iteration at which the tests inject an inf (2)."""
+    data = [tuple(torch.randn((8, 8), dtype=dtype, device=device) for _ in range(2)) for _ in range(4)]
+    skip_iter = 2
+    return _create_scaling_models_optimizers(device, optimizer_ctor, optimizer_kwargs) + (
+        data, torch.nn.MSELoss(), skip_iter)

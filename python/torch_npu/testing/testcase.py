@@ -79,6 +79,29 @@ class TestCase(_torch_common_utils.TestCase):
             kwargs.setdefault("equal_nan", True)
         super().assertEqual(x, y, msg, exact_dtype=exact_dtype, **kwargs)
 
+    def assertAlmostEqual(self, x, y, places=None, msg=None, delta=None, allow_inf=None):
+        """torch_npu's: :meth:`assertEqual` with tolerance ``10**-places`` (or ``delta``);
+        works for tensors on any device, numbers and sequences."""
+        __tracebackhide__ = True
+        prec = 10 ** (-places) if places else delta
+        self.assertEqual(x, y, prec, msg or "", bool(allow_inf))
+
+    def assertTensorsSlowEqual(self, x, y, prec=None, message=""):
+        """Assert two tensors have the same size and dtype and differ by at most ``prec``
+        (the largest absolute elementwise difference; exact equality for bool)."""
+        __tracebackhide__ = True
+        self.assertEqual(x.size(), y.size())
+        self.assertEqual(x.dtype, y.dtype)
+        x, y = x.detach().cpu(), y.detach().cpu()
+        if x.dtype == torch.bool:
+            self.assertTrue(torch.equal(x, y), message)
+            return
+        if x.numel() == 0:
+            return
+        wide = torch.complex128 if x.dtype.is_complex else torch.float64
+        max_err = (x.to(wide) - y.to(wide)).abs().max().item()
+        self.assertLessEqual(max_err, self._precision if prec is None else prec, message)
+
     def assertRtolEqual(self, x, y, prec=1.e-4, prec16=1.e-3, auto_trans_dtype=False,
                         message=None):
         """Assert ``x`` and ``y`` agree elementwise, relatively or absolutely.

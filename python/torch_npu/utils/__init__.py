@@ -60,3 +60,7 @@ def _is_gte_cann_version(version: str, module: str = "CANN") -> bool:
 
 from .combine_tensors import (  # noqa: E402  (torch_npu.optim's combined buffers)
     get_part_combined_tensor, is_combined_tensor_valid, npu_combine_tensors)
+
+import torch as _torch  # noqa: E402
+
+_torch.version.cann = get_cann_version()  # as torch_npu sets it (torch_npu.utils.collect_env)

@@ -2,7 +2,8 @@
 one flat npu buffer, so that one kernel can update all of them (torch_npu.optim)."""
 import torch
 
-__all__ = ["npu_combine_tensors", "get_part_combined_tensor", "is_combined_tensor_valid"]
+__all__ = ["npu_combine_tensors", "get_part_combined_tensor", "is_combined_tensor_valid", "get_storage_size",
+           "npu_change_data_ptr"]
 
 
 def npu_combine_tensors(list_of_tensor, require_copy_value=True):
@@ -13,8 +14,10 @@ def npu_combine_tensors(list_of_tensor, require_copy_value=True):
     ``require_copy_value=False`` the values are not copied (the tensors read zeros).
     Returns ``None`` for an empty list or when all tensors are empty.
 
-    The tensors must be contiguous npu tensors of one dtype. Anything that later replaces
-    such a tensor's storage (``t.data = ...``, ``t.set_(...)``) detaches it from the buffer.
+    The tensors must be contiguous npu tensors of one dtype. Each gets its own storage
+    over its part of the buffer (as torch_npu's do: ``get_storage_size(t)`` stays
+    ``t.numel()``), which keeps the buffer alive. Anything that later replaces such a
+    tensor's storage (``t.data = ...``, ``t.set_(...)``) detaches it from the buffer.
     """
     if len(list_of_tensor) == 0:
         return None
@@ -47,9 +50,48 @@ def npu_combine_tensors(list_of_tensor, require_copy_value=True):
             n = t.numel()
             if require_copy_value:
                 combined[offset:offset + n].copy_(t.reshape(-1))
-            t.set_(storage, offset, t.size(), t.stride())
+            _repoint(t, storage, offset, n)
             offset += n
     return combined
+
+
+def _repoint(dst, storage, index, numel):
+    """Give ``dst`` a storage of ``numel`` elements over ``storage``'s elements from ``index``
+    (the new storage keeps ``storage`` alive); dst keeps sizes, strides and offset."""
+    itemsize = dst.element_size()
+    part = storage[index * itemsize:(index + numel) * itemsize]
+    with torch.no_grad():
+        dst.set_(part, dst.storage_offset(), dst.size(), dst.stride())
+
+
+def npu_change_data_ptr(dst, src, index):
+    r"""Re-points ``dst``'s storage at ``src``'s storage memory from element ``index`` on
+    (torch_npu.npu_change_data_ptr); ``dst`` keeps its storage size, sizes, strides and
+    storage offset and reads whatever ``src`` holds there. Returns 0.
+
+    Both must be npu tensors of one dtype among float32, float16 and bfloat16, and
+    ``dst``'s storage must fit in ``src``'s from ``index``.
+    """
+    for name, t in (("dst", dst), ("src", src)):
+        if not isinstance(t, torch.Tensor) or t.device.type != "npu":
+            raise RuntimeError(f"npu_change_data_ptr(): argument '{name}' must be an npu tensor, "
+                               f"got {t.device if isinstance(t, torch.Tensor) else type(t).__name__}")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise RuntimeError(f"Expect offset(index) equal or greater than zero, got: {index}")
+    if src.dtype != dst.dtype:
+        raise RuntimeError(f"Expect src and dst tensors having the same dtype, got: src with dtype "
+                           f"{src.dtype}, dst with dtype {dst.dtype}")
+    if src.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise RuntimeError(f"Only supports src and dst tensors with dtype float32, float16 or "
+                           f"bfloat16, got: {src.dtype}")
+    dst_size, src_size = get_storage_size(dst), get_storage_size(src)
+    if index + dst_size > src_size:
+        raise RuntimeError(f"Offsets overflow, got: offset(index) {index}, dst storage size "
+                           f"{dst_size}, src storage size {src_size}")
+    # Kernels still queued on dst's old memory finish first (see npu_combine_tensors).
+    torch.npu.current_stream(dst.device).synchronize()
+    _repoint(dst, src.untyped_storage(), index, dst_size)
+    return 0
 
 
 def get_part_combined_tensor(combined_tensor, index, size):
@@ -72,8 +114,21 @@ def is_combined_tensor_valid(combined_tensor, list_of_tensor):
     start = combined_tensor.data_ptr()
     end = start + combined_tensor.numel() * combined_tensor.element_size()
     for t in list_of_tensor:
-        if t is None or not t.is_contiguous() or not (start <= t.data_ptr() < end):
+        if t is None or not t.is_contiguous() or t.device != combined_tensor.device:
             return False
-        if t.untyped_storage().data_ptr() != combined_tensor.untyped_storage().data_ptr():
+        if not (start <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= end):
             return False
     return True
+
+
+def get_storage_size(tensor) -> int:
+    r"""The number of elements of ``tensor``'s npu storage, in its storage format: the
+    physical (padded) size for FRACTAL_NZ and other tiled formats, the whole base
+    allocation for a view."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"get_storage_size(): argument 'self' must be a Tensor, got "
+                        f"{type(tensor).__name__}")
+    if tensor.device.type != "npu":
+        raise RuntimeError(f"get_storage_size(): expected an npu tensor, got a tensor on "
+                           f"{tensor.device}")
+    return tensor.untyped_storage().nbytes() // tensor.element_size()

@@ -35,6 +35,9 @@ void raw_delete(void* ptr);
 c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device);
 
 void recordStream(const c10::DataPtr& ptr, c10::Stream stream);
+// torch_npu.erase_stream: undoes recordStream(ptr, stream) (the memory no longer waits
+// for `stream` when it is freed).
+void eraseStream(const c10::DataPtr& ptr, c10::Stream stream);
 void emptyCache();
 DeviceStats getDeviceStats(c10::DeviceIndex device);
 void resetAccumulatedStats(c10::DeviceIndex device);

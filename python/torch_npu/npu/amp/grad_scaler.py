@@ -75,6 +75,16 @@ class GradScaler(torch.amp.GradScaler):
                     per_device_found_inf.get(grad.device)
         return per_device_found_inf._per_device_tensors
 
+    def _maybe_opt_step(self, optimizer, optimizer_state, *args, **kwargs):
+        # torch_npu skips the step of every optimizer once inf/NaN gradients were found in
+        # this iteration (since the last update()), not only of the optimizer that had them:
+        # with several optimizers, none steps on a corrupted iteration.
+        found = sum(v.item() for state in self._per_optimizer_states.values()
+                    for v in state["found_inf_per_device"].values())
+        if found:
+            return None
+        return optimizer.step(*args, **kwargs)
+
     def update(self, new_scale=None) -> None:
         r"""Update the scale factor (see ``torch.amp.GradScaler.update``).
 
