@@ -78,10 +78,11 @@ def _linear_cross_entropy_auto_options() -> None:
     if adjust is None or getattr(adjust, "_torch_npu_patched", False):
         return
 
-    def _adjust(self, num_batches, in_features, num_classes, dtype, device=None):
+    # Later torch releases add keyword arguments (2.14: prob_target): passed through as they are.
+    def _adjust(self, num_batches, in_features, num_classes, dtype, device=None, **kwargs):
         if device is not None and torch.device(device).type == "npu":
             device = torch.device("cpu")
-        return adjust(self, num_batches, in_features, num_classes, dtype, device)
+        return adjust(self, num_batches, in_features, num_classes, dtype, device, **kwargs)
 
     _adjust._torch_npu_patched = True
     options._adjust = _adjust
