@@ -10,6 +10,9 @@ algbw * (n - 1) / n for all-gather and reduce-scatter (bytes = the full tensor).
 measured too when ``mpirun`` and mpi4py are available (apt install openmpi-bin; pip install mpi4py).
 Not part of run_all.py: it needs the whole machine for a minute.
 
+``--ddp`` instead times a DistributedDataParallel training step of a small MLP (SGD, 2 ranks)
+with hccl on npu and with gloo on cpu, and checks that both end with identical weights.
+
 ``--plot FILE.svg`` also draws bus bandwidth against message size, one panel per collective,
 one line per backend (a dependency-free SVG, e.g. docs/hccl_busbw.svg).
 
@@ -98,6 +101,60 @@ def _worker(rank, world, port, backend, sizes, out_path):
             for (op, n, _), t in zip(rows, times.cpu().tolist()):
                 f.write(f"{op} {n} {t}\n")
     dist.destroy_process_group()
+
+
+def _ddp_worker(rank, world, port, backend, steps, out_path):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if backend == "hccl":
+        import torch_npu  # noqa: F401
+        torch.npu.set_device(rank)
+        device, sync = torch.device("npu", rank), torch.npu.synchronize
+    else:
+        torch.set_num_threads(1)
+        device, sync = torch.device("cpu"), (lambda: None)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    torch.manual_seed(0)  # the same initial weights on every rank and backend
+    model = torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(512, 512), torch.nn.GELU())])
+    ddp = DDP(model.to(device), device_ids=[rank] if backend == "hccl" else None)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(1 + rank)  # each rank its own batches, as in training
+    batches = [torch.randn(64, 512, generator=gen).to(device) for _ in range(steps + 3)]
+
+    def step(x):
+        opt.zero_grad()
+        ddp(x).pow(2).mean().backward()
+        opt.step()
+
+    for x in batches[:3]:
+        step(x)
+    sync()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for x in batches[3:]:
+        step(x)
+    sync()
+    elapsed = torch.tensor([(time.perf_counter() - t0) / steps], dtype=torch.float64, device=device)
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        torch.save({"t": elapsed.item(), "state": {k: v.cpu() for k, v in model.state_dict().items()}}, out_path)
+    dist.destroy_process_group()
+
+
+def run_ddp(steps=30):
+    """(seconds per step for hccl, for gloo, largest weight difference between them)."""
+    results = {}
+    for backend in ("hccl", "gloo"):
+        with tempfile.NamedTemporaryFile(suffix=".pt", delete=False) as f:
+            path = f.name
+        try:
+            mp.spawn(_ddp_worker, args=(WORLD, _free_port(), backend, steps, path), nprocs=WORLD, join=True)
+            results[backend] = torch.load(path)
+        finally:
+            os.unlink(path)
+    diff = max((results["hccl"]["state"][k] - results["gloo"]["state"][k]).abs().max().item()
+               for k in results["gloo"]["state"])
+    return results["hccl"]["t"], results["gloo"]["t"], diff
 
 
 def _free_port():
@@ -202,7 +259,13 @@ def main():
     parser.add_argument("--sizes", default=DEFAULT_SIZES)
     parser.add_argument("--tcp", action="store_true", help="also hccl over its TCP transport")
     parser.add_argument("--plot", metavar="SVG", help="also write a bus-bandwidth plot here")
+    parser.add_argument("--ddp", action="store_true", help="time a DDP training step instead (hccl vs gloo)")
     args = parser.parse_args()
+    if args.ddp:
+        hccl, gloo, diff = run_ddp()
+        print(f"DDP step, 4x Linear(512)+GELU, batch 64 per rank, SGD, {WORLD} ranks: hccl {hccl * 1e3:.2f} ms, "
+              f"gloo {gloo * 1e3:.2f} ms, hccl/gloo {hccl / gloo:.2f}; largest weight difference {diff:g}")
+        return
     sizes = [_parse_size(s) for s in args.sizes.split(",")]
     results = {"hccl": _run("hccl", sizes), "gloo": _run("gloo", sizes)}
     if args.tcp:
