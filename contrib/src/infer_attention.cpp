@@ -563,6 +563,36 @@ const std::vector<std::string> kFiaLayouts = {"BSH",      "BSND",      "BNSD",  
                                               "TND_NTD",  "BSH_NBSD",  "BSND_NBSD", "BNSD_NBSD"};
 
 // npu_fused_infer_attention_score's arguments (shared by the operator and its .out).
+// The arguments npu_fused_infer_attention_score and its v2 share (their names differ).
+Call fia_common(const char* op, const Tensor& query, const Tensor& key, const Tensor& value,
+                const std::optional<Tensor>& pse_shift, const std::optional<Tensor>& atten_mask,
+                const std::optional<Tensor>& block_table, at::OptionalSymIntArrayRef qlen,
+                at::OptionalSymIntArrayRef kvlen, int64_t num_heads, int64_t num_kv_heads, double scale,
+                int64_t pre_tokens, int64_t next_tokens, int64_t sparse_mode, int64_t block_size,
+                c10::string_view input_layout, bool want_lse) {
+  Call c{op};
+  c.q = query;
+  c.k = key;
+  c.v = value;
+  c.pse = value_or_undefined(pse_shift);
+  c.mask = value_or_undefined(atten_mask);
+  c.block_table = value_or_undefined(block_table);
+  c.qlen = to_vector(qlen);
+  c.kvlen = to_vector(kvlen);
+  c.num_heads = num_heads;
+  c.num_kv_heads = num_kv_heads;
+  c.scale = scale;
+  c.pre = pre_tokens;
+  c.next = next_tokens;
+  c.sparse_mode = sparse_mode;
+  c.block_size = block_size;
+  c.layout = std::string(input_layout);
+  c.layouts = kFiaLayouts;
+  c.want_lse = want_lse;
+  c.decode_if_one = true;  // Q_S == 1: the decode (IncreFlashAttention) branch, else the prefill one
+  return c;
+}
+
 Call fia_call(
     const Tensor& query, const Tensor& key, const Tensor& value, const std::optional<Tensor>& pse_shift,
     const std::optional<Tensor>& atten_mask, at::OptionalSymIntArrayRef actual_seq_lengths,
@@ -605,27 +635,9 @@ Call fia_call(
   reject(op, "query_rope", query_rope, "MLA rope input");
   reject(op, "key_rope", key_rope, "MLA rope input");
   reject(op, "key_rope_antiquant_scale", key_rope_antiquant_scale, "MLA rope dequantisation");
-  Call c{op};
-  c.q = query;
-  c.k = key;
-  c.v = value;
-  c.pse = value_or_undefined(pse_shift);
-  c.mask = value_or_undefined(atten_mask);
-  c.block_table = value_or_undefined(block_table);
-  c.qlen = to_vector(actual_seq_lengths);
-  c.kvlen = to_vector(actual_seq_lengths_kv);
-  c.num_heads = num_heads;
-  c.num_kv_heads = num_key_value_heads;
-  c.scale = scale;
-  c.pre = pre_tokens;
-  c.next = next_tokens;
-  c.sparse_mode = sparse_mode;
-  c.block_size = block_size;
-  c.layout = std::string(input_layout);
-  c.layouts = kFiaLayouts;
-  c.want_lse = softmax_lse_flag;
-  c.decode_if_one = true;  // Q_S == 1: the decode (IncreFlashAttention) branch, else the prefill one
-  return c;
+  return fia_common(op, query, key, value, pse_shift, atten_mask, block_table, actual_seq_lengths,
+                    actual_seq_lengths_kv, num_heads, num_key_value_heads, scale, pre_tokens, next_tokens, sparse_mode,
+                    block_size, input_layout, softmax_lse_flag);
 }
 
 // The argument list of npu_fused_infer_attention_score, for its .out to pass on.
@@ -724,30 +736,13 @@ Call fia_v2_call(FIA_V2_PARAMS) {
   reject(op, "quant_scale_out", quant_scale_out, "int8 output quantisation");
   reject(op, "quant_offset_out", quant_offset_out, "int8 output quantisation");
   reject(op, "quant_scale_p", quant_scale_p, "reserved by torch_npu");
-  Call c{op};
+  Call c = fia_common(op, query, key, value, pse_shift, atten_mask, block_table, actual_seq_qlen, actual_seq_kvlen,
+                      num_query_heads, num_key_value_heads, softmax_scale, pre_tokens, next_tokens, sparse_mode,
+                      block_size, input_layout, return_softmax_lse);
   c.qlen_arg = "actual_seq_qlen";
   c.kvlen_arg = "actual_seq_kvlen";
   c.heads_arg = "num_query_heads";
-  c.q = query;
-  c.k = key;
-  c.v = value;
-  c.pse = value_or_undefined(pse_shift);
-  c.mask = value_or_undefined(atten_mask);
-  c.block_table = value_or_undefined(block_table);
   c.sink = value_or_undefined(learnable_sink);
-  c.qlen = to_vector(actual_seq_qlen);
-  c.kvlen = to_vector(actual_seq_kvlen);
-  c.num_heads = num_query_heads;
-  c.num_kv_heads = num_key_value_heads;
-  c.scale = softmax_scale;
-  c.pre = pre_tokens;
-  c.next = next_tokens;
-  c.sparse_mode = sparse_mode;
-  c.block_size = block_size;
-  c.layout = std::string(input_layout);
-  c.layouts = kFiaLayouts;
-  c.want_lse = return_softmax_lse;
-  c.decode_if_one = true;
   return c;
 }
 
