@@ -1,5 +1,6 @@
 #include "torch_npu/core/npu_task_queue.h"
 
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -16,8 +17,21 @@ BlockingHook g_blocking_hook = nullptr;
 struct Task {
   std::function<void()> fn;
   c10::Stream stream;
+  // The launching thread's intra-op thread count (torch.set_num_threads): OpenMP and
+  // MKL keep it per thread, so the worker would otherwise use every core whatever the
+  // user chose, and ranks sharing a host would oversubscribe it.
+  int threads;
   Task* next = nullptr;
 };
+
+// Sets the worker's intra-op thread count to the launcher's when it differs.
+void adopt_threads(int threads) {
+  thread_local int current = 0;
+  if (threads != current && threads > 0) {
+    at::set_num_threads(threads);
+    current = threads;
+  }
+}
 
 // Finished tasks are destroyed by the host thread, not the worker: what a kernel
 // captured (CPU aliases, storages, small buffers) was allocated on the host, and
@@ -36,6 +50,7 @@ int run_fn(Task* task, char* err, size_t err_len) {
     NPUStream s(task->stream);
     aclrtSetDevice(s.device_index());
     setCurrentNPUStream(s);
+    adopt_threads(task->threads);
     ++tls_kernel_depth;
     task->fn();
     --tls_kernel_depth;
@@ -104,7 +119,7 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     aclmdlRI model = nullptr;
     NPU_CHECK(aclmdlRICaptureGetInfo(stream.stream(), &status, &model));
     if (status != ACL_MODEL_RI_CAPTURE_STATUS_NONE) {
-      auto* task = new Task{std::move(fn), stream.unwrap()};
+      auto* task = new Task{std::move(fn), stream.unwrap(), at::get_num_threads()};
       aclError err = aclsimLaunchKernel(stream.stream(), run_captured_task, task, name);
       if (err != ACL_SUCCESS) {
         delete task;
@@ -136,7 +151,7 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     return;
   }
   collect_finished_kernels();
-  auto* task = new Task{std::move(fn), stream.unwrap()};
+  auto* task = new Task{std::move(fn), stream.unwrap(), at::get_num_threads()};
   aclError err = aclsimLaunchKernel(stream.stream(), run_task, task, name);
   if (err != ACL_SUCCESS) {
     delete task;

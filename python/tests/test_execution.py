@@ -242,6 +242,30 @@ def test_sync_mode_runs_inline():
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_kernels_use_the_intra_op_threads_the_user_set():
+    # OpenMP keeps the thread count per thread: the stream worker must follow
+    # torch.set_num_threads of the launching thread. Threads an OpenMP team adds to the
+    # worker inherit its name, so the team size shows in /proc.
+    script = textwrap.dedent("""
+        import os, torch, torch_npu
+        def worker_threads():
+            names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+            return names.count("npu0-s0")
+        torch.set_num_threads(1)
+        x = torch.randn(1 << 22, device="npu")
+        (x * 2).sum().item()
+        print(worker_threads(), end=" ")
+        torch.set_num_threads(2)
+        (x * 2).sum().item()
+        print(worker_threads())
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "MKL_"))}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["1", "2"], r.stdout
+
+
 def test_quickstart_trains_with_amp():
     """The README's quick start (a transformer LM, AdamW, GradScaler + autocast)."""
     import importlib.util

@@ -467,6 +467,25 @@ def test_small_collectives_inline():
     _spawn(_w_small_inline, 2, env={"HCCL_EXEC_TIMEOUT": "30"})
 
 
+def _w_threads(rank, world, port, expect):
+    _init(rank, world, port)
+    startup = torch_npu.distributed._STARTUP_THREADS
+    want = min(startup, max(1, len(os.sched_getaffinity(0)) // world)) if expect == "shared" else startup
+    assert torch.get_num_threads() == want, (torch.get_num_threads(), want, startup)
+    dist.destroy_process_group()
+
+
+def test_local_ranks_share_the_cores():
+    # Ranks on one host compute on the same cores: each gets its share of intra-op
+    # threads unless the user chose (OMP_NUM_THREADS, as torchrun sets it).
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k == "OMP_NUM_THREADS"}
+    try:
+        _spawn(_w_threads, 2, "shared")
+        _spawn(_w_threads, 2, "unchanged", env={"OMP_NUM_THREADS": "2"})
+    finally:
+        os.environ.update(saved)
+
+
 # ---- coalescing ----------------------------------------------------------------------------
 
 def _w_coalescing(rank, world, port):
