@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,8 @@ constexpr uint64_t kNack = 1ull << 63;  // receiver rejected a message (size/dty
 constexpr int kSpinPauses = 64;
 
 size_t slots_offset() { return (sizeof(ShmComm::Segment) + 63) / 64 * 64; }
+// Page tables start page aligned after the slots; untouched pages of them cost nothing.
+size_t tables_offset(int size) { return (slots_offset() + sizeof(Slot) * size + 4095) / 4096 * 4096; }
 
 std::string str(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
@@ -75,7 +78,7 @@ ShmComm::ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
       peers_(new Peer[size]) {
   TORCH_CHECK(size >= 1 && size <= kMaxRanks, "hccl: the shared-memory transport supports up to ", kMaxRanks,
               " ranks on one host, got a group of ", size);
-  seg_bytes_ = slots_offset() + sizeof(Slot) * size;
+  seg_bytes_ = tables_offset(size) + sizeof(VmmTable) * size;
   std::string name;
   int fd = -1;
   try {
@@ -106,6 +109,7 @@ ShmComm::ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
     fd = -1;
     seg_ = static_cast<Segment*>(p);
     slots_ = reinterpret_cast<Slot*>(static_cast<char*>(p) + slots_offset());
+    tables_ = reinterpret_cast<VmmTable*>(static_cast<char*>(p) + tables_offset(size));
     mine().pid = static_cast<int32_t>(getpid());
     store_->set("hccl/attached/" + std::to_string(rank), bytes("1"));
     if (rank == 0) {
@@ -133,7 +137,11 @@ ShmComm::ShmComm(c10::intrusive_ptr<c10d::Store> store, int rank, int size, std:
 
 ShmComm::~ShmComm() {
   for (int r = 0; r < size_; ++r) {
-    if (char* b = peers_[r].base.load()) munmap(b, peers_[r].bytes);
+    Peer& peer = peers_[r];
+    if (char* b = peer.base.load()) munmap(b, peer.bytes);
+    if (peer.fd >= 0) close(peer.fd);
+    for (Window& w : peer.windows)
+      if (w.base) munmap(w.base, kReservationSpan);
   }
   if (seg_) munmap(seg_, seg_bytes_);
 }
@@ -154,16 +162,61 @@ void ShmComm::bind(int device) {
   store_->set("hccl/arena/" + std::to_string(rank_), bytes(v.str()));
 }
 
-uint64_t ShmComm::offset_of(const void* p, size_t nbytes) const {
+uint64_t ShmComm::offset_of(const void* p, size_t nbytes) {
   const char* c = static_cast<const char*>(p);
-  TORCH_CHECK(device_ >= 0 && c >= base_ && c + nbytes <= base_ + arena_bytes_, "hccl: rank ", rank_,
-              ": a buffer at ", p, " is not in the memory arena of npu:", device_,
-              " (memory from PYTORCH_NPU_ALLOC_CONF=expandable_segments:True cannot be shared yet)");
-  return static_cast<uint64_t>(c - base_);
+  TORCH_CHECK(device_ >= 0, "hccl: rank ", rank_, " has no device yet");
+  if (c >= base_ && c + nbytes <= base_ + arena_bytes_) return static_cast<uint64_t>(c - base_);
+  std::lock_guard<std::mutex> lock(map_mu_);
+  return vmm_offset_of(c, nbytes);
+}
+
+uint64_t ShmComm::vmm_offset_of(const char* p, size_t nbytes) {
+  void* start = nullptr;
+  size_t size = 0;
+  uint64_t id = 0;
+  int32_t device = -1;
+  TORCH_CHECK(aclsimVmmLookup(p, &start, &size, &id, &device, nullptr) == ACL_SUCCESS && device == device_,
+              "hccl: rank ", rank_, ": a buffer at ", static_cast<const void*>(p), " is not memory of npu:", device_);
+  const char* res = static_cast<const char*>(start);
+  TORCH_CHECK(size <= kReservationSpan && p + nbytes <= res + size, "hccl: rank ", rank_, ": a buffer at ",
+              static_cast<const void*>(p), " (", nbytes, " bytes) does not fit the shareable range of its segment");
+  VmmTable& t = table(rank_);
+  // The slot of this reservation: the one holding it, else the first free one, else one
+  // whose reservation was released (its start no longer starts the same reservation).
+  int slot = -1;
+  for (int j = 0; j < kMaxReservations && slot < 0; ++j)
+    if (t.id[j].load(std::memory_order_relaxed) == id) slot = j;
+  for (int j = 0; j < kMaxReservations && slot < 0; ++j) {
+    void* s0 = nullptr;
+    uint64_t id0 = 0;
+    const uint64_t held = t.id[j].load(std::memory_order_relaxed);
+    if (held == 0 || aclsimVmmLookup(own_reservation_[j], &s0, nullptr, &id0, nullptr, nullptr) != ACL_SUCCESS ||
+        id0 != held || s0 != own_reservation_[j]) {
+      slot = j;
+      std::memset(t.page[j], 0, sizeof(t.page[j]));
+      t.id[j].store(id, std::memory_order_release);
+      own_reservation_[j] = const_cast<char*>(res);
+    }
+  }
+  TORCH_CHECK(slot >= 0, "hccl: rank ", rank_, ": buffers of more than ", kMaxReservations,
+              " expandable segments are in use by collectives at once");
+  // The arena page under every page of the buffer, for the peers to map.
+  const uint64_t off = static_cast<uint64_t>(p - res);
+  for (uint64_t i = off / kVmmPage; i * kVmmPage < off + std::max<size_t>(nbytes, 1); ++i) {
+    uint64_t arena_off = 0;
+    TORCH_CHECK(aclsimVmmLookup(res + i * kVmmPage, nullptr, nullptr, nullptr, nullptr, &arena_off) == ACL_SUCCESS,
+                "hccl: rank ", rank_, ": a buffer at ", static_cast<const void*>(p), " is not mapped memory");
+    t.page[slot][i] = arena_off + 1;
+  }
+  return arena_bytes_ + slot * kReservationSpan + off;
 }
 
 char* ShmComm::addr(int r, uint64_t offset, uint64_t nbytes) {
-  if (r == rank_) return base_ + offset;
+  if (r == rank_) {
+    if (offset < arena_bytes_) return base_ + offset;
+    std::lock_guard<std::mutex> lock(map_mu_);
+    return vmm_addr(r, offset, nbytes);
+  }
   Peer& peer = peers_[r];
   char* b = peer.base.load(std::memory_order_acquire);
   if (!b) {
@@ -182,17 +235,56 @@ char* ShmComm::addr(int r, uint64_t offset, uint64_t nbytes) {
       TORCH_CHECK(local >= 0, "hccl: rank ", g(rank_), " cannot open the device memory of rank ", g(r), " (", path,
                   "): ", std::strerror(errno), ". Ranks of a group must run on one host as one user.");
       void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, local, 0);
-      close(local);
+      if (p == MAP_FAILED) close(local);
       TORCH_CHECK(p != MAP_FAILED, "hccl: mapping the device memory of rank ", g(r), " failed: ", std::strerror(errno));
+      peer.fd = local;  // kept to map pages of its expandable segments
       peer.bytes = size;
       b = static_cast<char*>(p);
       peer.base.store(b, std::memory_order_release);
     }
   }
+  if (offset <= peer.bytes && nbytes <= peer.bytes - offset) return b + offset;
+  std::lock_guard<std::mutex> lock(map_mu_);
+  return vmm_addr(r, offset, nbytes);
+}
+
+char* ShmComm::vmm_addr(int r, uint64_t offset, uint64_t nbytes) {
+  const uint64_t arena = r == rank_ ? arena_bytes_ : peers_[r].bytes;
   // Offsets come from the peer's slot: check them before touching memory.
-  TORCH_CHECK(offset <= peer.bytes && nbytes <= peer.bytes - offset, "hccl: rank ", r,
+  const uint64_t v = offset - arena, slot = v / kReservationSpan, off = v % kReservationSpan;
+  TORCH_CHECK(offset >= arena && slot < kMaxReservations && nbytes <= kReservationSpan - off, "hccl: rank ", g(r),
               " published a buffer outside its device memory (offset ", offset, ", ", nbytes, " bytes)");
-  return b + offset;
+  if (r == rank_) return own_reservation_[slot] + off;
+  Peer& peer = peers_[r];
+  VmmTable& t = table(r);
+  Window& w = peer.windows[slot];
+  const uint64_t id = t.id[slot].load(std::memory_order_acquire);
+  if (w.id != id || w.base == nullptr) {  // a new reservation in this slot: a fresh window
+    if (w.base == nullptr) {
+      void* p = mmap(nullptr, kReservationSpan, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      TORCH_CHECK(p != MAP_FAILED, "hccl: reserving address space for rank ", g(r), "'s memory failed: ",
+                  std::strerror(errno));
+      w.base = static_cast<char*>(p);
+    } else {
+      TORCH_CHECK(mmap(w.base, kReservationSpan, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                       -1, 0) != MAP_FAILED,
+                  "hccl: resetting the window on rank ", g(r), "'s memory failed: ", std::strerror(errno));
+    }
+    w.mapped.assign(kVmmPages, 0);
+    w.id = id;
+  }
+  for (uint64_t i = off / kVmmPage; i * kVmmPage < off + std::max<uint64_t>(nbytes, 1); ++i) {
+    const uint64_t entry = t.page[slot][i];
+    TORCH_CHECK(entry != 0 && peer.bytes >= kVmmPage && entry - 1 <= peer.bytes - kVmmPage && (entry - 1) % 4096 == 0,
+                "hccl: rank ", g(r),
+                " published a buffer whose memory it did not describe (page ", i, " of segment slot ", slot, ")");
+    if (w.mapped[i] == entry) continue;
+    TORCH_CHECK(mmap(w.base + i * kVmmPage, kVmmPage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, peer.fd,
+                     static_cast<off_t>(entry - 1)) != MAP_FAILED,
+                "hccl: mapping rank ", g(r), "'s memory failed: ", std::strerror(errno));
+    w.mapped[i] = entry;
+  }
+  return w.base + off;
 }
 
 void ShmComm::ring() {

@@ -9,6 +9,13 @@
 // Data: npu memory is host memory in a per-device memfd arena (core/acl), so each rank
 // maps its peers' arenas (opened through /proc/<pid>/fd) and reads their buffers in
 // place: no staging copy, no sockets. Buffers are named by (arena offset) in the tables.
+// Memory of expandable segments (PYTORCH_NPU_ALLOC_CONF=expandable_segments:True) is
+// arena pages mapped at reserved addresses in no particular order. Each rank keeps, in the
+// control segment, a page table of the reservations its published buffers live in (the
+// arena offset of every 2 MiB page), and names such a buffer by an offset past its
+// arena: arena bytes + reservation slot * kReservationSpan + offset in the reservation.
+// A peer maps the same arena pages, in the same order, into a window of its own (as
+// CUDA IPC maps each page of an expandable segment), remapping only pages that changed.
 #pragma once
 
 #include <c10/util/intrusive_ptr.h>
@@ -63,6 +70,18 @@ struct alignas(64) Slot {
   std::atomic<uint64_t> ack[kMaxRanks];  // point-to-point: messages taken from peer
 };
 
+// Expandable-segment reservations a rank can publish buffers from, and the largest one.
+constexpr int kMaxReservations = 16;
+constexpr uint64_t kReservationSpan = uint64_t(128) << 30;
+constexpr uint64_t kVmmPage = uint64_t(2) << 20;  // the simulator's VMM granularity
+constexpr uint64_t kVmmPages = kReservationSpan / kVmmPage;
+
+// A rank's page tables (in the control segment, after the slots).
+struct VmmTable {
+  std::atomic<uint64_t> id[kMaxReservations];      // reservation in this slot (0: none)
+  uint64_t page[kMaxReservations][kVmmPages];     // 1 + arena offset of each page (0: unknown)
+};
+
 struct Timeouts {
   std::chrono::milliseconds connect;  // rendezvous (HCCL_CONNECT_TIMEOUT)
   std::chrono::milliseconds exec;     // one wait inside a collective (HCCL_EXEC_TIMEOUT)
@@ -84,8 +103,9 @@ class ShmComm {
   // the arena for peers (through the store).
   void bind(int device);
   int device() const { return device_; }
-  // Arena offset of [p, p + nbytes) of this rank (error if outside the bound arena).
-  uint64_t offset_of(const void* p, size_t nbytes) const;
+  // Offset naming [p, p + nbytes) of this rank for its peers: in the bound arena, or past
+  // it for expandable-segment memory (error if neither).
+  uint64_t offset_of(const void* p, size_t nbytes);
   // Address of a peer's (or our own) buffer; maps the peer's arena on first use.
   char* addr(int rank, uint64_t offset, uint64_t nbytes);
 
@@ -127,6 +147,9 @@ class ShmComm {
   [[noreturn]] void timeout(const OpDesc& op, const std::vector<int>& missing);
   void check_alive(const OpDesc& op, const std::vector<int>& missing);
   void ring();
+  uint64_t vmm_offset_of(const char* p, size_t nbytes);  // map_mu_ held
+  char* vmm_addr(int rank, uint64_t offset, uint64_t nbytes);  // map_mu_ held
+  VmmTable& table(int rank) { return tables_[rank]; }
 
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
@@ -135,6 +158,7 @@ class ShmComm {
   Timeouts timeouts_;
   Segment* seg_ = nullptr;
   Slot* slots_ = nullptr;
+  VmmTable* tables_ = nullptr;
   size_t seg_bytes_ = 0;
   uint64_t epoch_ = 0;               // barriers passed (collective stream, or inline while it is idle)
   std::chrono::nanoseconds attempt_{0};
@@ -146,11 +170,19 @@ class ShmComm {
   int device_ = -1;
   char* base_ = nullptr;  // own arena
   size_t arena_bytes_ = 0;
+  struct Window {  // a peer's reservation, mapped page by page as its buffers need
+    uint64_t id = 0;
+    char* base = nullptr;  // kReservationSpan of address space
+    std::vector<uint64_t> mapped;  // table entry mapped at each page (0: none)
+  };
   struct Peer {
     std::atomic<char*> base{nullptr};
     size_t bytes = 0;
+    int fd = -1;  // its arena memfd
+    Window windows[kMaxReservations];
   };
   std::unique_ptr<Peer[]> peers_;
+  char* own_reservation_[kMaxReservations] = {};  // start of the reservation in each slot
   std::mutex map_mu_;
 };
 

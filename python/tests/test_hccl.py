@@ -227,6 +227,55 @@ def test_collectives(world):
     assert _shm_segments() == before
 
 
+# ---- memory of expandable segments ---------------------------------------------------------
+
+EXPANDABLE = {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
+
+
+def _w_expandable(rank, world, port):
+    dev = _init(rank, world, port)
+    x = torch.full((3 << 20,), float(rank + 1), device=dev)  # 12 MiB: several 2 MiB pages
+    segments = torch.npu.memory_snapshot()
+    assert segments and all(s["is_expandable"] for s in segments), segments
+    dist.all_reduce(x)
+    assert torch.equal(x.cpu(), torch.full((3 << 20,), float(world * (world + 1) // 2)))
+    # Free pages go back to the device and come back at other arena offsets: peers must
+    # follow the new pages behind the same addresses.
+    for step in range(3):
+        del x
+        torch.npu.empty_cache()
+        filler = torch.empty(1 << 20, device=dev) if (step + rank) % 2 else None
+        x = torch.arange(3 << 20, device=dev, dtype=torch.float32) * (rank + 1 + step)
+        parts = [torch.empty_like(x) for _ in range(world)]
+        dist.all_gather(parts, x)
+        for r in range(world):
+            assert torch.equal(parts[r].cpu(), torch.arange(3 << 20, dtype=torch.float32) * (r + 1 + step)), (step, r)
+        del filler
+    dist.broadcast(x, src=world - 1)
+    assert torch.equal(x.cpu(), torch.arange(3 << 20, dtype=torch.float32) * (world + 2))
+    if rank == 0:
+        dist.send(x, 1)
+    elif rank == 1:
+        y = torch.zeros_like(x)
+        dist.recv(y, 0)
+        assert torch.equal(y.cpu(), torch.arange(3 << 20, dtype=torch.float32) * (world + 2))
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_expandable_segments(world):
+    before = _shm_segments()
+    _spawn(_w_expandable, world, env=EXPANDABLE)
+    _spawn(_w_collectives, world, env=EXPANDABLE)
+    assert _shm_segments() == before
+
+
+def test_ddp_with_expandable_segments(tmp_path):
+    path = str(tmp_path / "weights.pt")
+    _spawn(_w_ddp, 2, path, env=EXPANDABLE)
+    _assert_matches_single_process(path, 2)
+
+
 # ---- mismatched sizes across ranks ---------------------------------------------------------
 
 def _raises_by_sync(fn, *texts):

@@ -37,6 +37,7 @@ struct Mapping {
 
 struct Reservation {
   size_t size;
+  uint64_t id;                     // unique in the process (addresses are reused)
   int device;                      // device of the mapped memory, -1 while none is
   std::map<size_t, Mapping> maps;  // by offset in the reservation
 };
@@ -46,6 +47,7 @@ struct Vmm {
   std::map<uintptr_t, Reservation> reservations;  // by start address
   std::unordered_map<void*, std::unique_ptr<PhysMem>> handles;
   std::atomic<size_t> count{0};  // reservations: lookups skip the lock while there are none
+  uint64_t next_id = 1;           // mu held
 
   // The reservation containing p (its start in *start), or nullptr. mu held.
   Reservation* Find(const void* p, uintptr_t* start) {
@@ -195,10 +197,36 @@ aclError aclrtReserveMemAddress(void** virPtr, size_t size, size_t alignment, vo
   Vmm& v = V();
   {
     std::unique_lock<std::shared_mutex> w(v.mu);
-    v.reservations.emplace(reinterpret_cast<uintptr_t>(p), Reservation{len, -1, {}});
+    v.reservations.emplace(reinterpret_cast<uintptr_t>(p), Reservation{len, v.next_id++, -1, {}});
     v.count.fetch_add(1, std::memory_order_release);
   }
   *virPtr = p;
+  return ACL_SUCCESS;
+}
+
+aclError aclsimVmmLookup(const void* ptr, void** resStart, size_t* resSize, uint64_t* resId,
+                         int32_t* deviceId, uint64_t* arenaOffset) {
+  const char* api = "aclsimVmmLookup";
+  Vmm& v = V();
+  std::shared_lock<std::shared_mutex> r(v.mu);
+  uintptr_t start = 0;
+  Reservation* res = v.Find(ptr, &start);
+  if (res == nullptr)
+    return Fail(ACL_ERROR_INVALID_PARAM, "%s: %p is not in a reserved range", api, ptr);
+  if (arenaOffset) {
+    const size_t off = reinterpret_cast<uintptr_t>(ptr) - start;
+    auto it = res->maps.upper_bound(off);
+    if (it == res->maps.begin() || off - std::prev(it)->first >= std::prev(it)->second.size)
+      return Fail(ACL_ERROR_INVALID_PARAM, "%s: %p is reserved but not mapped", api, ptr);
+    --it;
+    const PhysMem* mem = it->second.mem;
+    *arenaOffset = static_cast<uint64_t>(mem->arena_ptr - RT().devices[mem->device]->arena.base()) +
+                   (off - it->first);
+  }
+  if (resStart) *resStart = reinterpret_cast<void*>(start);
+  if (resSize) *resSize = res->size;
+  if (resId) *resId = res->id;
+  if (deviceId) *deviceId = res->device;
   return ACL_SUCCESS;
 }
 

@@ -313,6 +313,50 @@ static void TestConcurrent() {
   CHECK_EQ(FreeBytes(), 64 * kMiB);
 }
 
+// aclsimVmmLookup: the reservation of an address, and the arena (memfd) offset of mapped
+// bytes, through which another process maps the same pages (hccl does).
+static void TestLookup() {
+  void* base = nullptr;
+  size_t arena_size = 0;
+  int fd = -1;
+  CHECK_OK(aclsimDeviceArena(1, &base, &arena_size, &fd));
+  void* va = nullptr;
+  CHECK_OK(aclrtReserveMemAddress(&va, 8 * kMiB, 0, nullptr, 0));
+  char* p = static_cast<char*>(va);
+  void* start = nullptr;
+  size_t size = 0;
+  uint64_t id = 0, id2 = 0, off = 0;
+  int32_t device = 7;
+  CHECK_OK(aclsimVmmLookup(p + 5, &start, &size, &id, &device, nullptr));  // reserved only
+  CHECK(start == va && size == 8 * kMiB && id != 0 && device == -1);
+  CHECK_RC(aclsimVmmLookup(p, nullptr, nullptr, nullptr, nullptr, &off), ACL_ERROR_INVALID_PARAM);
+  CHECK(Contains(aclGetRecentErrMsg(), "not mapped"));
+  // Two handles mapped in the reverse of their arena order.
+  aclrtDrvMemHandle a = Physical(2 * kMiB, 1), b = Physical(2 * kMiB, 1);
+  CHECK_OK(aclrtMapMem(p, 2 * kMiB, 0, b, 0));
+  CHECK_OK(aclrtMapMem(p + 2 * kMiB, 2 * kMiB, 0, a, 0));
+  p[100] = 11;
+  p[2 * kMiB + 100] = 22;
+  uint64_t off_b = 0, off_a = 0;
+  CHECK_OK(aclsimVmmLookup(p + 100, nullptr, nullptr, &id2, &device, &off_b));
+  CHECK_OK(aclsimVmmLookup(p + 2 * kMiB + 100, nullptr, nullptr, nullptr, nullptr, &off_a));
+  CHECK(id2 == id && device == 1);
+  CHECK(off_a < arena_size && off_b < arena_size && off_a != off_b);
+  const char* arena = static_cast<const char*>(base);
+  CHECK(arena[off_b] == 11 && arena[off_a] == 22);
+  CHECK_RC(aclsimVmmLookup(base, nullptr, nullptr, nullptr, nullptr, nullptr), ACL_ERROR_INVALID_PARAM);
+  CHECK_OK(aclrtUnmapMem(p));
+  CHECK_OK(aclrtUnmapMem(p + 2 * kMiB));
+  CHECK_OK(aclrtFreePhysical(a));
+  CHECK_OK(aclrtFreePhysical(b));
+  CHECK_OK(aclrtReleaseMemAddress(va));
+  // A new reservation, even at the same address, has a new id.
+  CHECK_OK(aclrtReserveMemAddress(&va, 8 * kMiB, 0, nullptr, 0));
+  CHECK_OK(aclsimVmmLookup(va, nullptr, nullptr, &id2, nullptr, nullptr));
+  CHECK(id2 != id);
+  CHECK_OK(aclrtReleaseMemAddress(va));
+}
+
 int main() {
   setenv("ASCEND_SIM_HBM_BYTES", "64M", 1);
   setenv("ASCEND_SIM_DEVICE_COUNT", "2", 1);
@@ -322,6 +366,7 @@ int main() {
   TestMapReadWrite();
   TestCapacity();
   TestErrors();
+  TestLookup();
   TestConcurrent();
   return Finish();
 }

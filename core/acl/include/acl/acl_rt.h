@@ -281,6 +281,12 @@ uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind);
 size_t aclsimDeviceCapacity(int32_t deviceId);
 // Arena of a device: base address and memfd (for sharing with other processes).
 aclError aclsimDeviceArena(int32_t deviceId, void** base, size_t* size, int* fd);
+// Virtual memory, for sharing with other processes: the reservation holding ptr (start,
+// size, an id unique in the process, device of its mapped memory or -1) and, if asked
+// (arenaOffset not NULL; ptr must then be mapped), the arena (memfd) offset of the byte
+// at ptr. Any output may be NULL.
+aclError aclsimVmmLookup(const void* ptr, void** resStart, size_t* resSize, uint64_t* resId,
+                         int32_t* deviceId, uint64_t* arenaOffset);
 // Model extensions. Calls fn(userData) when the model is freed (after aclmdlRIDestroy
 // and its last queued execution): owners of recorded kernels' userData free it there.
 aclError aclsimModelRIAddDestroyCallback(aclmdlRI modelRI, aclrtCallback fn, void* userData);
