@@ -112,18 +112,6 @@ struct SparseArg {
   bool written;
 };
 
-// The argument a written (a!) return aliases, or -1.
-int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
-  const auto* info = ret.alias_info();
-  if (!info || !info->isWrite()) return -1;
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto* a = args[i].alias_info();
-    if (a && a->isWrite() && a->beforeSets() == info->beforeSets()) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 // Converts the npu tensors of one call to CPU ones over the same memory and maps the
 // kernel's results back.
 class SparseCall {
@@ -263,9 +251,9 @@ void sparse_zero_copy_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet 
   const c10::DeviceIndex device = call_device(op, *stack, begin, &max_numel);
 
   SparseCall call(device);
-  std::vector<int> return_arg;
+  c10::SmallVector<int, 4> return_arg;
   for (const auto& ret : schema.returns()) return_arg.push_back(written_argument(schema, ret));
-  std::vector<c10::IValue> results;
+  c10::SmallVector<c10::IValue, 4> results;
   for (int i : return_arg) results.push_back(i >= 0 ? (*stack)[begin + i] : c10::IValue());
 
   for (size_t i = 0; i < num_args; ++i) {
@@ -282,9 +270,7 @@ void sparse_zero_copy_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet 
       v = c10::Device(c10::DeviceType::CPU);
     } else if (v.isGenerator()) {
       v = cpu_generator_for(v.toGenerator(), device);
-    } else if (v.isNone() && schema.arguments()[i].type()->kind() == c10::TypeKind::OptionalType &&
-               schema.arguments()[i].type()->castRaw<c10::OptionalType>()->getElementType()->kind() ==
-                   c10::TypeKind::GeneratorType) {
+    } else if (v.isNone() && is_optional_generator(schema.arguments()[i])) {
       v = cpu_generator_for(std::nullopt, device);
     }
   }
@@ -292,19 +278,7 @@ void sparse_zero_copy_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet 
   run_now(schema.name().c_str(), device, max_numel, [&] { op.redispatchBoxed(cpu, stack); });
   call.sync_written();
 
-  const size_t first_ret = stack->size() - return_arg.size();
-  for (size_t r = 0; r < return_arg.size(); ++r) {
-    c10::IValue& v = (*stack)[first_ret + r];
-    if (return_arg[r] >= 0 && results[r].isTensor()) {
-      v = std::move(results[r]);
-    } else if (v.isTensor()) {
-      v = call.to_npu(v.toTensor());
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(call.to_npu(t));
-      v = std::move(out);
-    }
-  }
+  results_to_npu(*stack, return_arg, results, [&call](const at::Tensor& t) { return call.to_npu(t); });
 }
 
 namespace {

@@ -317,6 +317,44 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
 
 // ------------------------------------------------------------------------------------
 // The boxed fallback.
+
+bool is_optional_generator(const c10::Argument& arg) {
+  const auto& type = arg.type();
+  return type->kind() == c10::TypeKind::OptionalType &&
+         type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+  const auto* info = ret.alias_info();
+  if (!info || !info->isWrite()) return -1;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto* a = args[i].alias_info();
+    if (a && a->isWrite() && a->beforeSets() == info->beforeSets()) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void results_to_npu(torch::jit::Stack& stack, c10::ArrayRef<int> return_arg,
+                    c10::SmallVectorImpl<c10::IValue>& results,
+                    c10::function_ref<at::Tensor(const at::Tensor&)> to_npu) {
+  const size_t first_ret = stack.size() - return_arg.size();
+  for (size_t r = 0; r < return_arg.size(); ++r) {
+    c10::IValue& v = stack[first_ret + r];
+    if (return_arg[r] >= 0 && results[r].isTensor()) {
+      v = std::move(results[r]);
+    } else if (v.isTensor()) {
+      v = to_npu(v.toTensor());
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) out.push_back(to_npu(t));
+      v = std::move(out);
+    }
+  }
+}
+
 namespace {
 
 bool is_npu(const at::Tensor& t) { return t.defined() && t.device().type() == kNPU; }
@@ -330,12 +368,6 @@ bool is_optional_tensor_list(const c10::Argument& arg) {
          elem->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::TensorType;
 }
 
-bool is_optional_generator(const c10::Argument& arg) {
-  const auto& type = arg.type();
-  return type->kind() == c10::TypeKind::OptionalType &&
-         type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
-}
-
 // What the fallback needs to know of an operator's schema, computed once per schema.
 struct OpTraits {
   c10::OperatorName name;                               // guards against a reused schema address
@@ -346,8 +378,6 @@ struct OpTraits {
   c10::SmallVector<int, 4> return_arg;                  // per return: the written argument, or -1
   uint64_t dtypes = kAnyDtype;                          // what the op table allows
 };
-
-int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret);
 
 const OpTraits& traits_of(const c10::FunctionSchema& schema) {
   thread_local std::unordered_map<const c10::FunctionSchema*, OpTraits> cache;
@@ -440,19 +470,6 @@ void to_cpu_arguments(const OpTraits& traits, torch::jit::Stack& s, size_t begin
     }
   }
 }
-
-// The argument a written (a!) return aliases, or -1.
-int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
-  const auto* info = ret.alias_info();
-  if (!info || !info->isWrite()) return -1;
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto* a = args[i].alias_info();
-    if (a && a->isWrite() && a->beforeSets() == info->beforeSets()) return static_cast<int>(i);
-  }
-  return -1;
-}
-
 
 // The op table restricts this operator's dtypes on the NPU: reject others by name.
 void check_dtypes(const OpTraits& traits, const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
@@ -739,21 +756,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   // although its schema does not say so.
   aliases.store_untiled();
   // Other results map back to npu by storage: views of arguments, fresh NPU buffers.
-  const size_t first_ret = stack->size() - return_arg.size();
-  for (size_t r = 0; r < return_arg.size(); ++r) {
-    c10::IValue& v = (*stack)[first_ret + r];
-    if (return_arg[r] >= 0 && results[r].isTensor()) {
-      v = std::move(results[r]);
-    } else if (v.isTensor()) {
-      v = aliases.to_npu(v.toTensor());
-    } else if (v.isTensorList()) {
-      auto list = v.toTensorList();
-      c10::List<at::Tensor> out;
-      out.reserve(list.size());
-      for (const at::Tensor& t : list) out.push_back(aliases.to_npu(t));
-      v = std::move(out);
-    }
-  }
+  results_to_npu(*stack, return_arg, results, [&aliases](const at::Tensor& t) { return aliases.to_npu(t); });
   if (capture) {
     record_functional(op, device, stream, std::move(captured_args), *stack, return_arg.size(), scan.max_numel);
   }

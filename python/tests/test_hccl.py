@@ -4,7 +4,6 @@ Each test spawns its ranks (torch.multiprocessing, or torchrun); a rank that fai
 assertion makes the spawn raise with its traceback. Ranks use npu:<rank>.
 """
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -21,17 +20,16 @@ pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distribut
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64]
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _spawn(fn, world, *args, env=None):
+    """Runs fn(rank, world, port, *args) on `world` ranks. `port` is that of a TCPStore this
+    process serves for the run, the ranks' rendezvous: bound to port 0, so the OS picks a free
+    port atomically (a port found free and bound later by rank 0 could be taken in between
+    by a concurrent run)."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     old = dict(os.environ)
     os.environ.update(env or {})
     try:
-        mp.spawn(fn, args=(world, _free_port()) + args, nprocs=world, join=True)
+        mp.spawn(fn, args=(world, store.port) + args, nprocs=world, join=True)
     finally:
         os.environ.clear()
         os.environ.update(old)
@@ -43,8 +41,10 @@ def _init(rank, world, port, timeout=None):
     import torch_npu  # noqa: F401  (spawned interpreters start fresh)
     torch.npu.set_device(rank)
     kwargs = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
-    dist.init_process_group("hccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, **kwargs)
+    # A client of _spawn's store (what tcp:// would give, without rank 0 serving it)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False,
+                          timeout=kwargs.get("timeout", dist.constants.default_pg_timeout))
+    dist.init_process_group("hccl", store=store, rank=rank, world_size=world, **kwargs)
     return torch.device("npu", rank)
 
 
@@ -647,8 +647,10 @@ def test_torchrun_env_init(tmp_path):
     """))
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [package_root, os.environ.get("PYTHONPATH")] if p))
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-                          f"--master_port={_free_port()}", str(script)],
+    # --standalone: the rendezvous stores bind port 0 (no port to race for with other runs);
+    # MASTER_ADDR 127.0.0.1 (not the host name)
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1",
+                          "--nproc_per_node=2", str(script)],
                          env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
     assert res.stdout.count("ok") == 2

@@ -10,7 +10,6 @@ three leaders, hosts of one rank), no namespaces needed.
 """
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -281,11 +280,10 @@ def _torchrun_here(script, tmp_path, nproc, env):
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
     env = dict(os.environ, **env, PYTHONPATH=os.pathsep.join(
         p for p in [package_root, os.environ.get("PYTHONPATH")] if p))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-                           f"--master_port={port}", str(path)], env=env, capture_output=True, text=True,
+    # --standalone: the rendezvous stores bind port 0 (no port to race for with other runs);
+    # MASTER_ADDR 127.0.0.1 (not the host name)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1",
+                           f"--nproc_per_node={nproc}", str(path)], env=env, capture_output=True, text=True,
                           timeout=120)
 
 

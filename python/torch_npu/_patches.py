@@ -88,12 +88,66 @@ def _linear_cross_entropy_auto_options() -> None:
     options._adjust = _adjust
 
 
+_DENSE_DEVICES = frozenset({"cpu", "cuda", "mps", "hip", "xpu", "hpu", "mtia", "npu"})
+_SPARSE_DEVICES = frozenset({"cpu", "cuda", "mps", "hip", "xpu", "npu"})
+_shallow_copy_library = None  # keeps the kernel registered for the life of the process
+
+
+def _npu_has_compatible_shallow_copy_type(self: torch.Tensor, src: torch.Tensor) -> bool:
+    """``aten::_has_compatible_shallow_copy_type`` with npu among the dense and sparse backends.
+
+    Dispatched here when the highest backend of the two tensors is npu (a dense or
+    sparse COO one; sparse compressed, quantized, meta, ... tensors dispatch elsewhere).
+    Mirrors ``TensorImpl::has_compatible_shallow_copy_type``: dense with dense and
+    sparse with sparse across those devices.
+    """
+
+    def kind(t: torch.Tensor):
+        if t.layout == torch.strided and t.device.type in _DENSE_DEVICES:
+            return "dense"
+        if t.layout == torch.sparse_coo and t.device.type in _SPARSE_DEVICES:
+            return "sparse"
+        return None
+
+    self_kind = kind(self)
+    return self_kind is not None and self_kind == kind(src)
+
+
+def _lazy_modules_to_npu() -> None:
+    """Let ``.npu()``/``.to("npu")`` move lazy modules (``nn.LazyLinear``, ...) as ``.cuda()`` does.
+
+    Two things stock PyTorch knows only for its in-tree devices: (1) an
+    ``UninitializedParameter`` allows ``Tensor.cuda`` but not ``Tensor.npu`` (else
+    "Attempted to use an uninitialized parameter"), and (2) ``Module._apply`` keeps a
+    parameter object (``param.data = moved``) only if ``torch._has_compatible_shallow_copy_type``
+    is true, which ``TensorImpl`` hard-codes for cpu/cuda/...; for cpu -> npu it is false, so
+    the uninitialized parameter was replaced by an empty ordinary ``Parameter`` and the
+    first forward failed. (1) adds ``Tensor.npu`` to the allowed methods (as torch_npu does);
+    (2) registers the operator for npu, the PrivateUse1 hook PyTorch documents for it.
+    This also keeps ``param`` objects (and optimizers holding them) valid across
+    ``Module.npu()`` like ``Module.cuda()``.
+    """
+    global _shallow_copy_library
+    from torch.nn.parameter import UninitializedTensorMixin
+
+    allowed = UninitializedTensorMixin._allowed_methods
+    if torch.Tensor.npu not in allowed:
+        allowed.append(torch.Tensor.npu)
+    if _shallow_copy_library is None:
+        library = torch.library.Library("aten", "IMPL")
+        for key in ("PrivateUse1", "SparsePrivateUse1"):
+            library.impl("_has_compatible_shallow_copy_type",
+                         _npu_has_compatible_shallow_copy_type, key)
+        _shallow_copy_library = library
+
+
 #: The patches, in application order.
 PATCHES: List[Callable[[], None]] = [
     _alias_torch_npu_submodules,
     _profiler_activity_npu,
     _checkpoint_default_device,
     _linear_cross_entropy_auto_options,
+    _lazy_modules_to_npu,
 ]
 
 _applied = False

@@ -11,28 +11,21 @@ from torch.autograd.function import Function
 __all__ = ["enable_deterministic_with_backward", "disable_deterministic_with_backward"]
 
 
-class _DeterministicBegin(Function):
+class _SetDeterministic(Function):
+    """Sets deterministic algorithms to ``enabled`` here in the forward pass and back to
+    ``not enabled`` when the backward pass reaches this point (leaving or entering the
+    region, which the backward pass crosses in the opposite direction)."""
+
     @staticmethod
-    def forward(ctx, tensor):
-        torch.use_deterministic_algorithms(True)
+    def forward(ctx, tensor, enabled: bool):
+        ctx.enabled = enabled
+        torch.use_deterministic_algorithms(enabled)
         return tensor.view_as(tensor)
 
     @staticmethod
     def backward(ctx, grad):
-        torch.use_deterministic_algorithms(False)  # the backward leaves the region here
-        return grad
-
-
-class _DeterministicEnd(Function):
-    @staticmethod
-    def forward(ctx, tensor):
-        torch.use_deterministic_algorithms(False)
-        return tensor.view_as(tensor)
-
-    @staticmethod
-    def backward(ctx, grad):
-        torch.use_deterministic_algorithms(True)  # the backward enters the region here
-        return grad
+        torch.use_deterministic_algorithms(not ctx.enabled)
+        return grad, None
 
 
 def _check(fn: str, tensor) -> None:
@@ -43,13 +36,13 @@ def _check(fn: str, tensor) -> None:
 def enable_deterministic_with_backward(tensor: torch.Tensor) -> torch.Tensor:
     r"""Turn deterministic algorithms on (forward) and off again in the backward pass."""
     _check("enable_deterministic_with_backward", tensor)
-    return _DeterministicBegin.apply(tensor)
+    return _SetDeterministic.apply(tensor, True)
 
 
 def disable_deterministic_with_backward(tensor: torch.Tensor) -> torch.Tensor:
     r"""Turn deterministic algorithms off (forward) and on again in the backward pass."""
     _check("disable_deterministic_with_backward", tensor)
-    return _DeterministicEnd.apply(tensor)
+    return _SetDeterministic.apply(tensor, False)
 
 
 enable_deterministic_with_backward._dynamo_forbidden = True

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/function_schema.h>
+#include <ATen/core/stack.h>
+#include <c10/util/FunctionRef.h>
 #include <c10/util/SmallVector.h>
 
 #include <functional>
@@ -109,5 +112,22 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
 
 // Installs the CPU allocator that serves KernelScope (idempotent).
 void install_kernel_allocator();
+
+// Shared by the boxed kernels that run an operator's CPU kernel on CPU stand-ins of its
+// npu arguments (npu_fallback in zero_copy.cpp, sparse_zero_copy_kernel in sparse.cpp).
+
+// An argument of type Generator? (None: the device's default generator).
+bool is_optional_generator(const c10::Argument& arg);
+
+// The argument a written return (Tensor(a!): in-place and out= forms) aliases, or -1.
+int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret);
+
+// After the CPU kernel: the last return_arg.size() values of `stack`, its results, become
+// npu values. Result r with return_arg[r] >= 0 (a written argument) becomes results[r], the
+// caller's tensor taken off the stack before the arguments were rewritten (moved from);
+// other tensors and tensor lists are mapped one tensor at a time by `to_npu`.
+void results_to_npu(torch::jit::Stack& stack, c10::ArrayRef<int> return_arg,
+                    c10::SmallVectorImpl<c10::IValue>& results,
+                    c10::function_ref<at::Tensor(const at::Tensor&)> to_npu);
 
 }  // namespace torch_npu::ops
