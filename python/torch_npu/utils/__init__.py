@@ -64,3 +64,30 @@ from .combine_tensors import (  # noqa: E402  (torch_npu.optim's combined buffer
 import torch as _torch  # noqa: E402
 
 _torch.version.cann = get_cann_version()  # as torch_npu sets it (torch_npu.utils.collect_env)
+
+
+def _add_tensor_methods() -> None:
+    """Patch ``torch.Tensor`` for npu, as ``import torch_npu`` does (idempotent).
+
+    ``Tensor.npu()``/``is_npu`` come from PyTorch's PrivateUse1 registration at import;
+    the remaining changes are :mod:`torch_npu._patches`, applied once.
+    """
+    from torch_npu import _patches
+
+    _patches.apply()
+    if not hasattr(_torch.Tensor, "is_npu"):
+        raise RuntimeError("torch.Tensor has no npu methods: import torch_npu completely first")
+
+
+def _apply_module_patch() -> None:
+    """Patch ``torch.nn.Module`` for npu, as ``import torch_npu`` does (idempotent).
+
+    ``Module.npu()`` comes from PyTorch's PrivateUse1 registration at import; lazy modules
+    and the other changes are :mod:`torch_npu._patches`, applied once.
+    """
+    from torch_npu import _patches
+
+    _patches.apply()
+    if not hasattr(_torch.nn.Module, "npu"):
+        raise RuntimeError("torch.nn.Module has no npu method: import torch_npu completely first")
+
