@@ -1,12 +1,15 @@
 #include "torch_npu/core/npu_task_queue.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 namespace torch_npu {
 namespace {
@@ -133,6 +136,7 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     // Inline: a kernel launching a kernel (e.g. a composite run on the worker) runs it
     // right away on the same thread, which keeps stream order.
     if (!in_kernel()) wait_stream(stream);
+    InlineKernelRecord record(name, stream);
     c10::DeviceIndex prev = current_device();
     NPUStream prev_stream = getCurrentNPUStream(stream.device_index());
     if (prev != stream.device_index()) NPU_CHECK(aclrtSetDevice(stream.device_index()));
@@ -157,6 +161,48 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     delete task;
     NPU_CHECK(err);
   }
+}
+
+namespace {
+
+thread_local std::vector<uint64_t> tls_host_ops;  // handles of the RecordFunctions entered
+at::CallbackHandle g_host_ops_callback = 0;
+std::mutex g_host_ops_mu;
+
+std::unique_ptr<at::ObserverContext> enter_host_op(const at::RecordFunction& fn) {
+  tls_host_ops.push_back(fn.handle());
+  aclsimProfilerSetLaunchTag(fn.handle());
+  return nullptr;
+}
+
+void exit_host_op(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (!tls_host_ops.empty() && tls_host_ops.back() == fn.handle()) tls_host_ops.pop_back();
+  aclsimProfilerSetLaunchTag(tls_host_ops.empty() ? 0 : tls_host_ops.back());
+}
+
+}  // namespace
+
+void track_host_ops(bool on) {
+  std::lock_guard<std::mutex> lock(g_host_ops_mu);
+  if (on && g_host_ops_callback == 0) {
+    g_host_ops_callback = at::addGlobalCallback(at::RecordFunctionCallback(enter_host_op, exit_host_op)
+                                                    .needsIds(true)
+                                                    .scopes({at::RecordScope::FUNCTION,
+                                                             at::RecordScope::BACKWARD_FUNCTION,
+                                                             at::RecordScope::USER_SCOPE}));
+  } else if (!on && g_host_ops_callback != 0) {
+    at::removeCallback(g_host_ops_callback);
+    g_host_ops_callback = 0;
+  }
+}
+
+InlineKernelRecord::InlineKernelRecord(const char* name, const NPUStream& stream)
+    : name_(name), stream_(stream.stream()), device_(stream.device_index()) {
+  if (name_ != nullptr && !in_kernel() && !aclsimOnWorkerThread() && aclsimProfilerEnabled()) start_ = aclsimNowNs();
+}
+
+InlineKernelRecord::~InlineKernelRecord() {
+  if (start_ >= 0) aclsimProfilerRecord(name_, device_, aclsimStreamId(stream_), start_, aclsimNowNs());
 }
 
 void wait_stream(const NPUStream& stream) {

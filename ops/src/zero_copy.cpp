@@ -270,6 +270,7 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
   const bool on_worker = task_queue_enabled() && !in_kernel() && (max_numel > kInlineNumel || !stream.query());
   if (!on_worker) {
     if (!in_kernel()) wait_stream(stream);
+    InlineKernelRecord record(name, stream);
     KernelScope scope(device);
     SerialBlasScope blas(max_numel);
     kernel();
@@ -301,6 +302,7 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
   if (aliases.has_untiled() ||
       (!capture && (!task_queue_enabled() || in_kernel() || (work_numel <= kInlineNumel && stream.query())))) {
     if (!in_kernel()) wait_stream(stream);
+    InlineKernelRecord record(name, stream);
     KernelScope scope(device);
     SerialBlasScope blas(work_numel);
     kernel(tensors);
@@ -818,9 +820,11 @@ std::optional<at::Tensor> run_direct(const char* name, const char* overload, con
   // run_now's inline case without its checks, which small_on_idle_stream made (nothing
   // queued, no capture), nor its MKL thread setting (no BLAS here): the wait only collects
   // finished kernels and raises a failed one's error.
-  wait_stream(getCurrentNPUStream(device));
+  const NPUStream stream = getCurrentNPUStream(device);
+  wait_stream(stream);
   at::Tensor out;
   {
+    InlineKernelRecord record(name, stream);
     KernelScope scope(device);  // the output in NPU memory
     out = op.handle.redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), cpu_a, cpu_b, rest...);
   }

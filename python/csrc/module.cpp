@@ -211,6 +211,24 @@ PYBIND11_MODULE(_C, m) {
     return aclsimCopiedBytes(static_cast<aclrtMemcpyKind>(kind));
   });
   m.def("_npu_taskQueueEnabled", [] { return task_queue_enabled(); });
+  // torch_npu.profiler: the simulator's task records (core/acl/src/profiler.cpp).
+  m.def("_npu_profilerEnable", [](bool on) {
+    track_host_ops(on);
+    NPU_CHECK(aclsimProfilerEnable(on ? 1 : 0));
+  });
+  m.def("_npu_profilerNowNs", [] { return aclsimNowNs(); });
+  m.def("_npu_profilerDrain", [] {
+    static const char* kinds[] = {"kernel", "memcpy", "memset", "callback", "graph"};
+    uint64_t dropped = 0;
+    std::vector<aclsimProfRecord> records(aclsimProfilerDrain(nullptr, 0, nullptr));
+    records.resize(aclsimProfilerDrain(records.data(), records.size(), &dropped));
+    py::list out;
+    for (const auto& r : records) {
+      out.append(py::make_tuple(std::string(r.name), kinds[r.kind], r.device, r.stream, r.correlation, r.launch_tid,
+                                r.launch_ns, r.start_ns, r.end_ns, r.bytes, r.host_op));
+    }
+    return py::make_tuple(out, dropped);
+  });
   m.def("_npu_getCpuFallback", [] { return ops::cpu_fallback_enabled(); });
   m.def("_npu_setCpuFallback", [](bool enabled) { ops::set_cpu_fallback(enabled); });
   // A CPU tensor over an npu tensor's bytes (same sizes, strides, offset; it keeps the npu

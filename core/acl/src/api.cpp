@@ -597,6 +597,12 @@ int32_t aclsimPointerDevice(const void* ptr) {
   return d ? d->id : -1;
 }
 
+int32_t aclsimStreamId(aclrtStream stream) {
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStream(stream, "aclsimStreamId", &err);
+  return s ? s->Serial() : -1;
+}
+
 int32_t aclsimStreamDevice(aclrtStream stream) {
   aclError err = ACL_SUCCESS;
   Stream* s = ResolveStream(stream, "aclsimStreamDevice", &err);

@@ -112,7 +112,19 @@ struct Task {
   const void* b;     // src
   uint64_t n;        // byte count / event generation
   char name[kTaskNameLen];  // kernel name (copied, truncated)
+  // Set at enqueue while the profiler records (profiler.cpp), else correlation 0.
+  uint64_t correlation = 0;
+  int64_t launch_ns = 0;
+  int32_t launch_tid = 0;
+  uint64_t launch_tag = 0;
 };
+
+// ---- profiler (profiler.cpp) ----------------------------------------------------------------
+bool ProfilerOn();
+// Stamps a task being enqueued (correlation id, launch time and thread) if recording.
+void ProfilerStampLaunch(Task& t);
+// Records a finished task that was stamped at launch.
+void ProfilerRecordTask(const Task& t, int device, int stream, int64_t start_ns, int64_t end_ns);
 
 // Fixed-size chunk of a stream's queue. Chunks are chained; the worker takes the whole
 // chain at once and hands emptied chunks back to a small per-stream free list, so a
@@ -153,9 +165,14 @@ struct Stream {
   bool IsCurrentWorker() const;
   // Runs one task on the calling thread (the worker; also for a model's tasks).
   void Run(Task& t, char* errbuf, size_t errlen);
+  // A small number naming the stream (in its worker's name npu<device>-s<serial>, and in
+  // profiles), assigned on first use.
+  int Serial();
   ~Stream();
 
  private:
+  void Execute(Task& t, char* errbuf, size_t errlen);
+  std::atomic<int> serial_{-1};
   aclError StartWorkerLocked();  // mu_ held
   void WorkerMain();
   void MarkDone();

@@ -93,7 +93,10 @@ aclError Stream::Enqueue(const Task& t) {
       head_ = b;
     tail_ = b;
   }
-  b->tasks[b->count++] = t;
+  Task& queued = b->tasks[b->count++];
+  queued = t;
+  queued.correlation = 0;
+  if (ProfilerOn()) ProfilerStampLaunch(queued);
   enqueued_.store(enqueued_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   bool wake = sleeping_;
   sleeping_ = false;  // one notification per sleep
@@ -120,8 +123,7 @@ void Stream::WorkerMain() {
   CurrentDevice() = device;
   {
     char tname[16];
-    snprintf(tname, sizeof(tname), "npu%d-s%d", device,
-             g_stream_serial.fetch_add(1, std::memory_order_relaxed));
+    snprintf(tname, sizeof(tname), "npu%d-s%d", device, Serial());
     pthread_setname_np(pthread_self(), tname);
   }
   char errbuf[1024];
@@ -238,6 +240,20 @@ bool Stream::TakeError(std::string* msg) {
 }
 
 void Stream::Run(Task& t, char* errbuf, size_t errlen) {
+  if (t.correlation == 0) return Execute(t, errbuf, errlen);
+  const int64_t start = NowNs();
+  Execute(t, errbuf, errlen);
+  ProfilerRecordTask(t, device, Serial(), start, NowNs());
+}
+
+int Stream::Serial() {
+  int s = serial_.load(std::memory_order_acquire);
+  if (s >= 0) return s;
+  const int mine = g_stream_serial.fetch_add(1, std::memory_order_relaxed);
+  return serial_.compare_exchange_strong(s, mine, std::memory_order_acq_rel) ? mine : s;
+}
+
+void Stream::Execute(Task& t, char* errbuf, size_t errlen) {
   switch (t.kind) {
     case kTaskKernel: {
       errbuf[0] = '\0';

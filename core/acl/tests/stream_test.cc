@@ -383,6 +383,39 @@ static void TestConcurrent() {
   CHECK(f == tot);
 }
 
+// Profiling: tasks launched while recording are recorded when they have run (launch <=
+// start <= end, the launching thread's tag), with their stream's id; nothing otherwise.
+static void TestProfiler() {
+  aclrtStream s = nullptr;
+  CHECK_OK(aclrtCreateStream(&s));
+  CHECK_EQ(aclsimProfilerDrain(nullptr, 0, nullptr), 0u);
+  CHECK_OK(aclsimLaunchKernel(s, EmptyKernel, nullptr, "before"));  // not recorded
+  CHECK_OK(aclsimProfilerEnable(1));
+  aclsimProfilerSetLaunchTag(42);
+  CHECK_OK(aclsimLaunchKernel(s, SleepKernel, (void*)(intptr_t)20, "sleep"));
+  char buf[64] = {};
+  CHECK_OK(aclrtMemcpyAsync(buf, 32, buf + 32, 32, ACL_MEMCPY_HOST_TO_HOST, s));
+  CHECK_OK(aclsimProfilerRecord("inline", 0, aclsimStreamId(s), aclsimNowNs(), aclsimNowNs()));
+  aclsimProfilerSetLaunchTag(0);
+  CHECK_OK(aclsimProfilerEnable(0));
+  CHECK_OK(aclsimLaunchKernel(s, EmptyKernel, nullptr, "after"));  // not recorded
+  CHECK_OK(aclrtSynchronizeStream(s));
+  aclsimProfRecord r[8];
+  uint64_t dropped = 7;
+  const size_t n = aclsimProfilerDrain(r, 8, &dropped);
+  CHECK_EQ(n, 3u);
+  CHECK_EQ(dropped, 0u);
+  CHECK(strcmp(r[0].name, "inline") == 0 && r[0].kind == ACLSIM_PROF_KERNEL && r[0].host_op == 42);
+  const aclsimProfRecord& k = r[1].kind == ACLSIM_PROF_KERNEL ? r[1] : r[2];
+  const aclsimProfRecord& c = r[1].kind == ACLSIM_PROF_KERNEL ? r[2] : r[1];
+  CHECK(strcmp(k.name, "sleep") == 0 && k.host_op == 42 && k.stream == aclsimStreamId(s));
+  CHECK(k.launch_ns <= k.start_ns && k.end_ns - k.start_ns >= 20 * 1000000);
+  CHECK(c.kind == ACLSIM_PROF_MEMCPY && c.bytes == 32 && c.start_ns >= k.end_ns);
+  CHECK(k.correlation != 0 && c.correlation != k.correlation);
+  CHECK_EQ(aclsimProfilerDrain(nullptr, 0, nullptr), 0u);  // drained
+  CHECK_OK(aclrtDestroyStream(s));
+}
+
 int main() {
   TestOrdering();
   TestAsync();
@@ -392,6 +425,7 @@ int main() {
   TestWorkerSide();
   TestFinalizeRestart();
   TestConcurrent();
+  TestProfiler();
   // Leave some work queued: the process must still exit cleanly.
   for (int i = 0; i < 100; ++i) aclsimLaunchKernel(nullptr, EmptyKernel, nullptr, "tail");
   return Finish();

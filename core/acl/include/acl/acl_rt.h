@@ -268,6 +268,9 @@ aclError aclsimLaunchKernel(aclrtStream stream, aclsimKernelFn fn, void* userDat
 // Device that owns `ptr` (anywhere inside an allocation or a mapped virtual range), or
 // -1 for host memory.
 int32_t aclsimPointerDevice(const void* ptr);
+// The serial of a stream (NULL = current device's default stream): the s<serial> of its
+// worker thread's name, and the stream id of its tasks in profiles; -1 if invalid.
+int32_t aclsimStreamId(aclrtStream stream);
 // Device of a stream (NULL = current device's default stream).
 int32_t aclsimStreamDevice(aclrtStream stream);
 // The resolved handle of the current device's default stream (never NULL).
@@ -281,6 +284,42 @@ uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind);
 size_t aclsimDeviceCapacity(int32_t deviceId);
 // Arena of a device: base address and memfd (for sharing with other processes).
 aclError aclsimDeviceArena(int32_t deviceId, void** base, size_t* size, int* fd);
+// Profiling (the layer under torch_npu.profiler). While enabled, every kernel, copy,
+// memset, host callback and graph execution a stream runs is recorded: what it was, where
+// it ran (device; stream = the serial in its worker's name "npu<d>-s<serial>"), a
+// correlation id, the thread that launched it and when, and when it started and ended.
+// Times are aclsimNowNs() (steady clock, ns).
+typedef enum {
+  ACLSIM_PROF_KERNEL = 0,
+  ACLSIM_PROF_MEMCPY = 1,
+  ACLSIM_PROF_MEMSET = 2,
+  ACLSIM_PROF_CALLBACK = 3,
+  ACLSIM_PROF_GRAPH = 4,
+} aclsimProfKind;
+typedef struct {
+  char name[56];  // kernels and graphs
+  int32_t kind;   // aclsimProfKind
+  int32_t device;
+  int32_t stream;
+  int32_t launch_tid;
+  uint64_t correlation;
+  int64_t launch_ns;
+  int64_t start_ns;
+  int64_t end_ns;
+  uint64_t bytes;  // copies and memsets
+  uint64_t host_op;  // the launching thread's tag (aclsimProfilerSetLaunchTag) at launch
+} aclsimProfRecord;
+aclError aclsimProfilerEnable(int enable);
+// Tags the calling thread's later launches (e.g. with the host operator running them).
+void aclsimProfilerSetLaunchTag(uint64_t tag);
+int aclsimProfilerEnabled(void);
+int64_t aclsimNowNs(void);
+// Records a kernel run on the calling thread (not through a stream's queue).
+aclError aclsimProfilerRecord(const char* name, int32_t deviceId, int32_t stream, int64_t startNs,
+                              int64_t endNs);
+// Moves up to max records (oldest first) into out and returns how many; out NULL: just
+// the count. *dropped (if not NULL): records lost to the buffer limit since the last call.
+size_t aclsimProfilerDrain(aclsimProfRecord* out, size_t max, uint64_t* dropped);
 // Virtual memory, for sharing with other processes: the reservation holding ptr (start,
 // size, an id unique in the process, device of its mapped memory or -1) and, if asked
 // (arenaOffset not NULL; ptr must then be mapped), the arena (memfd) offset of the byte

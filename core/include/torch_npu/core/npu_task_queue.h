@@ -32,4 +32,26 @@ void collect_finished_kernels();
 // True while the calling thread executes an npu kernel (stream worker or inline).
 bool in_kernel();
 
+// Put around a kernel that runs on the calling thread instead of a stream's worker:
+// while torch_npu.profiler records, it becomes a task of `stream` on the profile's device
+// timeline, as queued kernels are (nested kernels and worker threads are not recorded
+// here: the stream records what its worker runs).
+// While on, every thread's launches are tagged with the RecordFunction (host operator)
+// it is inside, which torch.profiler's trace names "Record function id".
+void track_host_ops(bool on);
+
+class InlineKernelRecord {
+ public:
+  InlineKernelRecord(const char* name, const NPUStream& stream);
+  ~InlineKernelRecord();
+  InlineKernelRecord(const InlineKernelRecord&) = delete;
+  InlineKernelRecord& operator=(const InlineKernelRecord&) = delete;
+
+ private:
+  const char* name_;
+  aclrtStream stream_;
+  c10::DeviceIndex device_;
+  int64_t start_ = -1;  // -1: not recording
+};
+
 }  // namespace torch_npu

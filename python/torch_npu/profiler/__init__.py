@@ -1,0 +1,19 @@
+"""torch_npu.profiler: profile host operators and npu tasks together, as in torch_npu.
+
+    with torch_npu.profiler.profile(
+            activities=[torch_npu.profiler.ProfilerActivity.CPU, torch_npu.profiler.ProfilerActivity.NPU],
+            schedule=torch_npu.profiler.schedule(wait=1, warmup=1, active=2, repeat=1),
+            on_trace_ready=torch_npu.profiler.tensorboard_trace_handler("./result"),
+            record_shapes=True) as prof:
+        for step in range(6):
+            train_step()
+            prof.step()
+"""
+from .experimental_config import (AiCMetrics, ExportType, HostSystem, ProfilerLevel, _ExperimentalConfig,
+                                  supported_ai_core_metrics, supported_export_type, supported_profiler_level)
+from .profiler import (ProfilerAction, ProfilerActivity, _KinetoProfile, analyse, profile, schedule,
+                       supported_activities, tensorboard_trace_handler)
+
+__all__ = ["profile", "ProfilerActivity", "supported_activities", "tensorboard_trace_handler", "schedule",
+           "ProfilerAction", "_ExperimentalConfig", "supported_profiler_level", "supported_ai_core_metrics",
+           "supported_export_type", "ProfilerLevel", "AiCMetrics", "ExportType", "HostSystem", "analyse"]
