@@ -268,6 +268,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane 
       ShmComm& local = comm_->local();
       local.attempt(inline_budget());
       try {
+        InlineKernelRecord record(name, comm_stream);  // on the profile's timeline
         body(*comm_, seq);
         local.attempt(std::chrono::nanoseconds(0));  // in case the body had no barrier
         return work;

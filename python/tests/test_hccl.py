@@ -535,6 +535,32 @@ def test_local_ranks_share_the_cores():
         os.environ.update(saved)
 
 
+def _w_profile(rank, world, port, out_dir):
+    dev = _init(rank, world, port)
+    big, small = torch.ones(1 << 20, device=dev), torch.ones(16, device=dev)
+    handler = torch_npu.profiler.tensorboard_trace_handler(out_dir, worker_name=f"rank{rank}")
+    with torch_npu.profiler.profile(activities=[torch_npu.profiler.ProfilerActivity.NPU], on_trace_ready=handler) as prof:
+        dist.all_reduce(big)  # on the communication stream
+        dist.all_reduce(small)  # small: maybe run inline on this thread
+        (big * 2).sum()
+    names = [t["name"] for t in prof.npu_tasks()]
+    assert names.count("hccl:allreduce") == 2 and "aten::sum" in names, names
+    assert torch.equal(small.cpu(), torch.full((16,), float(world)))
+    dist.destroy_process_group()
+
+
+def test_profiler_shows_communication(tmp_path):
+    import csv
+    import glob
+
+    _spawn(_w_profile, 2, str(tmp_path))
+    for rank in range(2):
+        (path,) = glob.glob(str(tmp_path / f"rank{rank}_*_ascend_pt"))
+        with open(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "step_trace_time.csv")) as f:
+            (row,) = list(csv.DictReader(f))
+        assert float(row["Communication"]) > 0 and float(row["Computing"]) > 0, row
+
+
 # ---- coalescing ----------------------------------------------------------------------------
 
 def _w_coalescing(rank, world, port):

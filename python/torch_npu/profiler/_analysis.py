@@ -253,7 +253,7 @@ def write_results(raw, out_dir, with_cpu=True):
 
     # step_trace_time.csv: per device and step, compute / communication / idle time.
     rows = []
-    spans = steps or ([(None, min(t.start for t in tasks), max(t.end for t in tasks))] if tasks else [])
+    spans = steps or ([(None, min(min(t.launch, t.start) for t in tasks), max(t.end for t in tasks))] if tasks else [])
     for device in sorted({t.device for t in tasks}):
         for n, start, end in spans:
             inside = [t for t in tasks if t.device == device and start <= t.launch <= end]
