@@ -164,7 +164,7 @@ def test_patches_are_listed_and_documented():
     from torch_npu import _patches
 
     assert _patches._applied
-    assert len(_patches.PATCHES) == 5  # the lazy-module patch is tested in test_lazy_modules.py
+    assert len(_patches.PATCHES) == 6  # the lazy-module patch is tested in test_lazy_modules.py
     for patch in _patches.PATCHES:
         assert patch.__doc__ and len(patch.__doc__.strip()) > 40
 
@@ -182,6 +182,20 @@ def test_patch_torch_npu_submodule_aliases():
 def test_patch_profiler_activity_npu():
     activity = torch.profiler.ProfilerActivity
     assert activity.NPU == activity.PrivateUse1
+
+
+def test_patch_torch_backends_npu():
+    import torch.backends.npu  # noqa: F401  (importable, as torch.backends.cudnn is)
+
+    assert torch.backends.npu.enabled is True
+    try:
+        torch.backends.npu.enabled = False  # unsupported operators fall back to the CPU
+        assert torch_npu._C._npu_getCpuFallback()
+        with pytest.raises(TypeError, match="bool"):
+            torch.backends.npu.enabled = "no"
+    finally:
+        torch.backends.npu.enabled = True
+    assert not torch_npu._C._npu_getCpuFallback()
 
 
 def test_patch_checkpoint_default_device():

@@ -12,6 +12,7 @@ and each has a test in ``python/tests/test_import.py``.
 """
 
 import sys
+import types
 from typing import Callable, List
 
 import torch
@@ -141,6 +142,40 @@ def _lazy_modules_to_npu() -> None:
         _shallow_copy_library = library
 
 
+class _NpuBackendsModule(types.ModuleType):
+    """``torch.backends.npu``; ``enabled`` as the switch of the npu op library."""
+
+    @property
+    def enabled(self) -> bool:
+        from torch_npu import _C
+
+        return not _C._npu_getCpuFallback()
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        from torch_npu import _C
+
+        if not isinstance(value, bool):
+            raise TypeError(f"torch.backends.npu.enabled must be a bool, got {type(value).__name__}")
+        _C._npu_setCpuFallback(not value)
+
+
+def _torch_backends_npu() -> None:
+    """Add ``torch.backends.npu`` with ``enabled`` (default True).
+
+    Guides for torch_npu suggest ``torch.backends.npu.enabled = False`` to let operators the
+    npu library does not support run on the CPU. Here that switches on the CPU fallback
+    (as ``TORCH_NPU_CPU_FALLBACK=1``: such operators copy to the CPU and back, with a
+    warning); True restores the default, where they raise.
+    """
+    import torch.backends
+
+    if "torch.backends.npu" not in sys.modules:
+        module = _NpuBackendsModule("torch.backends.npu", _NpuBackendsModule.__doc__)
+        sys.modules["torch.backends.npu"] = module
+        torch.backends.npu = module
+
+
 #: The patches, in application order.
 PATCHES: List[Callable[[], None]] = [
     _alias_torch_npu_submodules,
@@ -148,6 +183,7 @@ PATCHES: List[Callable[[], None]] = [
     _checkpoint_default_device,
     _linear_cross_entropy_auto_options,
     _lazy_modules_to_npu,
+    _torch_backends_npu,
 ]
 
 _applied = False
