@@ -53,22 +53,22 @@ def read_i32(address, count):
     return list(struct.unpack(f"<{count}i", ctypes.string_at(address, 4 * count)))
 
 
-def ffn_holder(win, S, M, B, K, **kw):
-    params = dict(schedule_mode=0, session_num=S, micro_batch_num=M, micro_batch_size=B,
+def _holder(mode, win, S, M, B, K, **kw):
+    side = "ffn" if mode == 0 else "attention"
+    params = dict(schedule_mode=mode, session_num=S, micro_batch_num=M, micro_batch_size=B,
                   selected_expert_num=K, expert_num=288, attn_to_ffn_token_size=A2F,
-                  ffn_to_attn_token_size=F2A, ffn_window=win.data_ptr(),
-                  ffn_window_size=win.numel())
+                  ffn_to_attn_token_size=F2A, **{f"{side}_window": win.data_ptr(),
+                                                 f"{side}_window_size": win.numel()})
     params.update(kw)
     return torch_npu._afd.create_schedule_context_holder(**params)
+
+
+def ffn_holder(win, S, M, B, K, **kw):
+    return _holder(0, win, S, M, B, K, **kw)
 
 
 def attn_holder(win, S, M, B, K, **kw):
-    params = dict(schedule_mode=1, session_num=S, micro_batch_num=M, micro_batch_size=B,
-                  selected_expert_num=K, expert_num=288, attn_to_ffn_token_size=A2F,
-                  ffn_to_attn_token_size=F2A, attention_window=win.data_ptr(),
-                  attention_window_size=win.numel())
-    params.update(kw)
-    return torch_npu._afd.create_schedule_context_holder(**params)
+    return _holder(1, win, S, M, B, K, **kw)
 
 
 @pytest.fixture
