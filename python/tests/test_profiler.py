@@ -127,6 +127,26 @@ def test_activities_select_sides(tmp_path):
         torch_npu.profiler.profile(activities=["GPU"])
 
 
+def test_memory_views(tmp_path):
+    x = torch.randn(256, 256, device="npu")
+    handler = torch_npu.profiler.tensorboard_trace_handler(str(tmp_path))
+    with torch_npu.profiler.profile(activities=BOTH, profile_memory=True, on_trace_ready=handler):
+        y = x @ x  # one 256 KiB allocation by aten::mm, freed below
+        del y
+        z = x + 1  # still allocated at the end
+    out = os.path.join(_result_dir(tmp_path), "ASCEND_PROFILER_OUTPUT")
+    records = _rows(os.path.join(out, "memory_record.csv"))
+    allocated = [float(r["Total Allocated(MB)"]) for r in records]
+    assert len(records) >= 3 and max(allocated) - allocated[-1] == pytest.approx(0.25, abs=1e-3)
+    # Each allocation is attributed to the innermost operator (the output's aten::empty*).
+    ops = [r for r in _rows(os.path.join(out, "operator_memory.csv")) if float(r["Size(KB)"]) == 256]
+    assert len(ops) == 2 and all(r["Name"].startswith("aten::empty") for r in ops), ops
+    freed, kept = sorted(ops, key=lambda r: r["Release Time(us)"] == "")
+    assert float(freed["Duration(us)"]) >= 0 and float(freed["Release Time(us)"]) >= float(freed["Allocation Time(us)"])
+    assert kept["Release Time(us)"] == ""
+    del z
+
+
 def test_offline_analyse(tmp_path):
     handler = torch_npu.profiler.tensorboard_trace_handler(str(tmp_path), analyse_flag=False)
     with torch_npu.profiler.profile(activities=BOTH, on_trace_ready=handler) as prof:

@@ -9,7 +9,10 @@ clock offset between the two. Output, in ``ASCEND_PROFILER_OUTPUT/``:
 * ``trace_view.json``: the host trace plus an "Ascend Hardware" process with one row per
   stream, and flow arrows from each host operator to the tasks it launched;
 * ``kernel_details.csv``, ``operator_details.csv``, ``op_statistic.csv``,
-  ``step_trace_time.csv`` with torch_npu's columns.
+  ``step_trace_time.csv`` with torch_npu's columns;
+* with ``profile_memory=True``: ``memory_record.csv`` (the npu allocator's totals after every
+  allocation and free) and ``operator_memory.csv`` (each npu allocation, the operator that made
+  it, when it was freed), from the allocator's reports in the host trace.
 """
 import bisect
 import csv
@@ -270,4 +273,52 @@ def write_results(raw, out_dir, with_cpu=True):
     _write_csv(os.path.join(out, "step_trace_time.csv"),
                ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
                 "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"], rows)
+    _write_memory_views(trace, out, base_us)
     return out
+
+
+_NPU_DEVICE_TYPE = 20  # c10::DeviceType::PrivateUse1 in the allocator's reports
+_MB = 1024.0 * 1024.0
+
+
+def _write_memory_views(trace, out, base_us):
+    events = sorted((e for e in trace.get("traceEvents", []) if e.get("name") == "[memory]"
+                     and e.get("args", {}).get("Device Type") == _NPU_DEVICE_TYPE), key=lambda e: e["ts"])
+    if not events:
+        return
+    rows = [["PTA", f"{e['ts'] + base_us:.3f}", f"{e['args']['Total Allocated'] / _MB:.3f}",
+             f"{e['args']['Total Reserved'] / _MB:.3f}", f"{e['args']['Total Allocated'] / _MB:.3f}", "",
+             f"NPU:{e['args']['Device Id']}"] for e in events]
+    _write_csv(os.path.join(out, "memory_record.csv"),
+               ["Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)", "Total Active(MB)",
+                "Stream Ptr", "Device Type"], rows)
+    by_tid = _host_ops(trace)
+    starts = {tid: [e["ts"] for e in evs] for tid, evs in by_tid.items()}
+    live, rows = {}, []
+
+    def row(alloc, free):
+        op = _innermost(by_tid[alloc["tid"]], starts[alloc["tid"]], alloc["ts"]) if alloc["tid"] in by_tid else None
+        a = alloc["args"]
+        f = free["args"] if free else None
+        end = free["ts"] + base_us if free else None
+        cells = [op["name"] if op else "", f"{a['Bytes'] / 1024.0:.3f}", f"{alloc['ts'] + base_us:.3f}",
+                 f"{end:.3f}" if free else "", f"{end:.3f}" if free else "",
+                 f"{free['ts'] - alloc['ts']:.3f}" if free else "", f"{free['ts'] - alloc['ts']:.3f}" if free else "",
+                 f"{a['Total Allocated'] / _MB:.3f}", f"{a['Total Reserved'] / _MB:.3f}",
+                 f"{a['Total Allocated'] / _MB:.3f}"]
+        cells += [f"{f['Total Allocated'] / _MB:.3f}", f"{f['Total Reserved'] / _MB:.3f}",
+                  f"{f['Total Allocated'] / _MB:.3f}"] if f else ["", "", ""]
+        return cells + ["", f"NPU:{a['Device Id']}"]
+
+    for e in events:
+        key = (e["args"]["Device Id"], e["args"]["Addr"])
+        if e["args"]["Bytes"] > 0:
+            live[key] = e
+        elif key in live:
+            rows.append(row(live.pop(key), e))
+    rows += [row(alloc, None) for alloc in live.values()]  # still allocated at the end
+    _write_csv(os.path.join(out, "operator_memory.csv"),
+               ["Name", "Size(KB)", "Allocation Time(us)", "Release Time(us)", "Active Release Time(us)",
+                "Duration(us)", "Active Duration(us)", "Allocation Total Allocated(MB)",
+                "Allocation Total Reserved(MB)", "Allocation Total Active(MB)", "Release Total Allocated(MB)",
+                "Release Total Reserved(MB)", "Release Total Active(MB)", "Stream Ptr", "Device Type"], rows)
