@@ -365,6 +365,14 @@ Tensor npu_weight_quant_batchmatmul(const Tensor& x, const Tensor& weight, const
         const Tensor o = t[3].defined() ? t[3].to(acc_type).reshape({s_shape.first, s_shape.second}).contiguous()
                                         : Tensor();
         Tensor wf = at::empty({K, N}, t[1].options().dtype(acc_type));
+        // The antiquantisation runs in x's dtype (as on the NPU's vector unit): the sum
+        // weight + offset and the product with the scale are each rounded to float16/bfloat16.
+        const auto x_type = t[0].scalar_type();
+        auto in_x_type = [x_type](float v) {
+          if (x_type == at::kHalf) return static_cast<float>(static_cast<c10::Half>(v));
+          if (x_type == at::kBFloat16) return static_cast<float>(static_cast<c10::BFloat16>(v));
+          return v;
+        };
         AT_DISPATCH_FLOATING_TYPES(acc_type, op, [&] {
           const auto* wq = t[1].const_data_ptr<int8_t>();
           const auto* sp = s.const_data_ptr<scalar_t>();
@@ -376,7 +384,8 @@ Tensor npu_weight_quant_batchmatmul(const Tensor& x, const Tensor& weight, const
               const int64_t g = s_shape.first == 1 ? 0 : kk / G;
               for (int64_t j = 0; j < N; ++j) {
                 const int64_t p = g * cols + (cols == 1 ? 0 : j);
-                wd[kk * N + j] = (static_cast<scalar_t>(wq[kk * N + j]) + (opp ? opp[p] : scalar_t(0))) * sp[p];
+                const scalar_t shifted = static_cast<scalar_t>(wq[kk * N + j]) + (opp ? opp[p] : scalar_t(0));
+                wd[kk * N + j] = dbl ? shifted * sp[p] : in_x_type(in_x_type(shifted) * sp[p]);
               }
             }
           });

@@ -114,7 +114,7 @@ Tensor npu_anchor_response_flags(const Tensor& self, at::IntArrayRef featmap_siz
 
 // ---- npu_giou --------------------------------------------------------------------------------
 // Boxes are columns: self [4, N], gtboxes [4, M]; rows x1, y1, x2, y2 (or cx, cy, w, h when
-// trans). Output [1, N] (box i with gt box i) or, is_cross, [M, N].
+// trans). Output [N, 1] (box i with gt box i) or, is_cross, [N, M] (torch_npu's shapes).
 
 template <typename A>
 struct Box {
@@ -205,17 +205,18 @@ Tensor npu_giou(const Tensor& self, const Tensor& gtboxes, bool trans, bool is_c
   const auto device = npu_device(op, {{"self", self}, {"gtboxes", gtboxes}});
   check_giou_args(op, self, gtboxes, is_cross, mode);
   const int64_t n = self.size(1), m = gtboxes.size(1);
-  const int64_t rows = is_cross ? m : 1;
-  Tensor out = at::empty({rows, n}, self.options());
-  ops::launch_kernel(op, device, {dense(self), dense(gtboxes), out}, rows * n,
-                     [n, m, rows, trans, is_cross, mode](const std::vector<Tensor>& t) {
+  const int64_t cols = is_cross ? m : 1;
+  // As torch_npu: [n, 1] (one value per box), or [n, m] with is_cross.
+  Tensor out = at::empty({n, cols}, self.options());
+  ops::launch_kernel(op, device, {dense(self), dense(gtboxes), out}, cols * n,
+                     [n, m, cols, trans, is_cross, mode](const std::vector<Tensor>& t) {
                        NPU_DISPATCH_FLOAT(t[0].scalar_type(), "npu_giou", [&] {
                          const auto* b = t[0].const_data_ptr<scalar_t>();
                          const auto* g = t[1].const_data_ptr<scalar_t>();
                          auto* o = t[2].mutable_data_ptr<scalar_t>();
-                         at::parallel_for(0, rows * n, 4096, [&](int64_t begin, int64_t end) {
+                         at::parallel_for(0, cols * n, 4096, [&](int64_t begin, int64_t end) {
                            for (int64_t k = begin; k < end; ++k) {
-                             const int64_t j = k / n, i = k % n;
+                             const int64_t i = k / cols, j = k % cols;
                              const auto p = load_box(b, n, i, trans);
                              const auto q = load_box(g, m, is_cross ? j : i, trans);
                              o[k] = static_cast<scalar_t>(giou_value(p, q, mode));
@@ -234,8 +235,8 @@ std::tuple<Tensor, Tensor> npu_giou_backward(const Tensor& grad, const Tensor& b
   TORCH_CHECK(!is_cross, op, ": the backward supports is_cross=False only (as torch_npu)");
   check_dtype(op, "grad", grad, bboxes.scalar_type());
   const int64_t n = bboxes.size(1);
-  TORCH_CHECK(grad.numel() == n && (grad.dim() == 1 || (grad.dim() == 2 && grad.size(0) == 1)), op,
-              ": expected grad of shape [1, ", n, "], got ", grad.sizes());
+  TORCH_CHECK(grad.numel() == n && (grad.dim() == 1 || (grad.dim() == 2 && (grad.size(0) == 1 || grad.size(1) == 1))),
+              op, ": expected grad of shape [", n, ", 1], got ", grad.sizes());
   Tensor db = at::empty(bboxes.sizes(), bboxes.options());
   Tensor dg = at::empty(gtboxes.sizes(), gtboxes.options());
   ops::launch_kernel(op, device, {dense(grad), dense(bboxes), dense(gtboxes), db, dg}, n,

@@ -1,12 +1,13 @@
 // PrivateUse1 hooks: what ATen asks of a backend outside of kernels (availability,
 // generators, pinned host memory, storage resize, device of a pointer).
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
 #include <cstring>
 #include <mutex>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_generator.h"
@@ -17,10 +18,13 @@ namespace torch_npu {
 namespace {
 
 // Page-locked host memory (aclrtMallocHost). Pinned pointers are tracked so that
-// Tensor.is_pinned() answers truthfully.
-struct PinnedAllocator final : public c10::Allocator {
+// Tensor.is_pinned() answers truthfully. Also npu's at::HostAllocator (what
+// torch.accelerator.memory.empty_host_cache() and the host memory statistics reach); it
+// caches nothing, so emptying the cache is a no-op and a block is never reused early.
+struct PinnedAllocator final : public at::HostAllocator {
   std::mutex mu;
-  std::unordered_set<void*> live;
+  std::unordered_map<void*, size_t> live;  // pointer -> bytes
+  at::HostStats stats;
 
   static void deleter(void* ptr);
 
@@ -29,7 +33,10 @@ struct PinnedAllocator final : public c10::Allocator {
     if (n > 0) {
       NPU_CHECK(aclrtMallocHost(&p, n));
       std::lock_guard<std::mutex> g(mu);
-      live.insert(p);
+      live.emplace(p, n);
+      for (auto* stat : {&stats.active_requests, &stats.allocations}) stat->increase(1);
+      for (auto* stat : {&stats.active_bytes, &stats.allocated_bytes}) stat->increase(n);
+      ++stats.num_host_alloc;
     }
     return {p, p, &PinnedAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
   }
@@ -38,6 +45,26 @@ struct PinnedAllocator final : public c10::Allocator {
   bool is_pinned(const void* p) {
     std::lock_guard<std::mutex> g(mu);
     return live.count(const_cast<void*>(p)) > 0;
+  }
+
+  bool record_event(void* ptr, void*, c10::Stream) override { return is_pinned(ptr); }
+  void empty_cache() override {}
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> g(mu);
+    return stats;
+  }
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> g(mu);
+    for (auto* stat : {&stats.active_requests, &stats.allocations, &stats.active_bytes, &stats.allocated_bytes}) {
+      stat->reset_accumulated();
+    }
+    stats.num_host_alloc = stats.num_host_free = 0;
+  }
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> g(mu);
+    for (auto* stat : {&stats.active_requests, &stats.allocations, &stats.active_bytes, &stats.allocated_bytes}) {
+      stat->reset_peak();
+    }
   }
 };
 
@@ -49,8 +76,15 @@ PinnedAllocator& pinned() {
 void PinnedAllocator::deleter(void* ptr) {
   if (!ptr) return;
   {
-    std::lock_guard<std::mutex> g(pinned().mu);
-    pinned().live.erase(ptr);
+    auto& a = pinned();
+    std::lock_guard<std::mutex> g(a.mu);
+    auto it = a.live.find(ptr);
+    if (it != a.live.end()) {
+      for (auto* stat : {&a.stats.active_requests, &a.stats.allocations}) stat->decrease(1);
+      for (auto* stat : {&a.stats.active_bytes, &a.stats.allocated_bytes}) stat->decrease(it->second);
+      ++a.stats.num_host_free;
+      a.live.erase(it);
+    }
   }
   aclrtFreeHost(ptr);
 }
@@ -101,6 +135,7 @@ struct NPUHooks final : public at::PrivateUse1HooksInterface {
 
 const bool registered = [] {
   at::RegisterPrivateUse1HooksInterface(new NPUHooks());
+  at::setHostAllocator(c10::DeviceType::PrivateUse1, &pinned());
   return true;
 }();
 

@@ -16,6 +16,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ones_like.h>
+#include <ATen/ops/silu_backward.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
@@ -378,6 +379,15 @@ std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, doubl
   return {out, mask};
 }
 
+// silu_backward also has a CompositeImplicitAutograd kernel, which PyTorch gives to the
+// autograd key of a backend with no kernel of its own for the functional form: a chain of
+// float16/bfloat16 ops with a rounding after each. This kernel makes autograd use the
+// structured .grad_input kernel instead (computed in float, rounded once), as on CPU.
+at::Tensor silu_backward(const at::Tensor& grad_output, const at::Tensor& self) {
+  at::Tensor grad_input = at::empty({0}, grad_output.options());
+  return at::silu_backward_out(grad_input, grad_output, self);
+}
+
 void record_stream(at::Tensor& self, c10::Stream stream) {
   NPUCachingAllocator::recordStream(self.storage().data_ptr(), stream);
 }
@@ -402,6 +412,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
   m.impl("native_dropout", TORCH_FN(native_dropout));
   m.impl("record_stream", TORCH_FN(record_stream));
+  m.impl("silu_backward", TORCH_FN(silu_backward));
 }
 
 // Without these, _copy_from on a conjugated/negated view recurses forever.

@@ -81,8 +81,8 @@ def test_giou_forward(trans, is_cross):
     b = (rand_boxes(n, 1., seed=3) if not trans else torch.rand(n, 4) + 0.2).t().contiguous()
     g = (rand_boxes(m, 1., seed=4) if not trans else torch.rand(m, 4) + 0.2).t().contiguous()
     out = torch_npu.npu_giou(b.npu(), g.npu(), trans, is_cross, 0)
-    assert out.shape == ((m, n) if is_cross else (1, n))
-    torch.testing.assert_close(out.cpu(), ref_giou(b, g, trans, is_cross), atol=1e-5, rtol=1e-5)
+    assert out.shape == ((n, m) if is_cross else (n, 1))  # torch_npu's shapes
+    torch.testing.assert_close(out.cpu(), ref_giou(b, g, trans, is_cross).t(), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("trans", [True, False])
@@ -97,7 +97,7 @@ def test_giou_backward_matches_reference_and_gradcheck(trans):
     bn, gn = b.npu().requires_grad_(), g.npu().requires_grad_()
     out = torch_npu.npu_giou(bn, gn, trans, False, 0)
     bc, gc = b.clone().requires_grad_(), g.clone().requires_grad_()
-    ref = ref_giou(bc, gc, trans, False)
+    ref = ref_giou(bc, gc, trans, False).t()
     w = torch.randn_like(ref)
     (out * w.npu()).sum().backward()
     (ref * w).sum().backward()
@@ -337,8 +337,8 @@ def test_fakes():
         dev = torch.device("npu:0")
         b, g = torch.empty(7, 4, device=dev), torch.empty(5, 4, device=dev)
         assert torch.ops.npu.npu_iou(b, g).shape == (5, 7)
-        assert torch.ops.npu.npu_giou(b.t(), b.t()).shape == (1, 7)
-        assert torch.ops.npu.npu_giou(b.t(), g.t(), True, True).shape == (5, 7)
+        assert torch.ops.npu.npu_giou(b.t(), b.t()).shape == (7, 1)
+        assert torch.ops.npu.npu_giou(b.t(), g.t(), True, True).shape == (7, 5)
         s = torch.empty(7, device=dev)
         t = torch.empty((), device=dev)
         sel, valid = torch.ops.npu.npu_nms_v4(b, s, 4, t, t, True)

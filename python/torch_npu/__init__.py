@@ -89,13 +89,16 @@ import torch_npu.npu  # noqa: E402
 if getattr(torch, "npu", None) is not torch_npu.npu:
     torch._register_device_module("npu", torch_npu.npu)
 
+# The dtypes npu storages do not take (torch_npu's public list; MindSpeed filters with it).
+unsupported_dtype = [torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32, torch.qint8]
+
 if not hasattr(torch.Tensor, "is_npu"):
     torch.utils.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_storage=True,
-        unsupported_dtype=[torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32,
-                           torch.qint8])
+        unsupported_dtype=list(unsupported_dtype))
 
-torch_npu.npu._lazy_init()
+# The runtime starts lazily (first npu tensor or torch.npu call), as torch_npu's and
+# torch.cuda's: a process may fork after `import torch_npu` and use NPUs in the children.
 
 from torch_npu import _patches  # noqa: E402
 

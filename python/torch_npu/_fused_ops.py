@@ -267,7 +267,7 @@ def _npu_ptiou(bboxes, gtboxes, mode=0):
 
 @_fake("npu::npu_giou")
 def _npu_giou(self, gtboxes, trans=False, is_cross=False, mode=0):
-    return self.new_empty((gtboxes.shape[1] if is_cross else 1, self.shape[1]))
+    return self.new_empty((self.shape[1], gtboxes.shape[1] if is_cross else 1))
 
 
 @_fake("npu::npu_giou_backward")

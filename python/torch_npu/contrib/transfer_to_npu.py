@@ -36,7 +36,8 @@ changes nothing) and says so with one warning (on rank 0 only when ``RANK`` is s
   ``"npu"``), ``torch.amp.custom_fwd``/``custom_bwd``, ``torch.is_autocast_enabled`` and
   friends, ``torch.Generator``, ``torch.Event``, ``torch.set_default_device``,
   ``with torch.device("cuda")``, ``torch.get_device_module``, ``torch.fft.fftfreq``,
-  ``DataLoader(pin_memory_device=...)`` and ``torch.load(map_location=...)`` means the
+  ``DataLoader(pin_memory_device=...)``, ``torch.autograd.profiler_util.Kernel`` and
+  ``torch.load(map_location=...)`` means the
   NPU of the same index. Checkpoints saved on a CUDA machine load onto the NPUs.
 * ``torch.distributed``: backend ``"nccl"`` (also inside ``"cpu:gloo,cuda:nccl"``) is
   ``"hccl"`` in ``init_process_group``, ``new_group`` (and everything built on it),
@@ -477,6 +478,8 @@ def _patch_torch():
     _register_cuda_deserializer()
 
     _patch(importlib.import_module("torch.utils.data").DataLoader, "__init__", _device_args, 1)
+    # Profiler tables: Kernel(name, device, duration) records of "cuda" kernels are npu's.
+    _patch(importlib.import_module("torch.autograd.profiler_util").Kernel, "__new__", _device_args, 1)
 
     # torch._utils picks "cuda" first now that torch.cuda.is_available() is True.
     torch_utils = importlib.import_module("torch._utils")

@@ -8,8 +8,8 @@ torch_npu's conventions on top:
   (``exact_dtype = False``) and a CPU tensor compares with an NPU tensor.
 * ``assertRtolEqual(x, y, prec=1e-4, prec16=1e-3)``: the relative/absolute check of
   torch_npu's operator tests, for tensors, numpy arrays, numbers and sequences.
-* ``setUpClass`` selects the test device (``SET_NPU_DEVICE``), ``setUp`` seeds the RNGs
-  with ``SEED`` (default 666).
+* ``setUpClass`` selects the test device (``SET_NPU_DEVICE``), ``setUp`` seeds torch's and
+  Python's RNGs with ``SEED`` (default 666), not numpy's (as torch_npu).
 """
 
 import os
@@ -26,9 +26,23 @@ from .common_utils import set_npu_device
 __all__ = ["TestCase", "run_tests"]
 
 
+def _seed_torch_and_random(seed=None):
+    seed = _torch_common_utils.SEED if seed is None else seed
+    torch.manual_seed(seed)
+    random.seed(seed)
+
+
 def run_tests(argv=None):
-    """Run the tests of ``__main__`` (PyTorch's runner: unittest, or pytest with --use-pytest)."""
-    _torch_common_utils.run_tests(argv)
+    """Run the tests of ``__main__`` (PyTorch's runner: unittest, or pytest with --use-pytest).
+
+    As torch_npu's runner it leaves numpy's generator as the module seeded it (PyTorch's
+    runner reseeds torch, random and numpy when it starts)."""
+    set_rng_seed = _torch_common_utils.set_rng_seed
+    _torch_common_utils.set_rng_seed = _seed_torch_and_random
+    try:
+        _torch_common_utils.run_tests(argv)
+    finally:
+        _torch_common_utils.set_rng_seed = set_rng_seed
 
 
 _FP16_MIN = 6e-8
@@ -48,11 +62,14 @@ class TestCase(_torch_common_utils.TestCase):
         cls.npu_device = set_npu_device()
 
     def setUp(self):
+        # As torch_npu's TestCase: torch and random are seeded, numpy's generator is left as
+        # the test module set it (PyTorch's setUp would reseed it).
+        np_state = np.random.get_state()
         super().setUp()
+        np.random.set_state(np_state)
         seed = int(os.getenv("SEED", "666"))
         torch.manual_seed(seed)
         random.seed(seed)
-        np.random.seed(seed)
 
     # -- equality -----------------------------------------------------------------------
     def assertEqual(self, x, y, prec=None, message="", allow_inf=False, exact_dtype=None,

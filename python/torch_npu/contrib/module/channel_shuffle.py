@@ -23,8 +23,11 @@ class ChannelShuffle(nn.Module):
 
     def forward(self, x1, x2):
         x = torch.cat([x1, x2], dim=1)
-        if x.size(1) != self.in_channels:
-            raise ValueError(f"ChannelShuffle: expected {self.in_channels} channels in total, got {x.size(1)}")
+        # As torch_npu, the first in_channels channels of the concatenation are shuffled
+        # (more channels in total are allowed and the extra ones dropped).
+        if x.size(1) < self.in_channels:
+            raise ValueError(f"ChannelShuffle: expected at least in_channels = {self.in_channels} channels "
+                             f"in x1 and x2 together, got {x.size(1)}")
         out = x.index_select(1, self.out_channels.to(x.device))
         if self.split_shuffle:
             return out[:, :self.group_len * self.groups // 2], out[:, self.group_len * self.groups // 2:]

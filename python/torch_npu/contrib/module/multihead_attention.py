@@ -10,6 +10,26 @@ from .ensemble_dropout import NpuCachedDropout
 __all__ = ["MultiheadAttention"]
 
 
+class _NpuLinear(nn.Linear):
+    """torch_npu's projection layer: nn.Linear on 2-D inputs or 3-D inputs (flattened to
+    rows); other ranks are an error."""
+
+    def forward(self, input2):
+        if input2.dim() not in (2, 3):
+            raise RuntimeError(f"_NpuLinear: expected a 2-D or 3-D input, got {input2.dim()}-D")
+        return super().forward(input2)
+
+
+class _MHAConfig:
+    """torch_npu's switch to the fused attention (``_MHAConfig.set_fussion()``). Here
+    MultiheadAttention always computes it, so the flag is informational."""
+    use_fussion_mha = False
+
+    @classmethod
+    def set_fussion(cls):
+        cls.use_fussion_mha = True
+
+
 class MultiheadAttention(nn.Module):
     """fairseq-style multi-head attention with torch_npu's interface (its fused path,
     torch_npu.npu_multi_head_attention, composed here from ATen ops).
@@ -39,10 +59,10 @@ class MultiheadAttention(nn.Module):
         self.encoder_decoder_attention = encoder_decoder_attention
         if self.self_attention and not self.qkv_same_dim:
             raise ValueError("Self-attention requires query, key and value to be of the same size")
-        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = _NpuLinear(self.kdim, embed_dim, bias=bias)
+        self.v_proj = _NpuLinear(self.vdim, embed_dim, bias=bias)
+        self.q_proj = _NpuLinear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = _NpuLinear(embed_dim, embed_dim, bias=bias)
         if add_bias_kv:
             self.bias_k = Parameter(torch.Tensor(1, 1, embed_dim))
             self.bias_v = Parameter(torch.Tensor(1, 1, embed_dim))

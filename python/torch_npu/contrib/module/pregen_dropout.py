@@ -52,7 +52,8 @@ class NpuPreGenDropout(torch.nn.Dropout):
         elif isinstance(x, (list, tuple)) and len(x) == 3:
             shape, apply = torch.Size(x[0]), False
         else:
-            raise TypeError(f"NpuPreGenDropout: expected a tensor or [shape, dtype, device], got {type(x).__name__}")
+            # RuntimeError, as torch_npu raises for a wrong input type.
+            raise RuntimeError(f"NpuPreGenDropout: expected a tensor or [shape, dtype, device], got {type(x).__name__}")
         if self.p == 0 or (apply and not self.training):
             return x if apply else None
         task = NpuPreGenDropout.task_dict.get(self.p)
