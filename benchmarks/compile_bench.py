@@ -2,7 +2,7 @@
 """torch.compile (Inductor) on npu: elementwise/normalisation-heavy blocks.
 
     python benchmarks/compile_bench.py            # these cases alone (async mode)
-    python benchmarks/run_all.py --only compile_eager,compile_cpu,compile_eval,compile_rmsnorm
+    python benchmarks/run_all.py --only compile_eager,compile_cpu,compile_eval,compile_eval_cpu,compile_rmsnorm
 
 The block is what transformer layers do around their matmuls, on [TOKENS, HIDDEN] f32:
 LayerNorm, GELU, then bias + dropout + residual add. Eager npu runs it as five or six
@@ -15,6 +15,8 @@ random numbers come from torch_npu's vectorized form of Inductor's Philox, see
   (target: >= 1.5x faster, ratio <= 0.67);
 * ``compile_cpu``: the same, compiled npu vs torch.compile on cpu tensors (target: within 1.1x);
 * ``compile_eval``: the block in eval mode (no dropout), compiled vs eager npu;
+* ``compile_eval_cpu``: the same, compiled npu vs torch.compile on cpu tensors (the bound:
+  the npu graph's kernel is the cpu graph's; target: within 1.1x);
 * ``compile_rmsnorm``: RMSNorm written as Hugging Face models do (pow, mean, rsqrt, two
   muls) times SiLU gate, compiled vs eager npu: a chain of cheap ops, where fusion pays most.
 
@@ -88,6 +90,9 @@ CASES = [
     Case("compile_eval", f"torch.compile LayerNorm + GELU + bias + residual {SHAPE}: compiled vs eager npu", 1 / 1.5,
          build=_builder(norm_block_eval), sides=("eager", "compiled"), **COMMON,
          note="the block in eval mode (no dropout): LayerNorm and GELU are single ATen kernels in eager too"),
+    Case("compile_eval_cpu", f"torch.compile LayerNorm + GELU + bias + residual {SHAPE}: npu vs cpu, both compiled",
+         1.1, build=_builder(norm_block_eval), sides=("cpu", "compiled"), **COMMON,
+         note="the same C++ kernel: on cpu called by the wrapper, on npu launched on the stream's worker"),
     Case("compile_rmsnorm", f"torch.compile HF-style RMSNorm * SiLU(gate) {SHAPE}: compiled vs eager npu", 1 / 1.5,
          build=_builder(rmsnorm_gate), sides=("eager", "compiled"), **COMMON,
          note="x * rsqrt(x.pow(2).mean(-1) + eps) * w * silu(gate): six eager kernels, one compiled"),

@@ -2,7 +2,8 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include <array>
+#include <cstring>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -29,30 +30,13 @@ aclmdlRICaptureMode capture_mode(const std::string& mode) {
 }
 
 // ---- host kernels on the stream (Inductor's generated C++ kernels, see
-// torch_npu/_inductor/runtime.py) ----------------------------------------------------
-// A generated kernel is `extern "C" void kernel(T0, T1, ...)` whose arguments are all
-// pointers or int64_t (the wrapper checks the types), i.e. each one integer register or
-// stack slot: it is called through a function type with N uintptr_t parameters.
-constexpr size_t kMaxHostKernelArgs = 128;
-using HostKernelCaller = void (*)(uintptr_t, const uintptr_t*);
-
-template <size_t... I>
-void call_host_kernel(uintptr_t fn, const uintptr_t* args, std::index_sequence<I...>) {
-  using Fn = void (*)(decltype(I, uintptr_t{})...);
-  reinterpret_cast<Fn>(fn)(args[I]...);
-}
-
-template <size_t N>
-void call_host_kernel_n(uintptr_t fn, const uintptr_t* args) {
-  call_host_kernel(fn, args, std::make_index_sequence<N>{});
-}
-
-template <size_t... N>
-constexpr std::array<HostKernelCaller, sizeof...(N)> host_kernel_callers(std::index_sequence<N...>) {
-  return {&call_host_kernel_n<N>...};
-}
-
-constexpr auto kHostKernelCallers = host_kernel_callers(std::make_index_sequence<kMaxHostKernelArgs + 1>{});
+// torch_npu/_inductor/runtime.py and codegen.py) -------------------------------------
+// Each generated kernel module has, next to `kernel(T0, T1, ...)`, an entry
+// `void npu_kernel_entry(const uintptr_t* words)` that converts one 64-bit word per
+// argument back to the kernel's parameter type (pointers, integers, and a double's bits
+// for float parameters) and calls the kernel: the compiler of the module knows the
+// calling convention, so no argument type needs one here.
+using HostKernelEntry = void (*)(const uintptr_t*);
 
 // Task names must outlive their tasks (and the graphs recording them).
 const char* intern_name(const std::string& name) {
@@ -62,17 +46,20 @@ const char* intern_name(const std::string& name) {
   return names.insert(name).first->c_str();
 }
 
-// Queues `fn(args...)` on the current stream of `device` (recorded while it captures).
+// Queues `entry(words)` on the current stream of `device` (recorded while it captures).
 // Tensor arguments become their data pointers when the kernel runs, read from CPU
-// aliases that keep their npu storages alive as long as the task (or graph) exists.
-void launch_host_kernel(int device, const std::string& name, uintptr_t fn, const py::tuple& args) {
-  TORCH_CHECK(fn != 0, "_npu_launch_host_kernel: expected the address of ", name, "'s entry function, got 0");
-  TORCH_CHECK(args.size() <= kMaxHostKernelArgs, "_npu_launch_host_kernel: ", name, " takes ", args.size(),
-              " arguments, at most ", kMaxHostKernelArgs, " are supported");
+// aliases that keep their npu storages alive as long as the task (or graph) exists
+// (CPU tensors, e.g. the 0-dim scalars Inductor passes by pointer, are read when the
+// kernel runs too); ints and floats are taken by value: a graph's replays use the values
+// of the capture, as CUDA graphs' kernel arguments. A `parallel` kernel (OpenMP) is never run
+// on the calling thread while the task queue is on: a second OpenMP team there would
+// fight the stream worker's for the cores.
+void launch_host_kernel(int device, const std::string& name, uintptr_t entry, const py::tuple& args, bool parallel) {
+  TORCH_CHECK(entry != 0, "_npu_launch_host_kernel: expected the address of ", name, "'s entry function, got 0");
   std::vector<at::Tensor> tensors;
   std::vector<uintptr_t> words(args.size());
   std::vector<std::pair<size_t, size_t>> tensor_words;  // (argument, tensor) positions
-  int64_t work_numel = 0;
+  int64_t work_numel = parallel ? std::numeric_limits<int64_t>::max() : 0;
   for (size_t i = 0; i < args.size(); ++i) {
     PyObject* arg = args[i].ptr();
     if (THPVariable_Check(arg)) {
@@ -80,22 +67,26 @@ void launch_host_kernel(int device, const std::string& name, uintptr_t fn, const
       tensor_words.emplace_back(i, tensors.size());
       tensors.push_back(t);
       work_numel = std::max(work_numel, t.numel());
-    } else if (PyLong_Check(arg)) {
+    } else if (PyLong_Check(arg)) {  // bools too
       words[i] = static_cast<uintptr_t>(py::cast<int64_t>(args[i]));
+    } else if (PyFloat_Check(arg)) {
+      const double value = PyFloat_AS_DOUBLE(arg);
+      static_assert(sizeof(value) == sizeof(uintptr_t), "a double must fit a word");
+      std::memcpy(&words[i], &value, sizeof(value));
     } else {
-      TORCH_CHECK(false, "_npu_launch_host_kernel: argument ", i, " of ", name, " must be a tensor or an int, got ",
-                  Py_TYPE(arg)->tp_name);
+      TORCH_CHECK(false, "_npu_launch_host_kernel: argument ", i, " of ", name,
+                  " must be a tensor, an int or a float, got ", Py_TYPE(arg)->tp_name);
     }
   }
   const char* task_name = intern_name(name);
   py::gil_scoped_release no_gil;
   ops::launch_kernel(task_name, static_cast<c10::DeviceIndex>(device), std::move(tensors), work_numel,
-                     [fn, words = std::move(words), tensor_words = std::move(tensor_words)](
+                     [entry, words = std::move(words), tensor_words = std::move(tensor_words)](
                          const std::vector<at::Tensor>& aliases) mutable {
                        for (const auto& [word, tensor] : tensor_words) {
                          words[word] = reinterpret_cast<uintptr_t>(aliases[tensor].data_ptr());
                        }
-                       kHostKernelCallers[words.size()](fn, words.data());
+                       reinterpret_cast<HostKernelEntry>(entry)(words.data());
                      });
 }
 
@@ -131,8 +122,8 @@ void init_graph_bindings(py::module& m) {
       .def("enable_debug_mode", &NPUGraph::enable_debug_mode)
       .def("debug_dump", &NPUGraph::debug_dump, py::arg("debug_path"))
       .def("_num_tasks", &NPUGraph::num_tasks);
-  m.def("_npu_launch_host_kernel", &launch_host_kernel, py::arg("device"), py::arg("name"), py::arg("fn"),
-        py::arg("args"));
+  m.def("_npu_launch_host_kernel", &launch_host_kernel, py::arg("device"), py::arg("name"), py::arg("entry"),
+        py::arg("args"), py::arg("parallel") = false);
   m.def("_npu_host_kernel_wait", &host_kernel_wait, py::arg("device"));
   m.def("_npu_is_stream_capturing", [](int device) {
     return isStreamCapturing(getCurrentNPUStream(static_cast<c10::DeviceIndex>(device)));

@@ -103,11 +103,11 @@ def _pointwise_chain(x, y):
 
 
 def test_fusion_and_stream_ordering():
-    """One kernel fuses the pointwise chain, and it waits for queued work on its input.
+    """One kernel fuses the pointwise chain, and it runs after the queued work on its input.
 
     The input comes from a chain of big matmuls still queued on the stream when the compiled
-    function is called; without the wait before the generated kernel (which runs at once on
-    the calling thread) it reads the matmul's output buffer before it is written.
+    function is called; the generated kernel is launched on the same stream (through the
+    entry appended to its source), so it reads the matmul's output once it is written.
     """
     g = torch.Generator().manual_seed(0)
     a = torch.randn(512, 512, generator=g).npu()
@@ -119,12 +119,31 @@ def test_fusion_and_stream_ordering():
     assert len(kernels) == 1, kernels
     kernel = kernels.pop()
     assert all(op in kernel for op in ("add", "mul", "relu", "sigmoid")), kernel
-    assert re.search(rf"npu_wait_for_stream\(0\)\n\s*{kernel}\(", code), "no wait before the kernel"
+    assert re.search(rf"npu_launch_host_kernel\(0, '{kernel}', {kernel}, ", code), "kernel not launched on the stream"
+    assert 'extern "C" void npu_kernel_entry(const uintptr_t* args)' in code
 
     for _ in range(4):
         c = a @ b @ b @ b  # queued: still running when the compiled call starts
         out = compiled(c, b)
         _close(out, _pointwise_chain(c, b))
+
+
+def test_compiled_call_does_not_wait_for_the_stream():
+    """The generated kernel is queued behind the stream's work like an eager kernel, not run
+    on the calling thread after waiting for that work: the call returns while it runs."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(1024, 1024, generator=g).npu()
+    w = (torch.randn(1024, 1024, generator=g) / 32).npu()
+    compiled = torch.compile(_pointwise_chain)
+    compiled(x, w)
+    torch.npu.synchronize()
+    y = x
+    for _ in range(6):
+        y = y @ w  # ~13 GFLOP queued: still running when the compiled call returns
+    out = compiled(y, w)
+    pending = not torch.npu.current_stream().query()
+    _close(out, _pointwise_chain(y, w))
+    assert pending, "the compiled call waited for the stream"
 
 
 def test_second_device_and_side_stream():
@@ -147,6 +166,35 @@ def test_second_device_and_side_stream():
     stream.synchronize()
     assert out.device == torch.device("npu:1")
     _close(out, expected)
+
+
+def _kernel_sources(code):
+    """The C++ sources of the kernels in generated code, without torch_npu's stream entry."""
+    sources = re.findall(r"async_compile\.cpp_pybinding\((.*?)'''\)", code, flags=re.S)
+    return [src.split("// torch_npu: the kernel called from an npu stream")[0].strip() for src in sources]
+
+
+def test_npu_graph_gets_the_cpu_graphs_kernel():
+    """A LayerNorm + GELU + residual block compiles to the same C++ kernel on npu as on cpu.
+
+    Inductor picks some rules by ``device.type == "cpu"``; npu takes the same ones (here the
+    two-sum variance instead of Welford's update for a 1024-element LayerNorm row), so the
+    npu kernel is the cpu kernel plus the entry that launches it on the stream.
+    """
+    def block(x, r, w, b, bias):
+        return r + (F.gelu(F.layer_norm(x, (1024,), w, b)) + bias)
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(64, 1024, generator=g), torch.randn(64, 1024, generator=g), torch.rand(1024, generator=g),
+            torch.randn(1024, generator=g), torch.randn(1024, generator=g)]
+    out_cpu, code_cpu = _code(torch.compile(block), *args)
+    torch._dynamo.reset()
+    out_npu, code_npu = _code(torch.compile(block), *[a.npu() for a in args])
+    _close(out_npu, out_cpu, atol=1e-5, rtol=1e-5)
+    _close(out_npu, block(*args), atol=1e-4, rtol=1e-4)
+    assert "Welford" not in code_npu
+    assert _kernel_sources(code_cpu) and _kernel_sources(code_npu) == _kernel_sources(code_cpu)
+    assert "npu_kernel_entry" in code_npu
 
 
 # ---- models ------------------------------------------------------------------------------------
@@ -395,3 +443,42 @@ def test_torch_npu_codegen_is_in_the_fx_graph_cache_key():
     key = custom_backend_passes["npu"]
     assert isinstance(key, codegen.NpuCodegenKey)
     assert re.fullmatch(r"[0-9a-f]{64}", key.uuid())
+
+
+# ---- NPU graph capture of generated kernels ----------------------------------------------------
+def test_graph_captures_kernel_with_a_float_argument():
+    """A generated kernel taking a float by value is recorded by ``torch.npu.graph``.
+
+    Inductor passes a Python float input as a 0-dim CPU tensor (``const double*``), and
+    reads ``t.item()`` in a kernel from ``t`` itself; a float it cannot fold into a tensor
+    read (here the fill value of ``torch.full``, from ``.item()`` of a CPU scalar with
+    ``capture_scalar_outputs``) is an unbacked float symbol, which the wrapper computes and
+    the kernel takes by value (``const float``). As on CUDA graphs, a replay uses the value
+    the capture launched with, and reads the input tensors' current contents.
+    """
+    def fn(x, scale):
+        return torch.relu(x - torch.full(x.shape, scale.item(), device=x.device)) * 2
+
+    static_x = torch.randn(4, 300).npu()
+    scale = torch.tensor(1.5)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        compiled = torch.compile(fn, fullgraph=True)
+        with torch.no_grad():
+            out, code = _code(compiled, static_x, scale)
+            _close(out, fn(static_x, scale))
+            kernels = re.findall(r"(cpp_fused_\w+) = async_compile\.cpp_pybinding\((\[.*?\])", code)
+            assert any("'const float'" in types for _, types in kernels), kernels  # a float by value
+            g = torch.npu.NPUGraph()
+            with torch.npu.graph(g):
+                static_y = compiled(static_x, scale)
+    assert g._num_tasks() >= 1
+    scale.fill_(-7.0)  # read at capture: the replays keep 1.5
+    previous = None
+    for _ in range(3):
+        x = torch.randn(4, 300)
+        static_x.copy_(x)
+        g.replay()
+        got = static_y.cpu()
+        _close(got, torch.relu(x - 1.5) * 2, atol=1e-6, rtol=1e-6)
+        assert previous is None or not torch.equal(got, previous)
+        previous = got

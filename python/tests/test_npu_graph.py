@@ -125,6 +125,27 @@ def _cnn():
         torch.nn.ConvTranspose2d(4, 2, 2, stride=2), torch.nn.Flatten(), torch.nn.Linear(200, 5))
 
 
+def _train_step(m, o, x, t):
+    o.zero_grad(set_to_none=True)
+    loss = F.mse_loss(m(x), t)
+    loss.backward()
+    o.step()
+    return loss
+
+
+def _capture_train_step(model, opt, static_x, static_t, warm_up_iters=2):
+    """Warms up ``_train_step`` on a side stream, then captures one step (forward, backward,
+    optimizer step) into a new graph; returns the graph and the captured loss tensor."""
+    _warm_up(lambda: _train_step(model, opt, static_x, static_t), iters=warm_up_iters)
+    opt.zero_grad(set_to_none=True)  # the captured backward allocates the gradients
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        static_loss = F.mse_loss(model(static_x), static_t)
+        static_loss.backward()
+        opt.step()
+    return g, static_loss
+
+
 def test_cnn_training_step_replay_matches_eager():
     # Convolutions (forward and backward, grouped and transposed) are queued with
     # outputs allocated on the host, so a conv + batch norm + relu step can be captured.
@@ -133,21 +154,7 @@ def test_cnn_training_step_replay_matches_eager():
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     static_x = torch.randn(2, 3, 12, 12).npu()
     static_t = torch.randn(2, 5).npu()
-
-    def step(m, o, x, t):
-        o.zero_grad(set_to_none=True)
-        loss = F.mse_loss(m(x), t)
-        loss.backward()
-        o.step()
-        return loss
-
-    _warm_up(lambda: step(model, opt, static_x, static_t))
-    opt.zero_grad(set_to_none=True)
-    g = torch.npu.NPUGraph()
-    with torch.npu.graph(g):
-        static_loss = F.mse_loss(model(static_x), static_t)
-        static_loss.backward()
-        opt.step()
+    g, static_loss = _capture_train_step(model, opt, static_x, static_t)
     assert g._num_tasks() >= 10
     ref = copy.deepcopy(model).cpu()  # nothing ran during the capture
     opt_ref = torch.optim.SGD(ref.parameters(), lr=0.05)
@@ -157,7 +164,7 @@ def test_cnn_training_step_replay_matches_eager():
         static_x.copy_(x)
         static_t.copy_(t)
         g.replay()
-        loss_ref = step(ref, opt_ref, x, t)
+        loss_ref = _train_step(ref, opt_ref, x, t)
         got = static_loss.cpu()
         torch.testing.assert_close(got, loss_ref.detach(), rtol=1e-4, atol=1e-5)
         for (name, p), q in zip(model.named_parameters(), ref.parameters()):
@@ -228,30 +235,16 @@ def test_training_step_replay_matches_eager(opt_name):
     opt_ref = make_opt(ref.parameters(), False)
     static_x = torch.randn(4, 16).npu()
     static_t = torch.randn(4, 8).npu()
-
-    def step(m, o, x, t):
-        o.zero_grad(set_to_none=True)
-        loss = F.mse_loss(m(x), t)
-        loss.backward()
-        o.step()
-        return loss
-
     # Same warm-up on both (the optimizer state exists before the capture).
-    _warm_up(lambda: step(model, opt, static_x, static_t), iters=3)
+    g, static_loss = _capture_train_step(model, opt, static_x, static_t, warm_up_iters=3)
     for _ in range(3):
-        step(ref, opt_ref, static_x, static_t)
-    opt.zero_grad(set_to_none=True)
-    g = torch.npu.NPUGraph()
-    with torch.npu.graph(g):
-        static_loss = F.mse_loss(model(static_x), static_t)
-        static_loss.backward()
-        opt.step()
+        _train_step(ref, opt_ref, static_x, static_t)
     for _ in range(3):
         x, t = torch.randn(4, 16), torch.randn(4, 8)
         static_x.copy_(x)
         static_t.copy_(t)
         g.replay()
-        loss_ref = step(ref, opt_ref, x.npu(), t.npu())
+        loss_ref = _train_step(ref, opt_ref, x.npu(), t.npu())
         torch.testing.assert_close(static_loss.cpu(), loss_ref.cpu(), rtol=1e-4, atol=1e-5)
         for p, q in zip(model.parameters(), ref.parameters()):
             torch.testing.assert_close(p.cpu(), q.cpu(), rtol=1e-4, atol=1e-5)
@@ -604,11 +597,11 @@ def test_graph_captures_inductor_compiled_function():
     torch._dynamo.reset()
 
 
-def test_only_pointer_and_integer_kernels_are_launched():
+def test_kernels_with_pointer_integer_and_float_arguments_are_launched():
     from torch_npu._inductor.codegen import _launchable
 
-    assert _launchable(["const float*", "float*", "const int64_t", "const bool*"])
-    assert not _launchable(["const float*", "const float"])  # a float travels in another register
+    assert _launchable(["const float*", "float*", "const int64_t", "const bool*", "const float"])
+    assert not _launchable(["const float*", "std::vector<AtenTensorHandle>"])  # no word for it
     assert not _launchable(None)
 
 
@@ -617,8 +610,8 @@ def test_launch_host_kernel_bad_arguments():
 
     with pytest.raises(RuntimeError, match="not a function of a compiled C\\+\\+ kernel module"):
         runtime.launch_host_kernel(0, "k", len, ())
-    with pytest.raises(RuntimeError, match="argument 0 of k must be a tensor or an int, got float"):
-        torch_npu._C._npu_launch_host_kernel(0, "k", 1, (1.5,))
+    with pytest.raises(RuntimeError, match="argument 1 of k must be a tensor, an int or a float, got str"):
+        torch_npu._C._npu_launch_host_kernel(0, "k", 1, (1.5, "x"))
 
 
 def test_backend_bad_options():

@@ -7,8 +7,8 @@ needs from Dynamo and Inductor (all private hooks of torch, see ``registration.p
 
 * a Dynamo device interface for ``npu`` (device count, current device, synchronize, ...);
 * Inductor's code generators for ``npu``: ``CppScheduling`` and a wrapper code generator
-  that waits for the work queued on the current npu stream before each generated host
-  kernel (``runtime.wait_for_stream``);
+  that queues each generated host kernel on the current npu stream, through an entry
+  function appended to the kernel's source (``codegen.py``, ``runtime.py``);
 * treating ``npu`` like ``cpu`` where Inductor's scheduler checks ``device.type == "cpu"``.
 
 Registration is lazy, so that ``import torch_npu`` does not import Dynamo/Inductor (about

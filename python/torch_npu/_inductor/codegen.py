@@ -1,4 +1,4 @@
-"""Inductor's Python wrapper code generator for npu graphs.
+"""Inductor's code generation for npu graphs: C++ kernels launched on the npu stream.
 
 Inductor schedules npu graphs with its C++ (CPU) backend, ``CppScheduling``: fused loops
 compiled to C++ that take the buffers' data pointers, valid for npu tensors because npu
@@ -6,35 +6,41 @@ memory is host memory. Around those kernels the generated Python wrapper allocat
 buffers (``empty_strided(..., device='npu')``) and calls extern kernels (matmul, conv,
 fallback ops, torch_npu custom ops), which are queued on the current npu stream.
 
-The stock wrapper only knows how to call C++ kernels for ``cpu`` (and ``mps``); this one
-calls them for ``npu`` too, each preceded by :func:`torch_npu._inductor.runtime.wait_for_stream`
-because the kernel runs right away on the calling thread while extern kernels run later
-on the stream's worker (while the stream captures, the kernel is launched on the stream
-instead, see runtime.py), and allocates buffers on the graph's npu device.
+The generated kernels are queued on that stream too, like any npu kernel
+(:func:`torch_npu._inductor.runtime.launch_host_kernel`): :class:`NpuCppScheduling`
+appends to each kernel's source an entry taking its arguments as 64-bit words, which the
+stream's worker calls without Python; the wrapper (:class:`NpuPythonWrapperCodegen`)
+launches every kernel through it. So a kernel runs in stream order after the extern
+kernels that produce its inputs, on the worker's OpenMP team (as eager kernels do), the
+calling thread does not wait, and a capturing stream records it. The wrapper also
+allocates buffers on the graph's npu device.
 """
 import functools
 import hashlib
 import os
 
 import torch
+from torch._inductor.codegen.cpp import CppScheduling
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
 from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
 from torch._inductor.custom_graph_pass import CustomGraphModulePass
+from torch._inductor.utils import Placeholder
 from torch._inductor.virtualized import V
 
 from torch_npu._inductor.registration import DEVICE
 
-__all__ = ["NpuPythonWrapperCodegen", "NpuSubgraphPythonWrapperCodegen", "NpuCppWrapperUnsupported",
-           "vectorized_rand", "NpuCodegenKey"]
+__all__ = ["NpuCppScheduling", "NpuPythonWrapperCodegen", "NpuSubgraphPythonWrapperCodegen",
+           "NpuCppWrapperUnsupported", "vectorized_rand", "NpuCodegenKey", "ENTRY"]
 
 
 class NpuCodegenKey(CustomGraphModulePass):
     """A no-op post-grad pass whose uuid puts torch_npu's code generation into Inductor's
     FX graph cache key (the "device custom pass" of ``register_backend_for_device``).
 
-    The code Inductor generates for npu graphs depends on this package (the stream waits,
-    :func:`vectorized_rand`, the registration hooks), which Inductor cannot see: without
-    the key, a cache filled by another torch_npu version would be reused as is.
+    The code Inductor generates for npu graphs depends on this package (the kernels' stream
+    entries and launches, :func:`vectorized_rand`, the registration hooks), which Inductor
+    cannot see: without the key, a cache filled by another torch_npu version would be
+    reused as is.
     """
 
     def __call__(self, gm) -> None:
@@ -49,21 +55,74 @@ class NpuCodegenKey(CustomGraphModulePass):
                 h.update(f.read())
         return h.hexdigest()
 
+
 _WAIT = "npu_wait_for_stream"
 _LAUNCH = "npu_launch_host_kernel"
-_CAPTURING = "npu_is_capturing"
+
+ENTRY = "npu_kernel_entry"  # C name of the entry NpuCppScheduling appends to each kernel module
+_INTEGERS = ("int64_t", "uintptr_t", "long", "int32_t", "int", "bool")
+_FLOATS = ("float", "double")
+
+
+def _entry_argument(i: int, arg_type) -> "str | None":
+    """C++ expression turning word ``i`` of the entry's argument array back into a parameter
+    of type ``arg_type`` (as Inductor spells it: ``const float*``, ``const int64_t``,
+    ``const float``), or None for a type the launcher cannot pass as a word."""
+    arg_type = str(arg_type).strip()
+    base = arg_type.replace("const ", "").strip()
+    if base.endswith("*"):
+        return f"reinterpret_cast<{arg_type}>(args[{i}])"
+    if base in _FLOATS:  # launch_host_kernel stores a Python float's double bits
+        return f"static_cast<{base}>(npu_word_to_double(args[{i}]))"
+    if base in _INTEGERS:
+        return f"static_cast<{base}>(static_cast<int64_t>(args[{i}]))"
+    return None
 
 
 def _launchable(arg_types) -> bool:
-    """Whether a C++ kernel with these argument types can be called from the stream's
-    worker (runtime.launch_host_kernel): pointers and 64-bit integers only."""
-    if arg_types is None:
-        return False
-    for t in arg_types:
-        t = str(t).replace("const ", "").strip()
-        if not (t.endswith("*") or t in ("int64_t", "uintptr_t", "long")):
-            return False
-    return True
+    """Whether a C++ kernel with these argument types gets an entry (and is launched on the
+    stream): pointers, integers and floating-point scalars."""
+    return arg_types is not None and all(_entry_argument(i, t) is not None for i, t in enumerate(arg_types))
+
+
+def _entry_source(arg_types) -> str:
+    """The entry appended to a kernel's source: ``kernel`` called with its arguments unpacked
+    from 64-bit words (see ``launch_host_kernel`` in python/csrc/graph_bindings.cpp)."""
+    unpacked = ",\n        ".join(_entry_argument(i, t) for i, t in enumerate(arg_types))
+    return f"""
+// torch_npu: the kernel called from an npu stream's worker, one 64-bit word per argument.
+static inline double npu_word_to_double(uintptr_t word)
+{{
+    double value;
+    __builtin_memcpy(&value, &word, sizeof(value));
+    return value;
+}}
+extern "C" void {ENTRY}(const uintptr_t* args)
+{{
+    {Placeholder.KERNEL_NAME}(
+        {unpacked});
+}}
+"""
+
+
+class NpuCppScheduling(CppScheduling):
+    """Inductor's C++ scheduling, with a stream entry appended to each kernel's source."""
+
+    def define_kernel(self, src_code, nodes, kernel_args=None):
+        args = self.kernel_group.args if kernel_args is None else kernel_args
+        _, _, arg_types = args.cpp_argdefs()
+        if not V.graph.cpp_wrapper and _launchable(arg_types):
+            src_code += _entry_source(arg_types)
+        name = super().define_kernel(src_code, nodes, kernel_args)
+        if "#pragma omp parallel" in src_code:
+            _parallel_kernels(V.graph.wrapper_code).add(name)
+        return name
+
+
+def _parallel_kernels(wrapper) -> set:
+    """Names of the kernels of ``wrapper``'s module that have an OpenMP parallel region: they
+    must run on the stream's worker (see launch_host_kernel), never on the calling thread."""
+    return wrapper.__dict__.setdefault("_npu_parallel_kernels", set())
 
 
 class _NpuKernelCalls:
@@ -75,17 +134,16 @@ class _NpuKernelCalls:
             return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton,
                                                         **kwargs)
         index = device.index if device.index is not None else "torch.npu.current_device()"
-        call = self.wrap_kernel_call(kernel_name, call_args)
         if not _launchable(kwargs.get("arg_types")):
+            # No entry (not seen in practice): run it here once the stream is idle. Waiting
+            # fails a capture (107027): such a graph runs uncaptured.
             self.writeline(f"{_WAIT}({index})")
-            self.writeline(call)
+            self.writeline(self.wrap_kernel_call(kernel_name, call_args))
             return None
-        # While the stream captures, the kernel is recorded as a task of the stream.
         args = "".join(f"{a}, " for a in call_args)
-        self.writeline(f"if {_CAPTURING}({index}): {_LAUNCH}({index}, '{kernel_name}', {kernel_name}, ({args}))")
-        self.writeline("else:")
-        self.writeline(f"    {_WAIT}({index})")
-        self.writeline(f"    {call}")
+        # A kernel this wrapper did not see defined (a subgraph's) counts as parallel: safe.
+        parallel = kernel_name in _parallel_kernels(self) or kernel_name not in self.src_to_kernel.values()
+        self.writeline(f"{_LAUNCH}({index}, '{kernel_name}', {kernel_name}, ({args}){', True' if parallel else ''})")
         return None
 
     def make_allocation(self, name, device, dtype, shape, stride, *args, **kwargs):
@@ -109,7 +167,6 @@ class NpuPythonWrapperCodegen(_NpuKernelCalls, PythonWrapperCodegen):
         super().write_header()
         self.imports.writeline(f"from torch_npu._inductor.runtime import wait_for_stream as {_WAIT}")
         self.imports.writeline(f"from torch_npu._inductor.runtime import launch_host_kernel as {_LAUNCH}")
-        self.imports.writeline(f"from torch_npu._inductor.runtime import is_capturing as {_CAPTURING}")
 
 
 class NpuSubgraphPythonWrapperCodegen(_NpuKernelCalls, SubgraphPythonWrapperCodegen):
@@ -119,7 +176,7 @@ class NpuSubgraphPythonWrapperCodegen(_NpuKernelCalls, SubgraphPythonWrapperCode
 class NpuCppWrapperUnsupported(CppWrapperCpu):
     """``config.cpp_wrapper=True`` on npu: a clear error instead of a wrapper without the waits.
 
-    The C++ wrapper would call the generated kernels without waiting for the npu stream (and
+    The C++ wrapper would call the generated kernels on the host instead of the npu stream (and
     Inductor's C++ shims do not know the npu device), so it is refused.
     """
 
@@ -127,7 +184,7 @@ class NpuCppWrapperUnsupported(CppWrapperCpu):
     def create(*args, **kwargs):
         raise NotImplementedError(
             "torch.compile on npu does not support Inductor's cpp_wrapper (options={'cpp_wrapper': True}): "
-            "the generated C++ kernels must wait for the npu stream, which only the Python wrapper does. "
+            "the generated C++ kernels must be launched on the npu stream, which only the Python wrapper does. "
             "Leave cpp_wrapper off for npu graphs.")
 
 

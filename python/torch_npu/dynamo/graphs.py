@@ -10,13 +10,14 @@ option, default True) so that a later replay cannot overwrite what a caller hold
 
 ``npugraphs`` does the same with each graph compiled by Inductor first (the ``npu``
 backend's code generation), like ``backend="cudagraphs"`` with ``triton.cudagraphs``:
-while the stream captures, the generated wrapper launches its C++ kernels on the stream
-(``torch_npu._inductor.runtime``), so they are recorded with the extern kernels.
+the generated wrapper launches its C++ kernels on the stream
+(``torch_npu._inductor.runtime``), so they are recorded with the extern kernels; ints and
+floats they take by value are fixed at capture, as on CUDA graphs.
 
-Graphs that read or produce tensors off the npu (CPU work cannot be captured), or whose
-capture fails (an operation synchronises with the stream or cannot be recorded, e.g. a
-data-dependent op or a C++ kernel taking a float argument), run without graph capture,
-with one warning. Both names are in ``torch_npu.dynamo.BACKENDS``
+Graphs that read or produce tensors off the npu (CPU work cannot be captured; 0-dim CPU
+scalars aside), or whose capture fails (an operation synchronises with the stream or
+cannot be recorded, e.g. a data-dependent op or ``.item()`` of an npu tensor), run without
+graph capture, with one warning. Both names are in ``torch_npu.dynamo.BACKENDS``
 (Dynamo loads this module when one is first used).
 """
 import warnings
