@@ -392,10 +392,78 @@ def test_dispatch_fuses_matmul_with_its_epilogue(tmp_path, monkeypatch):
     for path in dispatches:
         with open(path) as f:
             src = f.read()
-        if "linalg.matmul" in src and "math.erf" in src:  # GELU(x) = x/2 (1 + erf(x/sqrt 2))
+        # GELU(x) = x/2 (1 + erf(x/sqrt 2)); at -O2 IREE writes x @ W^T as a linalg.generic
+        # contraction (two parallel dimensions, one reduction) instead of linalg.matmul.
+        contraction = "linalg.matmul" in src or 'iterator_types = ["parallel", "parallel", "reduction"]' in src
+        if contraction and "math.erf" in src:
             fused.append(path)
         assert "linalg.pack" not in src, path
     assert fused, dispatches
     # Weights are arguments: executables that re-pack them (data tiling's "__encoding_*"
     # dispatches, linalg.pack) would copy every weight matrix on every call.
     assert not glob.glob(os.path.join(str(tmp_path), "*encoding*")), os.listdir(str(tmp_path))
+
+
+@needs_iree
+def test_layer_norm_reductions_are_vectorized(tmp_path, monkeypatch):
+    """IREE's default -O0 keeps the order of floating-point additions, so a row sum
+    becomes a chain of scalar adds (~1.35x slower LayerNorm + GELU block); the backend
+    compiles at -O2, which lets LLVM reassociate: each vector reduction is ``reassoc``."""
+    from torch_npu._inductor.mlir import compiler
+
+    monkeypatch.setenv(compiler.EXTRA_FLAGS_ENV, f"--iree-hal-dump-executable-intermediates-to={tmp_path}")
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(64, 256, generator=g), torch.rand(256, generator=g) + 0.5, torch.randn(256, generator=g)
+
+    def fn(x, w, b):
+        return F.gelu(F.layer_norm(x, (256,), w, b))
+
+    with torch.no_grad():
+        _assert_close(torch.compile(fn, options=MLIR)(x.npu(), w.npu(), b.npu()), fn(x, w, b))
+    text = ""
+    for path in glob.glob(os.path.join(str(tmp_path), "*.optimized.ll")):
+        with open(path) as f:
+            text += f.read()
+    flags = re.findall(r"call ([a-z ]*)float @llvm\.vector\.reduce\.fadd", text)
+    assert flags, "no vector reduction in the LayerNorm dispatch"
+    assert all("reassoc" in f for f in flags), flags
+
+
+@needs_iree
+def test_compile_flags_are_part_of_the_cache_key(tmp_path, monkeypatch):
+    from torch_npu._inductor.mlir import compiler
+
+    def fn(a):
+        return torch.tanh(a) * 2 + a
+
+    x = torch.randn(8, 8).npu()
+    compiled = []
+    for extra in ("a", "b", "a"):  # extra iree-compile flags: two distinct keys, then a hit
+        monkeypatch.setenv(compiler.EXTRA_FLAGS_ENV, f"--iree-hal-dump-executable-sources-to={tmp_path / extra}")
+        torch._dynamo.reset()
+        before = _stats()
+        _assert_close(torch.compile(fn, options=MLIR)(x), fn(x.cpu()))
+        compiled.append((_delta(before)["compiled"], _delta(before)["cache_hits"]))
+    assert compiled == [(1, 0), (1, 0), (0, 1)]
+    assert glob.glob(str(tmp_path / "b" / "*.mlir"))  # the second key really ran iree-compile
+
+
+@needs_iree
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
+def test_iree_workers_follow_the_intra_op_threads(tmp_path):
+    # One IREE worker per intra-op thread (torch.set_num_threads, as the stream workers),
+    # each pinned to one core.
+    code = textwrap.dedent("""
+        import os, torch, torch_npu
+        torch.set_num_threads(int(os.environ["THREADS"]))
+        x = torch.randn(8, 8).npu()
+        y = torch.compile(lambda a: torch.tanh(a) + 1, options={"npu_backend": "mlir"})(x)
+        torch.testing.assert_close(y.cpu(), torch.tanh(x.cpu()) + 1)
+        tids = [t for t in os.listdir("/proc/self/task")
+                if open(f"/proc/self/task/{t}/comm").read().startswith("iree-worker")]
+        print("WORKERS", len(tids), sorted(len(os.sched_getaffinity(int(t))) for t in tids))
+    """)
+    for threads, expected in (("1", "WORKERS 1 [1]"), ("2", "WORKERS 2 [1, 1]")):
+        out = run_python(code, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "THREADS": threads})
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert expected in out.stdout, out.stdout
