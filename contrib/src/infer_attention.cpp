@@ -479,6 +479,42 @@ std::tuple<Tensor, Tensor> run(Call& c) {
 }
 
 // ---- the operators --------------------------------------------------------------------------
+// The layouts of npu_fused_infer_attention_score(_v2): "IN_OUT" converts the layout.
+const std::vector<std::string> kFiaLayouts = {"BSH",      "BSND",      "BNSD",      "TND",       "NTD",
+                                              "NSD",      "BNSD_BSND", "BSH_BNSD",  "BSND_BNSD", "NTD_TND",
+                                              "TND_NTD",  "BSH_NBSD",  "BSND_NBSD", "BNSD_NBSD"};
+
+// The arguments npu_fused_infer_attention_score and its v2 share (their names differ), and
+// npu_prompt_flash_attention takes too.
+Call fia_common(const char* op, const Tensor& query, const Tensor& key, const Tensor& value,
+                const std::optional<Tensor>& pse_shift, const std::optional<Tensor>& atten_mask,
+                const std::optional<Tensor>& block_table, std::optional<std::vector<int64_t>> qlen,
+                std::optional<std::vector<int64_t>> kvlen, int64_t num_heads, int64_t num_kv_heads, double scale,
+                int64_t pre_tokens, int64_t next_tokens, int64_t sparse_mode, int64_t block_size,
+                c10::string_view input_layout, bool want_lse) {
+  Call c{op};
+  c.q = query;
+  c.k = key;
+  c.v = value;
+  c.pse = value_or_undefined(pse_shift);
+  c.mask = value_or_undefined(atten_mask);
+  c.block_table = value_or_undefined(block_table);
+  c.qlen = std::move(qlen);
+  c.kvlen = std::move(kvlen);
+  c.num_heads = num_heads;
+  c.num_kv_heads = num_kv_heads;
+  c.scale = scale;
+  c.pre = pre_tokens;
+  c.next = next_tokens;
+  c.sparse_mode = sparse_mode;
+  c.block_size = block_size;
+  c.layout = std::string(input_layout);
+  c.layouts = kFiaLayouts;
+  c.want_lse = want_lse;
+  c.decode_if_one = true;  // Q_S == 1: the decode (IncreFlashAttention) branch, else the prefill one
+  return c;
+}
+
 Tensor npu_prompt_flash_attention(const Tensor& query, const Tensor& key, const Tensor& value,
                                   const std::optional<Tensor>& padding_mask, const std::optional<Tensor>& atten_mask,
                                   const std::optional<Tensor>& pse_shift, at::OptionalIntArrayRef actual_seq_lengths,
@@ -496,22 +532,12 @@ Tensor npu_prompt_flash_attention(const Tensor& query, const Tensor& key, const 
   reject(op, "deq_scale2", deq_scale2, "int8 quantisation");
   reject(op, "quant_scale2", quant_scale2, "int8 output quantisation");
   reject(op, "quant_offset2", quant_offset2, "int8 output quantisation");
-  Call c{op};
-  c.q = query;
-  c.k = key;
-  c.v = value;
-  c.pse = value_or_undefined(pse_shift);
-  c.mask = value_or_undefined(atten_mask);
-  c.qlen = to_vector(actual_seq_lengths);
-  c.kvlen = to_vector(actual_seq_lengths_kv);
-  c.num_heads = num_heads;
-  c.num_kv_heads = num_key_value_heads;
-  c.scale = scale_value;
-  c.pre = pre_tokens;
-  c.next = next_tokens;
-  c.sparse_mode = sparse_mode;
-  c.layout = std::string(input_layout);
+  Call c = fia_common(op, query, key, value, pse_shift, atten_mask, /*block_table=*/std::nullopt,
+                      to_vector(actual_seq_lengths), to_vector(actual_seq_lengths_kv), num_heads, num_key_value_heads,
+                      scale_value,
+                      pre_tokens, next_tokens, sparse_mode, /*block_size=*/0, input_layout, /*want_lse=*/false);
   c.layouts = {"BSH", "BSND", "BNSD", "BNSD_BSND", "TND"};
+  c.decode_if_one = false;  // always the prefill branch
   return std::get<0>(run(c));
 }
 
@@ -557,41 +583,6 @@ Tensor npu_incre_flash_attention(const Tensor& query, const Tensor& key, const T
   return std::get<0>(run(c));
 }
 
-// The layouts of npu_fused_infer_attention_score(_v2): "IN_OUT" converts the layout.
-const std::vector<std::string> kFiaLayouts = {"BSH",      "BSND",      "BNSD",      "TND",       "NTD",
-                                              "NSD",      "BNSD_BSND", "BSH_BNSD",  "BSND_BNSD", "NTD_TND",
-                                              "TND_NTD",  "BSH_NBSD",  "BSND_NBSD", "BNSD_NBSD"};
-
-// npu_fused_infer_attention_score's arguments (shared by the operator and its .out).
-// The arguments npu_fused_infer_attention_score and its v2 share (their names differ).
-Call fia_common(const char* op, const Tensor& query, const Tensor& key, const Tensor& value,
-                const std::optional<Tensor>& pse_shift, const std::optional<Tensor>& atten_mask,
-                const std::optional<Tensor>& block_table, at::OptionalSymIntArrayRef qlen,
-                at::OptionalSymIntArrayRef kvlen, int64_t num_heads, int64_t num_kv_heads, double scale,
-                int64_t pre_tokens, int64_t next_tokens, int64_t sparse_mode, int64_t block_size,
-                c10::string_view input_layout, bool want_lse) {
-  Call c{op};
-  c.q = query;
-  c.k = key;
-  c.v = value;
-  c.pse = value_or_undefined(pse_shift);
-  c.mask = value_or_undefined(atten_mask);
-  c.block_table = value_or_undefined(block_table);
-  c.qlen = to_vector(qlen);
-  c.kvlen = to_vector(kvlen);
-  c.num_heads = num_heads;
-  c.num_kv_heads = num_kv_heads;
-  c.scale = scale;
-  c.pre = pre_tokens;
-  c.next = next_tokens;
-  c.sparse_mode = sparse_mode;
-  c.block_size = block_size;
-  c.layout = std::string(input_layout);
-  c.layouts = kFiaLayouts;
-  c.want_lse = want_lse;
-  c.decode_if_one = true;  // Q_S == 1: the decode (IncreFlashAttention) branch, else the prefill one
-  return c;
-}
 
 Call fia_call(
     const Tensor& query, const Tensor& key, const Tensor& value, const std::optional<Tensor>& pse_shift,
@@ -635,8 +626,8 @@ Call fia_call(
   reject(op, "query_rope", query_rope, "MLA rope input");
   reject(op, "key_rope", key_rope, "MLA rope input");
   reject(op, "key_rope_antiquant_scale", key_rope_antiquant_scale, "MLA rope dequantisation");
-  return fia_common(op, query, key, value, pse_shift, atten_mask, block_table, actual_seq_lengths,
-                    actual_seq_lengths_kv, num_heads, num_key_value_heads, scale, pre_tokens, next_tokens, sparse_mode,
+  return fia_common(op, query, key, value, pse_shift, atten_mask, block_table, to_vector(actual_seq_lengths),
+                    to_vector(actual_seq_lengths_kv), num_heads, num_key_value_heads, scale, pre_tokens, next_tokens, sparse_mode,
                     block_size, input_layout, softmax_lse_flag);
 }
 
@@ -736,8 +727,8 @@ Call fia_v2_call(FIA_V2_PARAMS) {
   reject(op, "quant_scale_out", quant_scale_out, "int8 output quantisation");
   reject(op, "quant_offset_out", quant_offset_out, "int8 output quantisation");
   reject(op, "quant_scale_p", quant_scale_p, "reserved by torch_npu");
-  Call c = fia_common(op, query, key, value, pse_shift, atten_mask, block_table, actual_seq_qlen, actual_seq_kvlen,
-                      num_query_heads, num_key_value_heads, softmax_scale, pre_tokens, next_tokens, sparse_mode,
+  Call c = fia_common(op, query, key, value, pse_shift, atten_mask, block_table, to_vector(actual_seq_qlen),
+                      to_vector(actual_seq_kvlen), num_query_heads, num_key_value_heads, softmax_scale, pre_tokens, next_tokens, sparse_mode,
                       block_size, input_layout, return_softmax_lse);
   c.qlen_arg = "actual_seq_qlen";
   c.kvlen_arg = "actual_seq_kvlen";
