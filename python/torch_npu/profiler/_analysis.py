@@ -80,13 +80,15 @@ def _innermost(events, starts, t):
     return best
 
 
-def link_tasks(raw):
-    """Tasks of a raw run (sorted by start), each with the host operator that launched it."""
+def link_tasks(raw, by_tid=None):
+    """Tasks of a raw run (sorted by start), each with the host operator that launched it.
+    by_tid: _host_ops of the run's trace, if the caller has it already."""
     trace = raw["trace"]
     base_ns = int(trace.get("baseTimeNanoseconds", 0))
     offset = int(raw["epoch_minus_steady_ns"])
     tasks = [Task(r, lambda ns: (ns + offset - base_ns) / 1000.0) for r in raw["records"]]
-    by_tid = _host_ops(trace)
+    if by_tid is None:
+        by_tid = _host_ops(trace)
     by_id = {e["args"]["Record function id"]: e for events in by_tid.values() for e in events
              if e.get("cat") == "cpu_op" and "Record function id" in e.get("args", {})}
     starts = {tid: [e["ts"] for e in events] for tid, events in by_tid.items()}
@@ -183,7 +185,8 @@ def write_results(raw, out_dir, with_cpu=True):
     out = os.path.join(out_dir, "ASCEND_PROFILER_OUTPUT")
     os.makedirs(out, exist_ok=True)
     trace = raw["trace"]
-    tasks = link_tasks(raw)
+    host = _host_ops(trace)
+    tasks = link_tasks(raw, host)
     with open(os.path.join(out, "trace_view.json"), "w") as f:
         json.dump(trace_view(raw, tasks, with_cpu), f)
     steps = _steps(trace)
@@ -217,36 +220,32 @@ def write_results(raw, out_dir, with_cpu=True):
     # operator_details.csv: host operators, with the device time of what they launched
     # (self: launched directly; total: by them or the operators they called).
     if with_cpu:
-        ops = [e for events in _host_ops(trace).values() for e in events if e.get("cat") == "cpu_op"]
         device_self = defaultdict(float)
-        for t in tasks:
-            if t.op is not None:
-                device_self[id(t.op)] += t.dur
         by_tid = defaultdict(list)
         for t in tasks:
             by_tid[t.launch_tid].append(t)
-        child_total = defaultdict(float)  # host time of direct children (for self time)
-        for tid, events in _host_ops(trace).items():
+            if t.op is not None:
+                device_self[id(t.op)] += t.dur
+        agg = {}
+        for tid, events in host.items():
+            ops = [e for e in events if e.get("cat") == "cpu_op"]
+            child_total = defaultdict(float)  # host time of direct children (for self time)
             stack = []
-            for e in (e for e in events if e.get("cat") == "cpu_op"):
-                end = e["ts"] + e.get("dur", 0)
+            for e in ops:
                 while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < e["ts"]:
                     stack.pop()
                 if stack:
                     child_total[id(stack[-1])] += e.get("dur", 0)
                 stack.append(e)
-        agg = {}
-        for e in ops:
-            end = e["ts"] + e.get("dur", 0)
-            tid_tasks = by_tid.get(e.get("tid"), [])
-            dev_total = sum(t.dur for t in tid_tasks if e["ts"] <= t.launch <= end)
-            stack_str = ";".join(e.get("args", {}).get("Call stack", "").split(";")) if e.get("args") else ""
-            key = (e["name"], _shapes(e), stack_str)
-            a = agg.setdefault(key, [0.0, 0.0, 0.0, 0.0])
-            a[0] += e.get("dur", 0) - child_total[id(e)]
-            a[1] += e.get("dur", 0)
-            a[2] += device_self[id(e)]
-            a[3] += dev_total
+            for e in ops:
+                end = e["ts"] + e.get("dur", 0)
+                dev_total = sum(t.dur for t in by_tid.get(tid, []) if e["ts"] <= t.launch <= end)
+                key = (e["name"], _shapes(e), e.get("args", {}).get("Call stack", ""))
+                a = agg.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+                a[0] += e.get("dur", 0) - child_total[id(e)]
+                a[1] += e.get("dur", 0)
+                a[2] += device_self[id(e)]
+                a[3] += dev_total
         rows = [[name, shapes, stack, f"{a[0]:.3f}", f"{a[1]:.3f}", f"{a[2]:.3f}", f"{a[3]:.3f}", f"{a[2]:.3f}",
                  f"{a[3]:.3f}"] for (name, shapes, stack), a in agg.items()]
         _write_csv(os.path.join(out, "operator_details.csv"),
@@ -273,7 +272,7 @@ def write_results(raw, out_dir, with_cpu=True):
     _write_csv(os.path.join(out, "step_trace_time.csv"),
                ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
                 "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"], rows)
-    _write_memory_views(trace, out, base_us)
+    _write_memory_views(trace, host, out, base_us)
     return out
 
 
@@ -281,7 +280,7 @@ _NPU_DEVICE_TYPE = 20  # c10::DeviceType::PrivateUse1 in the allocator's reports
 _MB = 1024.0 * 1024.0
 
 
-def _write_memory_views(trace, out, base_us):
+def _write_memory_views(trace, by_tid, out, base_us):
     events = sorted((e for e in trace.get("traceEvents", []) if e.get("name") == "[memory]"
                      and e.get("args", {}).get("Device Type") == _NPU_DEVICE_TYPE), key=lambda e: e["ts"])
     if not events:
@@ -292,7 +291,6 @@ def _write_memory_views(trace, out, base_us):
     _write_csv(os.path.join(out, "memory_record.csv"),
                ["Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)", "Total Active(MB)",
                 "Stream Ptr", "Device Type"], rows)
-    by_tid = _host_ops(trace)
     starts = {tid: [e["ts"] for e in evs] for tid, evs in by_tid.items()}
     live, rows = {}, []
 

@@ -67,8 +67,8 @@ def _warn(msg):
 
 
 def _synchronize_all():
-    for d in range(torch.npu.device_count()):
-        if torch.npu.is_initialized():
+    if torch.npu.is_initialized():
+        for d in range(torch.npu.device_count()):
             torch.npu.synchronize(d)
 
 
