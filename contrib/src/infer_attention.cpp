@@ -484,8 +484,8 @@ const std::vector<std::string> kFiaLayouts = {"BSH",      "BSND",      "BNSD",  
                                               "NSD",      "BNSD_BSND", "BSH_BNSD",  "BSND_BNSD", "NTD_TND",
                                               "TND_NTD",  "BSH_NBSD",  "BSND_NBSD", "BNSD_NBSD"};
 
-// The arguments npu_fused_infer_attention_score and its v2 share (their names differ), and
-// npu_prompt_flash_attention takes too.
+// The arguments npu_fused_infer_attention_score and its v2 share (their names differ); the
+// prompt and incremental flash attention operators start from them too.
 Call fia_common(const char* op, const Tensor& query, const Tensor& key, const Tensor& value,
                 const std::optional<Tensor>& pse_shift, const std::optional<Tensor>& atten_mask,
                 const std::optional<Tensor>& block_table, std::optional<std::vector<int64_t>> qlen,
@@ -564,22 +564,13 @@ Tensor npu_incre_flash_attention(const Tensor& query, const Tensor& key, const T
   reject(op, "quant_scale2", quant_scale2, "int8 output quantisation");
   reject(op, "quant_offset2", quant_offset2, "int8 output quantisation");
   reject(op, "kv_padding_size", kv_padding_size, "KV left padding");
-  Call c{op};
+  Call c = fia_common(op, query, key, value, pse_shift, atten_mask, block_table, /*qlen=*/std::nullopt,
+                      to_vector(actual_seq_lengths), num_heads, num_key_value_heads, scale_value, /*pre_tokens=*/0,
+                      /*next_tokens=*/0, /*sparse_mode=*/0, block_size, input_layout, /*want_lse=*/false);
   c.kvlen_arg = "actual_seq_lengths";  // the key/value lengths, in decode
-  c.q = query;
-  c.k = key;
-  c.v = value;
-  c.pse = value_or_undefined(pse_shift);
-  c.mask = value_or_undefined(atten_mask);
-  c.block_table = value_or_undefined(block_table);
-  c.kvlen = to_vector(actual_seq_lengths);
-  c.num_heads = num_heads;
-  c.num_kv_heads = num_key_value_heads;
-  c.scale = scale_value;
-  c.block_size = block_size;
-  c.layout = std::string(input_layout);
   c.layouts = {"BSH", "BSND", "BNSD"};
   c.decode = true;
+  c.decode_if_one = false;
   return std::get<0>(run(c));
 }
 
