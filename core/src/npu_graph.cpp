@@ -1,6 +1,7 @@
 // NPUGraph: capture and replay through the simulator's aclmdlRI API (see npu_graph.h).
 #include "torch_npu/core/npu_graph.h"
 
+#include <ATen/core/GraphImplInterface.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -146,4 +147,44 @@ size_t NPUGraph::num_tasks() const {
   return n;
 }
 
+namespace {
+
+aclmdlRICaptureMode to_acl(at::GraphCaptureMode mode) {
+  switch (mode) {
+    case at::GraphCaptureMode::ThreadLocal:
+      return ACL_MODEL_RI_CAPTURE_MODE_THREAD_LOCAL;
+    case at::GraphCaptureMode::Relaxed:
+      return ACL_MODEL_RI_CAPTURE_MODE_RELAXED;
+    default:  // "default" is torch_npu's default, "global"
+      return ACL_MODEL_RI_CAPTURE_MODE_GLOBAL;
+  }
+}
+
+// torch.accelerator.Graph on npu: PyTorch's device-generic graph API, served by NPUGraph.
+// capture_end already yields the executable model, so instantiate() has nothing left to do
+// (keep_graph=True changes nothing: the captured model is always kept until reset).
+struct NPUGraphImpl final : at::GraphImplInterface {
+  explicit NPUGraphImpl(const at::GraphImplArgs& /*args*/) {}
+  void capture_begin(at::MempoolId_t pool, at::GraphCaptureMode mode) override {
+    graph_.capture_begin(pool, to_acl(mode));
+  }
+  void capture_end() override { graph_.capture_end(); }
+  void instantiate() override {
+    TORCH_CHECK(graph_.has_graph(), "Called NPUGraph::instantiate without a preceding successful capture.");
+  }
+  void replay() override { graph_.replay(); }
+  void reset() override { graph_.reset(); }
+  at::MempoolId_t pool() const override { return graph_.pool(); }
+  void enable_debug_mode() override { graph_.enable_debug_mode(); }
+  void debug_dump(const std::string& path) override { graph_.debug_dump(path); }
+
+  NPUGraph graph_;
+};
+
+}  // namespace
 }  // namespace torch_npu
+
+namespace at {
+// The registry key is c10::DeviceTypeName(PrivateUse1) once the backend is named "npu".
+C10_REGISTER_CLASS(GraphImplRegistry, NPU, torch_npu::NPUGraphImpl)
+}  // namespace at

@@ -678,3 +678,37 @@ def test_side_stream_joins_capture():
         with torch.npu.graph(g2):
             a = x * 2
             torch.npu.default_stream().wait_stream(torch.npu.current_stream())
+
+
+def test_accelerator_graph_captures_and_replays_on_npu():
+    # torch.accelerator.Graph, PyTorch's device-generic API, is served by NPUGraph
+    x = torch.zeros(2000, device="npu")
+    s = torch.npu.Stream()
+    g = torch.accelerator.Graph()
+    with s, g:
+        x += 1
+        y = x * 2
+    assert torch.equal(x.cpu(), torch.zeros(2000))  # nothing ran during capture
+    g.replay()
+    g.replay()
+    torch.npu.synchronize()
+    assert torch.equal(x.cpu(), torch.full((2000,), 2.0))
+    assert torch.equal(y.cpu(), torch.full((2000,), 4.0))
+
+    # keep_graph: explicit instantiate; a second graph shares the first one's pool
+    g2 = torch.accelerator.Graph(keep_graph=True, pool=g.pool(), capture_error_mode="relaxed")
+    with s, g2:
+        x.mul_(3)
+    g2.instantiate()
+    g2.replay()
+    torch.npu.synchronize()
+    assert torch.equal(x.cpu(), torch.full((2000,), 6.0))
+    g2.reset()
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+        g2.replay()
+
+    with pytest.raises(RuntimeError, match="without a preceding successful capture"):
+        torch.accelerator.Graph().instantiate()
+    with pytest.raises(RuntimeError, match="non-default stream"):
+        with torch.accelerator.Graph():
+            x.add_(1)

@@ -55,6 +55,7 @@ class NPUGraph {
   void debug_dump(const std::string& path);
   // Recorded tasks (0 before a successful capture).
   size_t num_tasks() const;
+  bool has_graph() const { return has_graph_exec_; }
 
  private:
   aclmdlRI model_ = nullptr;        // after a successful capture
