@@ -190,3 +190,286 @@ def test_inline_kernels_are_recorded_without_task_queue():
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "'Mm'" in r.stdout and "'Sum'" in r.stdout, r.stdout
+
+
+# ---- torch_npu's API beyond torch.profiler (checked against Huawei's test/profiler) ----------
+
+def test_schedule_is_torch_npus_class():
+    Schedule = torch_npu.profiler.schedule
+    # Valid settings: the same actions as torch.profiler.schedule (the reference).
+    settings = [(1, 1, 2, 1, 0), (2, 2, 2, 0, 2), (0, 1, 3, 2, 1), (3, 0, 1, 4, 0)]
+    for wait, warmup, active, repeat, skip_first in settings:
+        ours = Schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+        ref = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+        assert [ours(s) for s in range(30)] == [ref(s) for s in range(30)]
+        assert (ours.wait, ours.warmup, ours.active, ours.repeat) == (wait, warmup, active, repeat)
+    # Invalid settings are reset with a warning naming them (torch_npu), not raised.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bad = Schedule(wait=-1, active=0, warmup="x", repeat=-2, skip_first=None)
+    assert (bad.wait, bad.active, bad.warmup, bad.repeat, bad.skip_first) == (0, 1, 0, 0, 0)
+    text = " ".join(str(w.message) for w in caught)
+    assert all(name in text for name in ("wait", "active", "warmup", "repeat", "skip_first"))
+    A = torch_npu.profiler.ProfilerAction
+    assert [bad(s) for s in range(3)] == [A.RECORD_AND_SAVE] * 3
+    # skip_first_wait: the first cycle starts without its wait steps.
+    s = Schedule(skip_first=1, wait=2, warmup=1, active=2, repeat=2, skip_first_wait=1)
+    assert [s(i) for i in range(10)] == [A.NONE, A.WARMUP, A.RECORD, A.RECORD_AND_SAVE, A.NONE, A.NONE,
+                                         A.WARMUP, A.RECORD, A.RECORD_AND_SAVE, A.NONE]
+    with pytest.raises(ValueError, match="step"):
+        s(-1)
+
+
+def test_cpu_activity_writes_host_views_only(tmp_path):
+    with torch_npu.profiler.profile(activities=[ProfilerActivity.CPU],
+                                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(tmp_path))) as p:
+        _train_steps(p, 1)
+    path = _result_dir(tmp_path)
+    out = set(os.listdir(os.path.join(path, "ASCEND_PROFILER_OUTPUT")))
+    assert {"trace_view.json", "operator_details.csv"} <= out
+    assert not out & {"kernel_details.csv", "op_statistic.csv", "task_time.csv"}, out
+    assert not glob.glob(os.path.join(path, "PROF_*"))  # no device data was collected
+
+
+def test_result_directory_layout_and_task_time(tmp_path):
+    with torch_npu.profiler.profile(activities=BOTH,
+                                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(tmp_path))) as p:
+        _train_steps(p, 1)
+    path = _result_dir(tmp_path)
+    # torch_npu's layout: FRAMEWORK/ (host) and PROF_*/device_{d}/ (device) next to the views.
+    (prof_dir,) = glob.glob(os.path.join(path, "PROF_*"))
+    assert os.path.isdir(os.path.join(prof_dir, "device_0")) and os.path.isdir(os.path.join(path, "FRAMEWORK"))
+    out = os.path.join(path, "ASCEND_PROFILER_OUTPUT")
+    kernels = _rows(os.path.join(out, "kernel_details.csv"))
+    tasks = _rows(os.path.join(out, "task_time.csv"))
+    assert len(tasks) == len(kernels) == len(p.npu_tasks()) > 0
+    from decimal import Decimal  # epoch µs with ns digits: more than a float holds
+
+    for t in tasks:
+        took = Decimal(t["task_stop(us)"]) - Decimal(t["task_start(us)"])
+        assert abs(took - Decimal(t["task_time(us)"])) <= Decimal("0.002"), t
+    assert sorted(t["kernel_name"] for t in tasks) == sorted(k["Name"] for k in kernels)
+
+
+def test_ascend_work_path_keeps_raw_data_for_analyse(tmp_path):
+    env = dict(os.environ, ASCEND_WORK_PATH=str(tmp_path))
+    script = textwrap.dedent("""
+        import torch, torch_npu
+        x = torch.randn(128, 128, device="npu")
+        prof = torch_npu.profiler._KinetoProfile()
+        prof.start()
+        (x @ x).relu()
+        prof.stop()
+        torch_npu.profiler.analyse(torch_npu.profiler.profiler._result_dir.__globals__["os"].path.join(
+            r"%s", "profiling_data"), export_type="text")
+    """ % tmp_path)
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (path,) = glob.glob(str(tmp_path / "profiling_data" / "*_ascend_pt"))
+    kernels = _rows(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "kernel_details.csv"))
+    assert [k["Type"] for k in kernels if k["Type"] in ("Mm", "Relu")] == ["Mm", "Relu"]
+
+
+def test_export_stacks(tmp_path):
+    model = torch.nn.Linear(256, 256).npu()
+    x = torch.randn(256, 256, device="npu")
+    with torch_npu.profiler.profile(with_stack=True) as prof:
+        model(x).sum()
+    cpu = prof.export_stacks(str(tmp_path / "cpu.txt"))
+    npu = prof.export_stacks(str(tmp_path / "npu.txt"), "self_npu_time_total")
+    for path in (str(tmp_path / "cpu.txt"), npu):
+        lines = open(path).read().splitlines()
+        assert lines and all(int(line.rsplit(" ", 1)[1]) > 0 for line in lines)
+    assert cpu is None or os.path.isfile(str(tmp_path / "cpu.txt"))
+    # Device time per stack: the linear's stack carries the addmm kernel's time.
+    by_stack = {line.rsplit(" ", 1)[0]: int(line.rsplit(" ", 1)[1]) for line in open(npu).read().splitlines()}
+    addmm_us = sum(t["dur_us"] for t in prof.npu_tasks() if t["type"] == "Addmm")
+    linear = [us for stack, us in by_stack.items() if stack.endswith("<built-in_function_linear>")]
+    assert linear == [int(addmm_us)], (by_stack, addmm_us)
+    assert any("test_profiler.py" in stack for stack in by_stack)  # outermost frames first: the caller
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch_npu.profiler.profile() as no_stack:
+            x.sum()
+        no_stack.export_stacks(str(tmp_path / "none.txt"))
+    assert any("with_stack=True" in str(w.message) for w in caught)
+
+
+def test_export_type_db(tmp_path):
+    import sqlite3
+
+    cfg = torch_npu.profiler._ExperimentalConfig(export_type=[torch_npu.profiler.ExportType.Db])
+    x = torch.randn(256, 256, device="npu")
+    with torch_npu.profiler.profile(activities=BOTH, experimental_config=cfg, profile_memory=True, record_shapes=True,
+                                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(str(tmp_path))) as p:
+        y = x @ x
+        del y
+    out = os.path.join(_result_dir(tmp_path), "ASCEND_PROFILER_OUTPUT")
+    assert os.listdir(out) == ["ascend_pytorch_profiler.db"]  # db only: no text views
+    db = sqlite3.connect(os.path.join(out, "ascend_pytorch_profiler.db"))
+    try:
+        tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"STRING_IDS", "PYTORCH_API", "CONNECTION_IDS", "TASK", "COMPUTE_TASK_INFO", "MEMORY_RECORD",
+                "OP_MEMORY", "ENUM_API_TYPE", "META_DATA"} <= tables
+        assert db.execute("SELECT COUNT(*) FROM TASK").fetchone()[0] == len(p.npu_tasks())
+        # The host operator -> the device task it launched, through the connection ids.
+        rows = db.execute("""
+            SELECT s1.value, s2.value, t.endNs - t.startNs FROM PYTORCH_API a
+            JOIN CONNECTION_IDS c ON c.id = a.connectionId JOIN TASK t ON t.connectionId = c.connectionId
+            JOIN COMPUTE_TASK_INFO i ON i.globalTaskId = t.globalTaskId
+            JOIN STRING_IDS s1 ON s1.id = a.name JOIN STRING_IDS s2 ON s2.id = i.opType""").fetchall()
+        mm = [r for r in rows if r[0] == "aten::mm"]
+        assert len(mm) == 1 and mm[0][1] == "Mm" and mm[0][2] > 0
+        mm_task = next(t for t in p.npu_tasks() if t["type"] == "Mm")
+        assert mm[0][2] / 1000.0 == pytest.approx(mm_task["dur_us"], abs=0.01)
+        sizes = [r[0] for r in db.execute("SELECT size FROM OP_MEMORY")]
+        assert 256 * 256 * 4 in sizes
+    finally:
+        db.close()
+    # analyse(export_type=...) re-exports a run offline in the other format.
+    torch_npu.profiler.analyse(_result_dir(tmp_path), export_type="text")
+    assert "kernel_details.csv" in os.listdir(out)
+
+
+def test_profiler_in_child_thread():
+    import threading
+
+    x = torch.randn(64, 64, device="npu")
+    ready, go = threading.Event(), threading.Event()
+
+    def worker():  # a pool thread: alive before the profile starts
+        torch.npu.set_device(0)
+        ready.set()
+        go.wait()
+        torch_npu.profiler.profile.enable_profiler_in_child_thread()
+        torch.mm(x, x)
+        torch_npu.profiler.profile.disable_profiler_in_child_thread()
+
+    t = threading.Thread(target=worker)
+    t.start()
+    ready.wait()
+    with torch_npu.profiler.profile(activities=BOTH) as prof:
+        go.set()
+        t.join()
+    assert "aten::mm" in {e.name for e in prof.events()}  # the thread's host operator
+    assert any(task["type"] == "Mm" for task in prof.npu_tasks())
+
+
+_DP_PRELUDE = """
+import json, os, torch, torch_npu
+from torch_npu.profiler import dynamic_profile as dp
+cfg_dir, out = {cfg_dir!r}, {out!r}
+model = torch.nn.Linear(32, 32).npu()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 32, device="npu")
+def edit(**changes):
+    path = os.path.join(cfg_dir, "profiler_config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    cfg.update(changes)
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new mtime even within one clock tick
+"""
+
+
+def _steps_recorded(result_root):
+    """[{ProfilerStep numbers}] of each result directory under result_root, oldest first."""
+    runs = []
+    for path in sorted(glob.glob(os.path.join(result_root, "*_ascend_pt"))):
+        assert glob.glob(os.path.join(path, "PROF_*", "device_0"))
+        kernels = _rows(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "kernel_details.csv"))
+        runs.append({int(k["Step Id"]) for k in kernels})
+    return runs
+
+
+def test_dynamic_profile(tmp_path):
+    from conftest import run_python
+
+    cfg_dir, out = str(tmp_path / "cfg"), str(tmp_path / "out")
+    script = _DP_PRELUDE.format(cfg_dir=cfg_dir, out=out) + textwrap.dedent("""
+        dp.init(cfg_dir)
+        assert json.load(open(os.path.join(cfg_dir, "profiler_config.json")))["active"] == 1  # the defaults
+        for step in range(1, 9):
+            model(x).sum()
+            if step == 2:   # edited while training: from step 4, 1 warmup and 2 active steps
+                edit(start_step=4, warmup=1, active=2, prof_dir=os.path.join(out, "a"), analyse=True)
+            dp.step()
+        edit(is_rank=True, rank_list=[1], start_step=-1, prof_dir=os.path.join(out, "b"))  # rank 0 not listed
+        for _ in range(3):
+            model(x).sum(); dp.step()
+        edit(is_rank=False, start_step=-1, warmup=0, active=1, prof_dir=os.path.join(out, "c"))
+        for _ in range(3):
+            model(x).sum(); dp.step()
+        dp.set_state("bad")  # logged and warned, never raised
+        dp.start(os.path.join(cfg_dir, "profiler_config.json"))  # at once, for warmup + active steps
+        model(x).sum(); dp.step()
+        print("ok")
+    """)
+    r = run_python(script, env={"RANK": "0"})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+    assert "set_state" in r.stderr  # the warning
+    # Steps are counted by dp.step(): the run started at step 4 records ProfilerStep#5 and #6.
+    # A run started at step n records ProfilerStep#n on (steps counted by dp.step()).
+    assert _steps_recorded(os.path.join(out, "a")) == [{5, 6}]  # #4 was the warmup
+    assert not os.path.exists(os.path.join(out, "b"))
+    assert _steps_recorded(os.path.join(out, "c")) == [{12}, {14}]  # the edit; then dp.start at step 14
+    assert os.listdir(os.path.join(cfg_dir, "log"))
+
+
+def test_dynamic_profile_without_code_changes(tmp_path):
+    """PROF_CONFIG_PATH: import torch_npu starts dynamic profiling; optimizer.step() is dp.step()."""
+    from conftest import run_python
+
+    cfg_dir, out = str(tmp_path / "cfg"), str(tmp_path / "out")
+    script = _DP_PRELUDE.format(cfg_dir=cfg_dir, out=out) + textwrap.dedent("""
+        assert os.path.isfile(os.path.join(cfg_dir, "profiler_config.json"))  # created at import
+        edit(start_step=2, active=1, prof_dir=out, analyse=True)
+        other = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)  # the last optimizer counts
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(4):
+            model(x).sum().backward()
+            opt.step()
+            other.step()  # not counted
+        print("ok")
+    """)
+    r = run_python(script, env={"PROF_CONFIG_PATH": cfg_dir})
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-3000:]
+    assert _steps_recorded(out) == [{2}]  # the iteration after the 2nd counted opt.step()
+
+
+def test_export_memory_timeline(tmp_path):
+    x = torch.randn(256, 1024, device="npu")  # 1 MiB, before the profile: preexisting
+    with torch_npu.profiler.profile(activities=BOTH, record_shapes=True, profile_memory=True,
+                                    with_stack=True) as prof:
+        y = x * 2  # a new 1 MiB npu tensor
+        del y
+    path = str(tmp_path / "timeline.json")
+    prof.export_memory_timeline(path, device="npu:0")
+    with open(path) as f:
+        times, sizes = json.load(f)
+    assert len(times) == len(sizes) > 0
+    peak = max(sum(s) for s in sizes)
+    assert peak >= 2 * x.numel() * 4  # x and y alive together
+
+
+def test_metadata_with_quotes_and_backslashes(tmp_path):
+    x = torch.randn(8, 8, device="npu")
+    handler = torch_npu.profiler.tensorboard_trace_handler(str(tmp_path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch_npu.profiler.profile(on_trace_ready=handler) as prof:
+            prof.add_metadata("cmd", 'run "a b" C:\\data\n')  # would break Kineto's unescaped trace
+            prof.add_metadata_json("cfg", '{"lr": 0.1, "path": "a\\\\b"}')
+            prof.add_metadata_json("bad", "{not json")
+            x.sum()
+    assert any("not JSON" in str(w.message) for w in caught)
+    path = _result_dir(tmp_path)
+    with open(os.path.join(path, "profiler_metadata.json")) as f:
+        meta = json.load(f)
+    assert meta == {"cmd": 'run "a b" C:\\data\n', "cfg": {"lr": 0.1, "path": "a\\b"}}
+    with open(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "trace_view.json")) as f:
+        trace = json.load(f)
+    assert trace["cmd"] == meta["cmd"] and trace["cfg"] == meta["cfg"]
+    assert any(e.get("name") == "aten::sum" for e in trace["traceEvents"])

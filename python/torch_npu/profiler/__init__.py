@@ -13,7 +13,11 @@ from .experimental_config import (AiCMetrics, ExportType, HostSystem, ProfilerLe
                                   supported_ai_core_metrics, supported_export_type, supported_profiler_level)
 from .profiler import (ProfilerAction, ProfilerActivity, _KinetoProfile, analyse, profile, schedule,
                        supported_activities, tensorboard_trace_handler)
+from . import dynamic_profile  # noqa: E402  (torch_npu.profiler.dynamic_profile.init / step / start)
+from ._non_intrusive_profile import _NonIntrusiveProfile
 
 __all__ = ["profile", "ProfilerActivity", "supported_activities", "tensorboard_trace_handler", "schedule",
            "ProfilerAction", "_ExperimentalConfig", "supported_profiler_level", "supported_ai_core_metrics",
            "supported_export_type", "ProfilerLevel", "AiCMetrics", "ExportType", "HostSystem", "analyse"]
+
+_NonIntrusiveProfile.init()  # PROF_CONFIG_PATH: dynamic profiling driven by optimizer.step()

@@ -1,7 +1,8 @@
 """Turns one profiling run into torch_npu's result files.
 
-Input (``raw``, also saved as ``FRAMEWORK/torch_npu_raw.json`` of a result directory, so
-that ``analyse`` can redo this offline): torch.profiler's chrome trace of the host side,
+Input (``raw``, also saved in a result directory, ``FRAMEWORK/torch_npu_raw.json`` and the
+device records under ``PROF_*/device_{d}/data/``, so that ``analyse`` can redo this
+offline): torch.profiler's chrome trace of the host side,
 the simulator's task records (core/acl/src/profiler.cpp: kernels, copies and graph
 launches with their launching thread and time, start and end on their stream) and the
 clock offset between the two. Output, in ``ASCEND_PROFILER_OUTPUT/``:
@@ -9,7 +10,8 @@ clock offset between the two. Output, in ``ASCEND_PROFILER_OUTPUT/``:
 * ``trace_view.json``: the host trace plus an "Ascend Hardware" process with one row per
   stream, and flow arrows from each host operator to the tasks it launched;
 * ``kernel_details.csv``, ``operator_details.csv``, ``op_statistic.csv``,
-  ``step_trace_time.csv`` with torch_npu's columns;
+  ``step_trace_time.csv``, ``task_time.csv`` with torch_npu's columns (the device views
+  only when NPU activity was recorded, operator_details only with CPU activity);
 * with ``profile_memory=True``: ``memory_record.csv`` (the npu allocator's totals after every
   allocation and free) and ``operator_memory.csv`` (each npu allocation, the operator that made
   it, when it was freed), from the allocator's reports in the host trace.
@@ -166,6 +168,18 @@ def _union(intervals):
     return total
 
 
+class _Stamp:
+    """Trace time (µs since the trace's base) -> absolute µs since the epoch as text with
+    ns digits. In integers: as a float, an epoch time in µs keeps only ~0.25 µs."""
+
+    def __init__(self, base_ns):
+        self.base_ns = base_ns
+
+    def __call__(self, us):
+        ns = self.base_ns + int(round(us * 1000))
+        return f"{ns // 1000}.{ns % 1000:03d}"
+
+
 def _write_csv(path, headers, rows):
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
@@ -180,20 +194,36 @@ def _shapes(op):
     return ";".join(",".join(str(d) for d in dim) for dim in dims) if dims else ""
 
 
-def write_results(raw, out_dir, with_cpu=True):
-    """Writes ASCEND_PROFILER_OUTPUT/ into out_dir; returns its path."""
+def write_results(raw, out_dir, with_cpu=True, export_type=None, rank=None):
+    """Writes ASCEND_PROFILER_OUTPUT/ into out_dir; returns its path. export_type: "text"
+    (the json and csv views) and/or "db" (see _db.py); default: the run's config."""
     out = os.path.join(out_dir, "ASCEND_PROFILER_OUTPUT")
     os.makedirs(out, exist_ok=True)
     trace = raw["trace"]
     host = _host_ops(trace)
     tasks = link_tasks(raw, host)
+    steps = _steps(trace)
+    export = export_type or raw.get("config", {}).get("export_type") or ["text"]
+    if "db" in export:
+        from . import _db
+
+        _db.write_db(raw, tasks, host, steps, out, rank)
+    if "text" not in export:
+        return out
     with open(os.path.join(out, "trace_view.json"), "w") as f:
         json.dump(trace_view(raw, tasks, with_cpu), f)
-    steps = _steps(trace)
+    stamp = _Stamp(int(trace.get("baseTimeNanoseconds", 0)))
+    if raw.get("with_npu", True):  # the device views (only the host ones for activities=[CPU])
+        _write_device_views(tasks, steps, out, stamp)
+    if with_cpu:
+        _write_operator_details(host, tasks, out)
+    _write_memory_views(trace, host, out, stamp)
+    return out
 
+
+def _write_device_views(tasks, steps, out, stamp):
     # kernel_details.csv: every task, with its wait since the previous one on its stream.
     # Start times are absolute (µs since the epoch), as torch_npu writes them.
-    base_us = int(trace.get("baseTimeNanoseconds", 0)) / 1000.0
     headers = ["Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)", "Wait Time(us)",
                "Block Num", "Input Shapes"]
     rows, last_end = [], {}
@@ -202,7 +232,7 @@ def write_results(raw, out_dir, with_cpu=True):
         wait = max(0.0, t.start - last_end[key]) if key in last_end else 0.0
         last_end[key] = t.end
         core = "AI_CORE" if t.kind == "kernel" and not t.communication else ("HCCL" if t.communication else t.kind.upper())
-        row = [t.device, t.name, t.type, core, f"{t.start + base_us:.3f}", f"{t.dur:.3f}", f"{wait:.3f}", 0, _shapes(t.op)]
+        row = [t.device, t.name, t.type, core, stamp(t.start), f"{t.dur:.3f}", f"{wait:.3f}", 0, _shapes(t.op)]
         rows.append(([_step_of(steps, t.launch)] if steps else []) + row)
     _write_csv(os.path.join(out, "kernel_details.csv"), (["Step Id"] if steps else []) + headers, rows)
 
@@ -217,42 +247,53 @@ def write_results(raw, out_dir, with_cpu=True):
                ["OP Type", "Core Type", "Count", "Total Time(us)", "Min Time(us)", "Avg Time(us)", "Max Time(us)",
                 "Ratio(%)"], rows)
 
+    # task_time.csv: msprof's task_time summary (every task with its stream, start and end).
+    _write_csv(os.path.join(out, "task_time.csv"),
+               ["Device_id", "kernel_name", "kernel_type", "stream_id", "task_id", "task_time(us)", "task_start(us)",
+                "task_stop(us)"],
+               [[t.device, t.name, t.kind.upper(), t.stream, t.correlation, f"{t.dur:.3f}", stamp(t.start),
+                 stamp(t.end)] for t in tasks])
+    _write_step_trace(tasks, steps, out)
+
+
+def _write_operator_details(host, tasks, out):
     # operator_details.csv: host operators, with the device time of what they launched
     # (self: launched directly; total: by them or the operators they called).
-    if with_cpu:
-        device_self = defaultdict(float)
-        by_tid = defaultdict(list)
-        for t in tasks:
-            by_tid[t.launch_tid].append(t)
-            if t.op is not None:
-                device_self[id(t.op)] += t.dur
-        agg = {}
-        for tid, events in host.items():
-            ops = [e for e in events if e.get("cat") == "cpu_op"]
-            child_total = defaultdict(float)  # host time of direct children (for self time)
-            stack = []
-            for e in ops:
-                while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < e["ts"]:
-                    stack.pop()
-                if stack:
-                    child_total[id(stack[-1])] += e.get("dur", 0)
-                stack.append(e)
-            for e in ops:
-                end = e["ts"] + e.get("dur", 0)
-                dev_total = sum(t.dur for t in by_tid.get(tid, []) if e["ts"] <= t.launch <= end)
-                key = (e["name"], _shapes(e), e.get("args", {}).get("Call stack", ""))
-                a = agg.setdefault(key, [0.0, 0.0, 0.0, 0.0])
-                a[0] += e.get("dur", 0) - child_total[id(e)]
-                a[1] += e.get("dur", 0)
-                a[2] += device_self[id(e)]
-                a[3] += dev_total
-        rows = [[name, shapes, stack, f"{a[0]:.3f}", f"{a[1]:.3f}", f"{a[2]:.3f}", f"{a[3]:.3f}", f"{a[2]:.3f}",
-                 f"{a[3]:.3f}"] for (name, shapes, stack), a in agg.items()]
-        _write_csv(os.path.join(out, "operator_details.csv"),
-                   ["Name", "Input Shapes", "Call Stack", "Host Self Duration(us)", "Host Total Duration(us)",
-                    "Device Self Duration(us)", "Device Total Duration(us)", "Device Self Duration With AICore(us)",
-                    "Device Total Duration With AICore(us)"], rows)
+    device_self = defaultdict(float)
+    by_tid = defaultdict(list)
+    for t in tasks:
+        by_tid[t.launch_tid].append(t)
+        if t.op is not None:
+            device_self[id(t.op)] += t.dur
+    agg = {}
+    for tid, events in host.items():
+        ops = [e for e in events if e.get("cat") == "cpu_op"]
+        child_total = defaultdict(float)  # host time of direct children (for self time)
+        stack = []
+        for e in ops:
+            while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) < e["ts"]:
+                stack.pop()
+            if stack:
+                child_total[id(stack[-1])] += e.get("dur", 0)
+            stack.append(e)
+        for e in ops:
+            end = e["ts"] + e.get("dur", 0)
+            dev_total = sum(t.dur for t in by_tid.get(tid, []) if e["ts"] <= t.launch <= end)
+            key = (e["name"], _shapes(e), e.get("args", {}).get("Call stack", ""))
+            a = agg.setdefault(key, [0.0, 0.0, 0.0, 0.0])
+            a[0] += e.get("dur", 0) - child_total[id(e)]
+            a[1] += e.get("dur", 0)
+            a[2] += device_self[id(e)]
+            a[3] += dev_total
+    rows = [[name, shapes, stack, f"{a[0]:.3f}", f"{a[1]:.3f}", f"{a[2]:.3f}", f"{a[3]:.3f}", f"{a[2]:.3f}",
+             f"{a[3]:.3f}"] for (name, shapes, stack), a in agg.items()]
+    _write_csv(os.path.join(out, "operator_details.csv"),
+               ["Name", "Input Shapes", "Call Stack", "Host Self Duration(us)", "Host Total Duration(us)",
+                "Device Self Duration(us)", "Device Total Duration(us)", "Device Self Duration With AICore(us)",
+                "Device Total Duration With AICore(us)"], rows)
 
+
+def _write_step_trace(tasks, steps, out):
     # step_trace_time.csv: per device and step, compute / communication / idle time.
     rows = []
     spans = steps or ([(None, min(min(t.launch, t.start) for t in tasks), max(t.end for t in tasks))] if tasks else [])
@@ -272,35 +313,54 @@ def write_results(raw, out_dir, with_cpu=True):
     _write_csv(os.path.join(out, "step_trace_time.csv"),
                ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
                 "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"], rows)
-    _write_memory_views(trace, host, out, base_us)
-    return out
 
 
 _NPU_DEVICE_TYPE = 20  # c10::DeviceType::PrivateUse1 in the allocator's reports
 _MB = 1024.0 * 1024.0
 
 
-def _write_memory_views(trace, by_tid, out, base_us):
-    events = sorted((e for e in trace.get("traceEvents", []) if e.get("name") == "[memory]"
-                     and e.get("args", {}).get("Device Type") == _NPU_DEVICE_TYPE), key=lambda e: e["ts"])
+def memory_events(trace):
+    """The npu allocator's reports ("[memory]" events), by time."""
+    return sorted((e for e in trace.get("traceEvents", []) if e.get("name") == "[memory]"
+                   and e.get("args", {}).get("Device Type") == _NPU_DEVICE_TYPE), key=lambda e: e["ts"])
+
+
+def memory_blocks(events, by_tid):
+    """Each allocation as (operator name, alloc event, free event or None)."""
+    starts = {tid: [e["ts"] for e in evs] for tid, evs in by_tid.items()}
+    live, blocks = {}, []
+
+    def op_name(alloc):
+        op = _innermost(by_tid[alloc["tid"]], starts[alloc["tid"]], alloc["ts"]) if alloc["tid"] in by_tid else None
+        return op["name"] if op else ""
+
+    for e in events:
+        key = (e["args"]["Device Id"], e["args"]["Addr"])
+        if e["args"]["Bytes"] > 0:
+            live[key] = e
+        elif key in live:
+            alloc = live.pop(key)
+            blocks.append((op_name(alloc), alloc, e))
+    blocks += [(op_name(alloc), alloc, None) for alloc in live.values()]  # still allocated at the end
+    return blocks
+
+
+def _write_memory_views(trace, by_tid, out, stamp):
+    events = memory_events(trace)
     if not events:
         return
-    rows = [["PTA", f"{e['ts'] + base_us:.3f}", f"{e['args']['Total Allocated'] / _MB:.3f}",
+    rows = [["PTA", stamp(e['ts']), f"{e['args']['Total Allocated'] / _MB:.3f}",
              f"{e['args']['Total Reserved'] / _MB:.3f}", f"{e['args']['Total Allocated'] / _MB:.3f}", "",
              f"NPU:{e['args']['Device Id']}"] for e in events]
     _write_csv(os.path.join(out, "memory_record.csv"),
                ["Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)", "Total Active(MB)",
                 "Stream Ptr", "Device Type"], rows)
-    starts = {tid: [e["ts"] for e in evs] for tid, evs in by_tid.items()}
-    live, rows = {}, []
 
-    def row(alloc, free):
-        op = _innermost(by_tid[alloc["tid"]], starts[alloc["tid"]], alloc["ts"]) if alloc["tid"] in by_tid else None
+    def row(name, alloc, free):
         a = alloc["args"]
         f = free["args"] if free else None
-        end = free["ts"] + base_us if free else None
-        cells = [op["name"] if op else "", f"{a['Bytes'] / 1024.0:.3f}", f"{alloc['ts'] + base_us:.3f}",
-                 f"{end:.3f}" if free else "", f"{end:.3f}" if free else "",
+        end = stamp(free["ts"]) if free else ""
+        cells = [name, f"{a['Bytes'] / 1024.0:.3f}", stamp(alloc["ts"]), end, end,
                  f"{free['ts'] - alloc['ts']:.3f}" if free else "", f"{free['ts'] - alloc['ts']:.3f}" if free else "",
                  f"{a['Total Allocated'] / _MB:.3f}", f"{a['Total Reserved'] / _MB:.3f}",
                  f"{a['Total Allocated'] / _MB:.3f}"]
@@ -308,15 +368,9 @@ def _write_memory_views(trace, by_tid, out, base_us):
                   f"{f['Total Allocated'] / _MB:.3f}"] if f else ["", "", ""]
         return cells + ["", f"NPU:{a['Device Id']}"]
 
-    for e in events:
-        key = (e["args"]["Device Id"], e["args"]["Addr"])
-        if e["args"]["Bytes"] > 0:
-            live[key] = e
-        elif key in live:
-            rows.append(row(live.pop(key), e))
-    rows += [row(alloc, None) for alloc in live.values()]  # still allocated at the end
     _write_csv(os.path.join(out, "operator_memory.csv"),
                ["Name", "Size(KB)", "Allocation Time(us)", "Release Time(us)", "Active Release Time(us)",
                 "Duration(us)", "Active Duration(us)", "Allocation Total Allocated(MB)",
                 "Allocation Total Reserved(MB)", "Allocation Total Active(MB)", "Release Total Allocated(MB)",
-                "Release Total Reserved(MB)", "Release Total Active(MB)", "Stream Ptr", "Device Type"], rows)
+                "Release Total Reserved(MB)", "Release Total Active(MB)", "Stream Ptr", "Device Type"],
+               [row(*block) for block in memory_blocks(events, by_tid)])

@@ -58,6 +58,10 @@ def supported_export_type():
     return {ExportType.Db, ExportType.Text}
 
 
+def _one_of(value, options) -> bool:
+    return isinstance(value, str) and value in options
+
+
 def _warn(msg: str) -> None:
     warnings.warn(f"[torch_npu.profiler] {msg}", stacklevel=3)
 
@@ -69,7 +73,7 @@ class _ExperimentalConfig:
     """
 
     def __init__(self, profiler_level: str = ProfilerLevel.Level0,
-                 aic_metrics: str = AiCMetrics.PipeUtilization, l2_cache: bool = False,
+                 aic_metrics: Optional[str] = None, l2_cache: bool = False,
                  msprof_tx: bool = False, mstx: bool = False, data_simplification: bool = True,
                  record_op_args: bool = False, op_attr: bool = False,
                  gc_detect_threshold: Optional[float] = None,
@@ -77,7 +81,8 @@ class _ExperimentalConfig:
                  mstx_domain_include: Optional[list] = None, mstx_domain_exclude: Optional[list] = None,
                  sys_io: bool = False, sys_interconnection: bool = False):
         self._profiler_level = profiler_level
-        self._aic_metrics = aic_metrics
+        self._aic_metrics_given = aic_metrics is not None  # (default: PipeUtilization, from Level1 on)
+        self._aic_metrics = AiCMetrics.PipeUtilization if aic_metrics is None else aic_metrics
         self._l2_cache = l2_cache
         self._msprof_tx = msprof_tx
         self._mstx = mstx
@@ -85,40 +90,81 @@ class _ExperimentalConfig:
         self.record_op_args = record_op_args
         self._op_attr = op_attr
         self._gc_detect_threshold = gc_detect_threshold
-        self._export_type = [export_type] if isinstance(export_type, str) else list(export_type or [])
-        self._host_sys = list(host_sys) if host_sys else []
-        self._mstx_domain_include = list(mstx_domain_include) if mstx_domain_include else []
-        self._mstx_domain_exclude = list(mstx_domain_exclude) if mstx_domain_exclude else []
+        self._export_type = [export_type] if isinstance(export_type, str) else (
+            list(export_type) if isinstance(export_type, (list, tuple, set)) else [])
+        self._host_sys = host_sys if host_sys else []
+        self._mstx_domain_include = mstx_domain_include if mstx_domain_include else []
+        self._mstx_domain_exclude = mstx_domain_exclude if mstx_domain_exclude else []
         self._sys_io = sys_io
         self._sys_interconnection = sys_interconnection
         self._check_params()
 
     def _check_params(self) -> None:
-        if self._profiler_level not in supported_profiler_level():
+        if not _one_of(self._profiler_level, supported_profiler_level()):
             _warn(f"Invalid parameter profiler_level {self._profiler_level!r}, reset it to Level0.")
             self._profiler_level = ProfilerLevel.Level0
-        if self._aic_metrics not in supported_ai_core_metrics():
+        if not _one_of(self._aic_metrics, supported_ai_core_metrics()):
             _warn(f"Invalid parameter aic_metrics {self._aic_metrics!r}, reset it to default.")
-            self._aic_metrics = (AiCMetrics.AiCoreNone if self._profiler_level == ProfilerLevel.Level0
-                                 else AiCMetrics.PipeUtilization)
-        for name in ("_l2_cache", "_msprof_tx", "_mstx", "_data_simplification", "record_op_args", "_op_attr",
-                     "_sys_io", "_sys_interconnection"):
+            self._aic_metrics = AiCMetrics.PipeUtilization
+        if self._profiler_level in (ProfilerLevel.Level0, ProfilerLevel.Level_none) and \
+                self._aic_metrics != AiCMetrics.AiCoreNone:
+            # AI Core counters are collected from Level1 on (torch_npu): an explicit metric at
+            # Level0 -- including the PipeUtilization default -- is dropped.
+            if self._aic_metrics_given:
+                _warn("Please use level1 or level2 if you want to collect aic metrics, reset aic metrics to None!")
+            self._aic_metrics = AiCMetrics.AiCoreNone
+        for name in ("_l2_cache", "_msprof_tx", "_mstx", "record_op_args", "_op_attr", "_sys_io",
+                     "_sys_interconnection"):
             if not isinstance(getattr(self, name), bool):
                 _warn(f"Invalid parameter {name.lstrip('_')}, which must be of boolean type, reset it to False.")
-                setattr(self, name, name == "_data_simplification")
-        bad = [t for t in self._export_type if t not in supported_export_type()]
+                setattr(self, name, False)
+        if self._data_simplification is not None and not isinstance(self._data_simplification, bool):
+            _warn("Invalid parameter data_simplification, which must be of boolean type, reset it to True.")
+            self._data_simplification = True
+        if self._msprof_tx:
+            _warn("The parameter msprof_tx will be deprecated. Please use the new parameter mstx instead.")
+        if self._profiler_level == ProfilerLevel.Level_none and not self.tx_enabled:
+            _warn("Parameter mstx or msprof_tx must be True if profiler_level is set to Level_none; set mstx=True.")
+            self._mstx = True
+        bad = [t for t in self._export_type if not _one_of(t, supported_export_type())]
         if bad or not self._export_type:
             _warn(f"Invalid parameter export_type {bad or self._export_type!r}, reset it to text.")
             self._export_type = [ExportType.Text]
+        self._export_type = sorted(set(self._export_type))
+        if self._op_attr and ExportType.Db not in self._export_type:
+            _warn("op_attr switch is invalid with export type set as text.")
+            self._op_attr = False
         if self._gc_detect_threshold is not None and (
                 not isinstance(self._gc_detect_threshold, (int, float)) or self._gc_detect_threshold < 0):
             _warn("Parameter gc_detect_threshold must be a non-negative number, reset it to None.")
             self._gc_detect_threshold = None
         valid_hosts = {HostSystem.CPU, HostSystem.MEM, HostSystem.DISK, HostSystem.NETWORK, HostSystem.OSRT,
                        HostSystem.NUMA}
-        if any(h not in valid_hosts for h in self._host_sys):
+        if not isinstance(self._host_sys, list) or any(not _one_of(h, valid_hosts) for h in self._host_sys):
             _warn(f"Invalid parameter host_sys {self._host_sys!r}, reset it to [].")
             self._host_sys = []
+        self._host_sys = sorted(set(self._host_sys))
+        self._check_mstx_domains()
+
+    def _check_mstx_domains(self) -> None:
+        """mstx_domain_include / _exclude: lists of domain names, only with mstx (or msprof_tx),
+        and not both (include wins)."""
+        if not self.tx_enabled:
+            if self._mstx_domain_include or self._mstx_domain_exclude:
+                _warn("mstx_domain_include and mstx_domain_exclude are valid when msprof_tx or mstx is True.")
+            self._mstx_domain_include, self._mstx_domain_exclude = [], []
+            return
+        for name in ("_mstx_domain_include", "_mstx_domain_exclude"):
+            value = getattr(self, name)
+            if not isinstance(value, list) or any(not isinstance(d, str) for d in value):
+                _warn(f"Invalid parameter {name.lstrip('_')} {value!r}: expected a list of str, reset it to [].")
+                setattr(self, name, [])
+            else:
+                setattr(self, name, sorted(set(value)))
+        if self._mstx_domain_include and self._mstx_domain_exclude:
+            _warn("Parameter mstx_domain_include and mstx_domain_exclude can not be both set, "
+                  "only mstx_domain_include will work.")
+            self._mstx_domain_exclude = []
 
     @property
     def export_type(self) -> list:

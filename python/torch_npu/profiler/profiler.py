@@ -9,12 +9,16 @@ writes torch_npu's result directory ``{worker}_{pid}_{time}_ascend_pt/`` with
 ``ASCEND_PROFILER_OUTPUT/`` (trace_view.json and the CSV views, see _analysis.py).
 """
 import enum
+import glob
 import json
 import os
+import random
 import socket
+import string
 import tempfile
 import time
 import warnings
+from collections import defaultdict
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Optional
 
@@ -23,22 +27,15 @@ import torch.profiler as _tp
 
 from . import _analysis
 from .experimental_config import _ExperimentalConfig
+from .scheduler import ProfilerAction, Schedule
+
+schedule = Schedule  # torch_npu.profiler.schedule is the class
 
 __all__ = ["ProfilerActivity", "supported_activities", "profile", "_KinetoProfile", "tensorboard_trace_handler",
            "analyse", "schedule", "ProfilerAction"]
 
-ProfilerAction = _tp.ProfilerAction
-
-
-def schedule(wait: int, active: int, warmup: int = 0, repeat: int = 0, skip_first: int = 0):
-    """torch_npu's schedule: after skip_first steps, cycles of wait, warmup and active
-    steps (repeat of them; 0: until profiling stops). Returns step -> ProfilerAction."""
-    for name, value, low in (("wait", wait, 0), ("active", active, 1), ("warmup", warmup, 0),
-                             ("repeat", repeat, 0), ("skip_first", skip_first, 0)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ValueError(f"schedule: {name} must be an int >= {low}, got {value!r}")
-    return _tp.schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
-_RAW = os.path.join("FRAMEWORK", "torch_npu_raw.json")
+_RAW = os.path.join("FRAMEWORK", "torch_npu_raw.json")  # host side of a run
+_TASKS = "sim_task_records.json"  # device side, per device, under PROF_*/device_{d}/data/
 
 
 class ProfilerActivity(enum.Enum):
@@ -109,6 +106,9 @@ class profile(_tp.profile):
                       execution_trace_observer=execution_trace_observer)
         if custom_trace_id_callback is not None:
             kwargs["custom_trace_id_callback"] = custom_trace_id_callback
+        if with_stack:
+            # torch keeps the operators' Python stacks (trace "Call stack", export_stacks) only verbose.
+            kwargs["experimental_config"] = torch._C._profiler._ExperimentalConfig(verbose=True)
         super().__init__(**kwargs)
 
     # -- recording follows torch's (schedule, start/stop) ------------------------------------
@@ -140,11 +140,18 @@ class profile(_tp.profile):
             super().export_chrome_trace(path)
             with open(path) as f:
                 host = json.load(f)
+        for key, value in self._npu_metadata.items():
+            host.setdefault(key, value)
         self._raw = {"trace": host, "records": [list(r) for r in self._records],
                      "epoch_minus_steady_ns": getattr(self, "_epoch_minus_steady", 0), "with_cpu": self._cpu,
-                     "config": self._npu_config._to_dict(), "metadata": dict(self._npu_metadata)}
+                     "with_npu": self._npu, "config": self._npu_config._to_dict(), "rank": _rank(),
+                     "metadata": dict(self._npu_metadata)}
         if self._user_on_trace_ready is not None:
             self._user_on_trace_ready(self)
+        elif os.getenv("ASCEND_WORK_PATH"):
+            # As torch_npu: without a handler the raw data is kept under
+            # $ASCEND_WORK_PATH/profiling_data for a later ``analyse``.
+            _save_raw(self._raw, _result_dir(None, None))
 
     # -- results ------------------------------------------------------------------------------
     def _finished_run(self):
@@ -157,23 +164,88 @@ class profile(_tp.profile):
         """Writes the host operators and the npu tasks of the last run as a chrome trace."""
         raw = self._finished_run()
         trace = _analysis.trace_view(raw, _analysis.link_tasks(raw), raw["with_cpu"])
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w") as f:
             json.dump(trace, f)
         return path
 
+    def export_stacks(self, path: str, metric: str = "self_cpu_time_total"):
+        """Writes the operators' Python stacks with their time, one "frame;frame;... value"
+        line each (flame-graph input). metric: ``self_cpu_time_total`` (host time, µs) or
+        ``self_npu_time_total`` (time of the npu tasks each operator launched, µs)."""
+        if not self.with_stack:
+            _warn("Function export_stacks() requires with_stack=True.")
+            return None
+        if metric not in ("self_cpu_time_total", "self_npu_time_total"):
+            _warn("Metric should be self_cpu_time_total or self_npu_time_total. "
+                  "Here it is presumed to be self_cpu_time_total.")
+            metric = "self_cpu_time_total"
+        if metric == "self_cpu_time_total":
+            return super().export_stacks(path, metric)
+        device_us = defaultdict(float)  # stack -> time of the tasks launched under it
+        for t in _analysis.link_tasks(self._finished_run()):
+            stack = t.op.get("args", {}).get("Call stack") if t.op else None
+            if stack:
+                device_us[stack] += t.dur
+        table = str.maketrans(" ;\t\n", "____")
+        with open(path, "w") as f:
+            for stack, us in device_us.items():
+                if int(us) > 0:  # innermost frame first in the trace; outermost first here
+                    frames = [frame.translate(table) for frame in reversed(stack.split(";")) if frame]
+                    f.write(";".join(frames) + f" {int(us)}\n")
+        return path
+
+    # Metadata is kept here, not handed to Kineto: Kineto writes values into its trace
+    # unescaped, so a quote or backslash would make the whole trace unreadable. It goes
+    # into profiler_metadata.json and, as top-level keys, into the exported traces.
     def add_metadata(self, key: str, value: str):
         if not isinstance(key, str) or not isinstance(value, str):
             _warn("add_metadata: key and value must be str, ignored.")
             return
         self._npu_metadata[key] = value
-        super().add_metadata(key, value)
 
     def add_metadata_json(self, key: str, value: str):
         if not isinstance(key, str) or not isinstance(value, str):
             _warn("add_metadata_json: key and value must be str, ignored.")
             return
-        self._npu_metadata[key] = json.loads(value)
-        super().add_metadata_json(key, value)
+        try:
+            self._npu_metadata[key] = json.loads(value)
+        except ValueError:
+            _warn(f"add_metadata_json: the value of {key!r} is not JSON, ignored.")
+
+    @classmethod
+    def enable_profiler_in_child_thread(cls, record_shapes: bool = False, profile_memory: bool = False,
+                                        with_stack: bool = False, with_flops: bool = False,
+                                        with_modules: bool = False):
+        """Call in a thread that was running before the profile started (a worker pool):
+        its host operators are recorded into the running profile until
+        ``disable_profiler_in_child_thread``. (Device tasks of every thread are always
+        recorded; the thread inherits the profile's own record_shapes/... settings.)"""
+        for name, value in (("record_shapes", record_shapes), ("profile_memory", profile_memory),
+                            ("with_stack", with_stack), ("with_flops", with_flops), ("with_modules", with_modules)):
+            if not isinstance(value, bool):
+                _warn(f"{name} in enable_profiler_in_child_thread is not bool, reset it to False.")
+        from torch_npu import _C
+
+        if not _C._npu_profilerEnableInChildThread():
+            _warn("enable_profiler_in_child_thread: no profile is running; nothing is recorded.")
+
+    @classmethod
+    def disable_profiler_in_child_thread(cls):
+        """Ends this thread's recording (see enable_profiler_in_child_thread), after its
+        device work has run."""
+        from torch_npu import _C
+
+        if torch.npu.is_initialized():
+            torch.npu.synchronize()
+        _C._npu_profilerDisableInChildThread()
+
+    def _set_step_num_offset_for_dynamic_prof(self, step: int):
+        """dynamic_profile starts a profile in the middle of training: number its steps
+        ProfilerStep#{step}, #{step + 1}, ... while its schedule still counts from 0."""
+        base_schedule = self.schedule
+        self.step_num = step
+        self.schedule = lambda n: base_schedule(n - step)
 
     def npu_tasks(self):
         """The npu tasks of the last run: dicts of name, kind, device, stream, start_us,
@@ -185,6 +257,16 @@ class profile(_tp.profile):
 
 
 _KinetoProfile = profile
+
+
+def _rank():
+    """This process's rank (torch.distributed, else $RANK), or None."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    try:
+        return int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        return None
 
 
 def _result_dir(dir_name: Optional[str], worker_name: Optional[str]) -> str:
@@ -218,14 +300,46 @@ def tensorboard_trace_handler(dir_name: Optional[str] = None, worker_name: Optio
     def handler_fn(prof) -> None:
         raw = prof._finished_run()
         path = _result_dir(dir_name, worker_name)
-        os.makedirs(os.path.join(path, "FRAMEWORK"), exist_ok=True)
-        with open(os.path.join(path, _RAW), "w") as f:
-            json.dump(raw, f)
-        _write_info(path, raw)
+        _save_raw(raw, path)
         if analyse_flag:
-            _analysis.write_results(raw, path, raw["with_cpu"])
+            _analysis.write_results(raw, path, raw["with_cpu"], rank=raw.get("rank"))
 
     return handler_fn
+
+
+def _save_raw(raw: dict, path: str) -> None:
+    """Lays a run out as torch_npu does: the host side in ``FRAMEWORK/``, the device tasks
+    in ``PROF_{n}_{time}_{id}/device_{d}/data/`` (msprof's directory; here the simulator's
+    records), ``profiler_info.json`` and ``profiler_metadata.json``."""
+    os.makedirs(os.path.join(path, "FRAMEWORK"), exist_ok=True)
+    with open(os.path.join(path, _RAW), "w") as f:
+        json.dump({k: v for k, v in raw.items() if k != "records"}, f)
+    if raw.get("with_npu", True):
+        stamp = datetime.now(tz=timezone.utc).astimezone().strftime("%Y%m%d%H%M%S%f")[:-3]
+        prof_dir = os.path.join(path, f"PROF_000001_{stamp}_{''.join(random.choices(string.ascii_uppercase, k=16))}")
+        by_device = defaultdict(list)
+        for rec in raw["records"]:
+            by_device[rec[2]].append(rec)  # (name, kind, device, ...): see _analysis.Task
+        if not by_device and torch.npu.is_initialized():
+            by_device[torch.npu.current_device()] = []
+        os.makedirs(os.path.join(prof_dir, "host"), exist_ok=True)
+        for device, records in by_device.items():
+            data = os.path.join(prof_dir, f"device_{device}", "data")
+            os.makedirs(data, exist_ok=True)
+            with open(os.path.join(data, _TASKS), "w") as f:
+                json.dump(records, f)
+    _write_info(path, raw)
+
+
+def _load_raw(path: str) -> dict:
+    with open(os.path.join(path, _RAW)) as f:
+        raw = json.load(f)
+    if "records" not in raw:
+        raw["records"] = []
+        for name in sorted(glob.glob(os.path.join(path, "PROF_*", "device_*", "data", _TASKS))):
+            with open(name) as f:
+                raw["records"].extend(json.load(f))
+    return raw
 
 
 def _write_info(path: str, raw: dict) -> None:
@@ -250,7 +364,14 @@ def analyse(profiler_path: str, max_process_number: int = 1, export_type=None) -
         if os.path.isfile(os.path.join(profiler_path, d, _RAW))]
     if not targets:
         raise ValueError(f"analyse: no torch_npu profiling data under {profiler_path!r}")
+    if export_type is not None:
+        types = [export_type] if isinstance(export_type, str) else export_type
+        if not isinstance(types, (list, tuple)) or not types or any(t not in ("text", "db") for t in types):
+            _warn(f"analyse: invalid export_type {export_type!r} (expected 'text', 'db' or a list of them), "
+                  "using the profiled run's.")
+            export_type = None
+        else:
+            export_type = list(types)
     for path in targets:
-        with open(os.path.join(path, _RAW)) as f:
-            raw = json.load(f)
-        _analysis.write_results(raw, path, raw.get("with_cpu", True))
+        raw = _load_raw(path)
+        _analysis.write_results(raw, path, raw.get("with_cpu", True), export_type, raw.get("rank"))
