@@ -146,6 +146,11 @@ def test_one_hot_scatter_and_fill():
     s = torch.zeros(3, 5)
     out = torch_npu.npu_scatter(s.npu(), torch.tensor([4, 0, 2]).npu(), torch.tensor([1.0, 2.0, 3.0]).npu(), 1)
     _close(out, torch.tensor([[0, 0, 0, 0, 1.0], [2.0, 0, 0, 0, 0], [0, 0, 3.0, 0, 0]]))
+    x = torch.randn(3, 2, 6)
+    start, end = torch.tensor([[0, 2, 1]], dtype=torch.int32), torch.tensor([[2, 5, 1]], dtype=torch.int32)
+    expected = x.clone()
+    expected[0, :, 0:2], expected[1, :, 2:5] = 7.0, 7.0
+    _close(torch_npu.npu_masked_fill_range(x.npu(), start.npu(), end.npu(), torch.tensor([7.0]).npu(), 2), expected)
 
 
 def test_sign_bits_pack_roundtrip():

@@ -326,15 +326,21 @@ def _npu_scatter(self, indices, updates, dim):
 
 @_op("npu_masked_fill_range(Tensor self, Tensor start, Tensor end, Tensor value, int axis=-1) -> Tensor")
 def _npu_masked_fill_range(self, start, end, value, axis=-1):
-    """For each range r: self[..., start[k, r]:end[k, r]] (along axis) = value[r] for batch k."""
+    """start/end [V, B]: for each value i and batch row j, positions start[i, j]:end[i, j] along
+    `axis` are set to value[i] -- within row j of dimension 0 when axis is the last dimension,
+    else across the whole tensor."""
+    _check(start.dim() == 2 and start.shape == end.shape and value.numel() == start.size(0),
+           f"npu_masked_fill_range: start and end must be [V, B] with V = value.numel(), got "
+           f"{list(start.shape)}, {list(end.shape)} and {value.numel()} values")
     out = self.clone()
     axis = axis % self.dim()
+    per_row = self.dim() > 1 and axis == self.dim() - 1
     starts, ends, values = start.tolist(), end.tolist(), value.tolist()
-    for r in range(len(values)):
-        for k in range(len(starts)):
-            s, e = starts[k][r], ends[k][r]
+    for i, v in enumerate(values):
+        for j, (s, e) in enumerate(zip(starts[i], ends[i])):
             if e > s:
-                out.select(0, k).narrow(axis - 1, s, e - s).fill_(values[r])
+                target = out.select(0, j).narrow(axis - 1, s, e - s) if per_row else out.narrow(axis, s, e - s)
+                target.fill_(v)
     return out
 
 
