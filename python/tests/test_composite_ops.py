@@ -270,3 +270,30 @@ def test_top_k_top_p():
         kept &= nucleus
         for v in range(10):
             assert (out[b, v] == logits[b, v]) if v in kept else (out[b, v] == float("-inf")), (b, v)
+
+
+def test_dropout_bit_masks():
+    torch.npu.manual_seed(0)
+    mask = torch_npu.npu_dropout_gen_mask([10, 30], 0.25, device="npu")
+    assert mask.dtype == torch.uint8 and mask.shape == (384 // 8,)  # 300 elements -> 384 bits
+    x = torch.randn(10, 30)
+    out, same = torch_npu.npu_dropout_do_mask(x.npu(), mask, 0.25)
+    bits = torch.tensor([(int(b) >> i) & 1 for b in mask.cpu() for i in range(8)])[:300].view(10, 30)
+    _close(out, x * bits / 0.75)
+    assert torch.equal(same.cpu(), mask.cpu())
+    assert 0.6 < bits.float().mean() < 0.9  # keep probability 0.75
+    xn = torch.randn(64, 64).npu().requires_grad_()
+    out, mask = torch_npu._npu_dropout(xn, 0.5)
+    out.sum().backward()
+    kept = (out != 0).cpu()
+    _close(xn.grad, kept.float() * 2.0)
+
+
+def test_lstm_cell_matches_torch():
+    x, h, c = torch.randn(3, 8), torch.randn(3, 7), torch.randn(3, 7)
+    w_ih, w_hh, b_ih, b_hh = torch.randn(8, 28), torch.randn(7, 28), torch.randn(28), torch.randn(28)
+    out = torch_npu.npu_lstm_cell(x.npu(), w_ih.npu(), w_hh.npu(), h.npu(), c.npu(), b_ih.npu(), b_hh.npu())
+    ref_h, ref_c = torch._VF.lstm_cell(x, (h, c), w_ih.t(), w_hh.t(), b_ih, b_hh)
+    _close(out[1], ref_h, rtol=1e-5, atol=1e-5)
+    _close(out[2], ref_c, rtol=1e-5, atol=1e-5)
+    _close(out[7], torch.tanh(ref_c), rtol=1e-5, atol=1e-5)

@@ -344,6 +344,62 @@ def _npu_masked_fill_range(self, start, end, value, axis=-1):
     return out
 
 
+# ---- dropout with bit masks -----------------------------------------------------------------
+
+_BIT_WEIGHTS = tuple(1 << i for i in range(8))
+
+
+def _bits(device):
+    return torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)
+
+
+@_op("npu_dropout_gen_mask(int[] size, float p, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+     "bool? pin_memory=None) -> Tensor")
+def _npu_dropout_gen_mask(size, p, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """A keep mask for a tensor of `size`: one bit per element (set: keep, with probability
+    1 - p), lowest bit first, the element count rounded up to 128: uint8 [ceil(n/128) * 16]."""
+    _check(0.0 <= p <= 1.0, f"npu_dropout_gen_mask: p must be in [0, 1], got {p}")
+    n = math.prod(size)
+    keep = (torch.rand((n + 127) // 128 * 128, device=device) >= p).to(torch.uint8)
+    return (keep.view(-1, 8) * _bits(keep.device)).sum(-1, dtype=torch.uint8)
+
+
+@_op("npu_dropout_do_mask(Tensor self, Tensor mask, float p) -> (Tensor, Tensor)")
+def _npu_dropout_do_mask(self, mask, p):
+    """self * keep / (1 - p), keep from npu_dropout_gen_mask's bits; returns (out, mask)."""
+    _check(mask.dtype == torch.uint8 and mask.numel() * 8 >= self.numel(),
+           f"npu_dropout_do_mask: mask must be uint8 with a bit per element of self ({self.numel()}), "
+           f"got {mask.dtype} with {mask.numel() * 8} bits")
+    keep = mask.reshape(-1).unsqueeze(-1).bitwise_and(_bits(mask.device)).ne(0).reshape(-1)[:self.numel()]
+    scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+    return self * keep.view(self.shape).to(self.dtype) * scale, mask
+
+
+@_op("_npu_dropout(Tensor self, float p) -> (Tensor, Tensor)")
+def _npu_dropout_op(self, p):
+    mask = _npu_dropout_gen_mask(list(self.shape), p, device=self.device)
+    return _npu_dropout_do_mask(self, mask, p)
+
+
+# ---- recurrent cells -------------------------------------------------------------------------
+
+@_op("npu_lstm_cell(Tensor input, Tensor w_ih, Tensor w_hh, Tensor h, Tensor c, Tensor? b_ih=None, "
+     "Tensor? b_hh=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _npu_lstm_cell(input, w_ih, w_hh, h, c, b_ih=None, b_hh=None):
+    """One LSTM step with weights [in, 4H] / [H, 4H] (gate columns in torch's i, f, g, o
+    order); returns (y, h, c, i, j, f, o, tanh(c)) with j the cell candidate g."""
+    gates = input @ w_ih + h @ w_hh
+    for b in (b_ih, b_hh):
+        if b is not None:
+            gates = gates + b
+    i, f, g, o = gates.chunk(4, -1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    c_next = f * c + i * g
+    tanh_c = torch.tanh(c_next)
+    h_next = o * tanh_c
+    return h_next, h_next, c_next, i, g, f, o, tanh_c
+
+
 # ---- bits ---------------------------------------------------------------------------------
 
 @_op("npu_sign_bits_pack(Tensor self, int size) -> Tensor")
