@@ -10,6 +10,8 @@ Cases (inference, f32):
   (target: no slower, ratio <= 1);
 * ``mlir_mlp``: Linear(1024->4096) + GELU + Linear(4096->1024) + residual on [64, 1024],
   MLIR vs eager npu (target: no slower);
+* ``mlir_mlp_dynamic``: the ``mlir_mlp`` block compiled with ``dynamic=True`` (one module
+  for every token count) vs static (reported; no target);
 * ``mlir_inductor``: the ``mlir_norm`` block, MLIR vs the default backend (Inductor) on npu
   (reported; no target).
 
@@ -59,11 +61,11 @@ def _compiled(fn, side: str):
         return fn
     if side == "inductor":
         return torch.compile(fn)
-    return torch.compile(fn, options={"npu_backend": "mlir"})
+    return torch.compile(fn, options={"npu_backend": "mlir"}, dynamic=True if side == "mlir_dynamic" else None)
 
 
 def _build_norm(side: str):
-    """side: "eager", "mlir" or "inductor", all on npu."""
+    """side: "eager", "mlir", "mlir_dynamic" or "inductor", all on npu."""
     import torch_npu  # noqa: F401
 
     g = torch.Generator().manual_seed(0)
@@ -105,6 +107,9 @@ CASES = [
     Case("mlir_mlp", f"MLIR (IREE) MLP {HIDDEN}->{MLP_HIDDEN}->{HIDDEN} + GELU + residual, {MLP_TOKENS} tokens: "
          f"vs eager npu", 1.0, build=_build_mlp, sides=("eager", "mlir"), **COMMON,
          note="matmul-bound; weights are arguments read in place (zero-copy, no data-tiling re-pack per call)"),
+    Case("mlir_mlp_dynamic", f"MLIR (IREE) MLP {HIDDEN}->{MLP_HIDDEN}->{HIDDEN}, {MLP_TOKENS} tokens: "
+         f"dynamic=True (symbolic token count) vs static", 10.0, build=_build_mlp, sides=("mlir", "mlir_dynamic"),
+         **COMMON, note="reported, no target: one module for all token counts; its matmuls have a dynamic row count"),
     Case("mlir_inductor", f"MLIR (IREE) vs Inductor, LayerNorm + GELU + bias + residual [{TOKENS}, {HIDDEN}] f32",
          10.0, build=_build_norm, sides=("inductor", "mlir"), **COMMON, note="reported, no target"),
 ]

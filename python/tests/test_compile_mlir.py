@@ -467,3 +467,238 @@ def test_iree_workers_follow_the_intra_op_threads(tmp_path):
         out = run_python(code, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "THREADS": threads})
         assert out.returncode == 0, out.stderr[-3000:]
         assert expected in out.stdout, out.stdout
+
+
+# ---- dynamic shapes ------------------------------------------------------------------------
+
+def _mlir_warnings(caught):
+    return [str(w.message) for w in caught if "MLIR backend" in str(w.message)]
+
+
+@needs_iree
+def test_dynamic_shapes_one_module_serves_all_sizes():
+    """dynamic=True: the graph's batch size is a symbol (``s0``, an integer graph input);
+    IREE compiles it once with a dynamic dimension, and every size runs that module."""
+    torch.manual_seed(0)
+    m = MLP().npu().eval()
+    c = torch.compile(m, options=MLIR, dynamic=True)
+    before = _stats()
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (3, 8, 17, 64, 3):
+            x = torch.randn(n, 64).npu()
+            y = c(x)
+            assert y.shape == (n, 64)
+            _assert_close(y, m(x))
+    d = _delta(before)
+    assert d["compiled"] + d["cache_hits"] == 1 and d["fallbacks"] == 0, d
+    assert not _mlir_warnings(caught)
+
+
+@needs_iree
+def test_automatic_dynamic_recompile_goes_through_iree():
+    """Without dynamic=True, a second size makes Dynamo recompile with symbolic sizes (its
+    "automatic dynamic"); that graph used to fall back to Inductor, now IREE takes it, and
+    later sizes reuse it. Here two sizes become symbolic (batch and sequence). (Not with
+    F.scaled_dot_product_attention: npu's SDPA specializes all its sizes while Dynamo traces.)"""
+    torch.manual_seed(0)
+    m = NormBlock(64).npu().eval()
+    c = torch.compile(m, options=MLIR)
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        before = _stats()
+        for b, t in ((2, 16), (3, 16), (4, 9)):  # static, then symbolic graphs (Dynamo's choice)
+            x, r = torch.randn(b, t, 64).npu(), torch.randn(b, t, 64).npu()
+            _assert_close(c(x, r), m(x, r))
+        d = _delta(before)
+        assert d["compiled"] + d["cache_hits"] >= 2 and d["fallbacks"] == 0, d
+        before = _stats()
+        for b, t in ((5, 7), (3, 24), (6, 12)):  # served by the symbolic graph: no compile
+            x, r = torch.randn(b, t, 64).npu(), torch.randn(b, t, 64).npu()
+            _assert_close(c(x, r), m(x, r))
+        assert _delta(before) == {"compiled": 0, "cache_hits": 0, "fallbacks": 0}
+    assert not _mlir_warnings(caught)
+
+
+@needs_iree
+def test_dynamic_result_shapes_are_computed_per_call():
+    """Results whose sizes are expressions of the symbols (2*s0, s0*s1, s0 - 1) and a size
+    used as a value: the output buffers get each call's shapes."""
+    def fn(x, y):
+        n = x.shape[0]
+        both = torch.cat([x, x * 2], 0)                # [2*s0, s1]
+        flat = (x + 1).reshape(-1) * n                 # [s0*s1], a size as a scalar
+        diff = x[1:] - x[:-1]                          # [s0 - 1, s1]
+        return both, flat, diff, torch.tanh(y)         # y: its own symbols
+
+    c = torch.compile(fn, options=MLIR, dynamic=True)
+    before = _stats()
+    for n, k in ((5, 3), (9, 7), (4, 16)):  # (n = 2 would recompile: x[1:] has 1 row)
+        x, y = torch.randn(n, k), torch.randn(k + 1, 2)
+        got = c(x.npu(), y.npu())
+        for a, e in zip(got, fn(x, y)):
+            assert a.shape == e.shape
+            _assert_close(a, e)
+    d = _delta(before)
+    assert d["compiled"] + d["cache_hits"] == 1 and d["fallbacks"] == 0, d
+
+
+
+def test_result_shapes_evaluate_symbols_from_the_inputs():
+    import sympy
+    from torch_npu._inductor.mlir.runtime import ResultShapes
+
+    s0, s1, u0 = sympy.symbols("s0 s1 u0", integer=True, positive=True)
+    sources = {s0: (1, 0), s1: (0, None)}  # s0: input 1's dim 0; s1: input 0 (an integer)
+    shapes = ResultShapes([(2 * s0, 4), (s0 * s1 - 1,)], [s0 + s1, 7], sources)
+    assert not shapes.static
+    args = [5, torch.empty(3, 2)]
+    assert shapes(args) == ([(6, 4), (14,)], [8, 7])
+    assert shapes(args) is shapes(args)  # computed once per set of sizes
+    assert shapes([2, torch.empty(10, 2)]) == ([(20, 4), (19,)], [12, 7])
+    # A size no input carries (data-dependent): shapes unknown, IREE allocates the results.
+    assert ResultShapes([(u0,)], [], sources)(args) == (None, [])
+    static = ResultShapes([(3, 4)], [], {})
+    assert static.static and static([]) == ([(3, 4)], [])
+    with pytest.raises(ValueError, match="integer outputs"):
+        ResultShapes([], [u0], sources)
+
+@needs_iree
+def test_dynamic_training_steps_match_eager():
+    """Forward and backward with a symbolic batch size: the forward returns the size the
+    backward needs (an integer output), both graphs are compiled once for all sizes."""
+    torch.manual_seed(0)
+    ref = MLP(32, 64).npu()
+    m = copy.deepcopy(ref)
+    step = torch.compile(m, options=MLIR, dynamic=True)
+    before = _stats()
+    for n in (4, 11, 6):
+        x = torch.randn(n, 32).npu()
+        for model in (step, ref):
+            model.zero_grad()
+            model(x).square().mean().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            _assert_close(p.grad, q.grad)
+    d = _delta(before)
+    assert d["compiled"] + d["cache_hits"] == 2 and d["fallbacks"] == 0, d  # forward, backward
+
+
+@needs_iree
+def test_cache_key_covers_the_symbolic_signature():
+    """A dynamic graph's key names its symbolic sizes: another size hits the same module
+    (after a Dynamo reset), and the static graph of the same code is a module of its own."""
+    def fn(a):
+        return torch.sigmoid(a) * a + 1
+
+    hits = []
+    for dynamic, n in ((True, 6), (True, 10), (False, 6)):
+        torch._dynamo.reset()
+        before = _stats()
+        x = torch.randn(n, 12)
+        _assert_close(torch.compile(fn, options=MLIR, dynamic=dynamic)(x.npu()), fn(x))
+        d = _delta(before)
+        hits.append((d["compiled"] + d["cache_hits"], d["cache_hits"]))
+    assert hits == [(1, 0), (1, 1), (1, 0)], hits
+
+
+@needs_iree
+def test_dynamic_graph_iree_rejects_falls_back_with_one_warning():
+    def fn(a):
+        return torch.special.zeta(a.abs() + 2, 2.0) * 3 + a
+
+    c = torch.compile(fn, options=MLIR, dynamic=True)
+    before = _stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (16, 5, 9):
+            x = torch.rand(n)
+            _assert_close(c(x.npu()), fn(x))
+    ours = _mlir_warnings(caught)
+    assert len(ours) == 1 and "special_zeta" in ours[0], ours
+    assert _delta(before)["fallbacks"] == 1
+
+
+
+@needs_iree
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_backward_iree_rejects_falls_back_with_one_warning(dynamic):
+    """The forward compiles, the backward has an op torch-mlir cannot lower (reflection
+    padding's backward): the backward is compiled while tracing, so its failure sends the
+    whole graph to the default backend, with one warning, and the gradients are right."""
+    def fn(x, w):
+        return (F.pad(x, (2, 2, 2, 2), mode="reflect") * w).square().mean()
+
+    torch.manual_seed(0)
+    c = torch.compile(fn, options=MLIR, dynamic=dynamic)
+    before = _stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (2, 3, 5) if dynamic else (2, 2):  # one graph (static: another size is another)
+            x, w = torch.randn(n, 3, 8, 8), torch.randn(12, 12)
+            got = [t.npu().requires_grad_() for t in (x, w)]
+            ref = [t.clone().requires_grad_() for t in (x, w)]
+            c(*got).backward()
+            fn(*ref).backward()
+            for a, e in zip(got, ref):
+                _assert_close(a.grad, e.grad)
+    ours = _mlir_warnings(caught)
+    assert len(ours) == 1 and "reflection_pad2d_backward" in ours[0], ours
+    assert _delta(before)["fallbacks"] == 1
+
+
+# ---- NPU_INDUCTOR_FALLBACK_LIST ------------------------------------------------------------
+
+def _aten_ops_run(fn, *args):
+    """fn(*args) and the ATen ops that ran through the dispatcher (IREE's work does not).
+    (The profiler, not a TorchDispatchMode: under one, Dynamo runs the function eagerly.)"""
+    with torch.autograd.profiler.profile() as prof:
+        result = fn(*args)
+    return result, {e.name for e in prof.function_events if e.name.startswith("aten::")}
+
+
+@needs_iree
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_fallback_list_runs_listed_ops_as_aten(monkeypatch, dynamic):
+    """As in Huawei's torch_npu: NPU_INDUCTOR_FALLBACK_LIST="aten.div" keeps the division
+    out of the compiled code; the ops before and after it are compiled by IREE (two pieces)."""
+    from torch_npu._inductor.mlir import compiler
+
+    def fn(x, y):
+        return torch.tanh(torch.sigmoid(x) / (y.abs() + 1)) * 2
+
+    monkeypatch.setenv(compiler.FALLBACK_LIST_ENV, "aten.div")
+    x, y = torch.randn(6, 8), torch.randn(6, 8)
+    c = torch.compile(fn, options=MLIR, dynamic=dynamic)
+    before = _stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _assert_close(c(x.npu(), y.npu()), fn(x, y))  # compiles
+        got, seen = _aten_ops_run(c, x.npu(), y.npu())
+        _assert_close(got, fn(x, y))
+    assert "aten::div" in seen, seen
+    assert not {"aten::tanh", "aten::sigmoid", "aten::abs", "aten::add"} & seen, seen
+    d = _delta(before)
+    assert d["compiled"] + d["cache_hits"] == 2 and d["fallbacks"] == 0, d
+    assert not _mlir_warnings(caught)
+
+
+@needs_iree
+def test_fallback_list_allfallback_and_bad_names(monkeypatch):
+    from torch_npu._inductor.mlir import compiler
+
+    def fn(x):
+        return torch.tanh(x) + 1
+
+    x = torch.randn(5)
+    monkeypatch.setenv(compiler.FALLBACK_LIST_ENV, "allfallback")
+    before = _stats()
+    c = torch.compile(fn, options=MLIR)
+    _assert_close(c(x.npu()), fn(x))  # compiles
+    got, seen = _aten_ops_run(c, x.npu())
+    _assert_close(got, fn(x))
+    assert {"aten::tanh", "aten::add"} <= seen, seen
+    assert _delta(before) == {"compiled": 0, "cache_hits": 0, "fallbacks": 0}
+    torch._dynamo.reset()
+    monkeypatch.setenv(compiler.FALLBACK_LIST_ENV, "aten.div,aten.no_such_op")
+    with pytest.raises(Exception, match="NPU_INDUCTOR_FALLBACK_LIST: cannot resolve the operator 'aten.no_such_op'"):
+        torch.compile(fn, options=MLIR)(x.npu())

@@ -3,8 +3,9 @@
 host CPU) -> a .vmfb cached on disk -> run by iree.runtime on npu memory without copies
 (see runtime.py).
 
-A graph IREE cannot take (an op the importer or the compiler rejects, dynamic shapes,
-non-tensor inputs) is compiled by the default backend instead, after one warning.
+Static and symbolic (dynamic) shapes: one module per graph serves all sizes. A graph IREE
+cannot take (an op the importer or the compiler rejects, in the forward or the backward)
+is compiled by the default backend instead, after one warning.
 """
 import hashlib
 import logging
@@ -38,9 +39,13 @@ COMPILE_FLAGS = (
 )
 # Calling convention of the compiled main() (part of the cache key): inputs, then output
 # buffers the results are written into.
-_ABI = "main(inputs, output buffers), graph(inputs) -> results; v2"
+_ABI = "main(inputs, output buffers), graph(inputs) -> results; sizes as i64; v3"
 # Extra iree-compile flags for experiments and tests (e.g. dumping dispatch sources).
 EXTRA_FLAGS_ENV = "TORCH_NPU_MLIR_EXTRA_FLAGS"
+# ATen ops kept out of the compiled code, as in Huawei's torch_npu: a comma-separated list
+# ("aten.div,aten.add.Tensor": a packet names all its overloads), or "allfallback" (every op).
+# Listed ops run as ATen calls on npu; the rest of the graph is compiled by IREE in pieces.
+FALLBACK_LIST_ENV = "NPU_INDUCTOR_FALLBACK_LIST"
 
 # Counters the tests and benchmarks read: graphs compiled by iree-compile, loaded from the
 # disk cache, and sent to the default backend.
@@ -53,6 +58,7 @@ class Unsupported(RuntimeError):
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, config_patches=None):
     """torch.compile's Inductor entry with npu_backend="mlir": returns the compiled callable."""
+    fallback_ops()  # a bad NPU_INDUCTOR_FALLBACK_LIST is the user's error, not a reason to fall back
     try:
         return _compile_through_iree(gm, example_inputs)
     except Exception as err:  # noqa: BLE001 — any rejection means: use the default backend
@@ -80,18 +86,17 @@ def _reason(err: Exception) -> str:
 
 def _compile_through_iree(gm, example_inputs):
     for i, x in enumerate(example_inputs):
-        if not isinstance(x, torch.Tensor):
-            raise Unsupported(f"input {i} is a {type(x).__name__}, not a tensor (dynamic shapes "
-                              f"are not supported by the MLIR backend)")
-        if any(isinstance(s, torch.SymInt) for s in x.shape):
-            raise Unsupported(f"input {i} has a dynamic shape")
+        if not isinstance(x, (torch.Tensor, torch.SymInt, int)):
+            raise Unsupported(f"input {i} is a {type(x).__name__}, not a tensor or an integer size")
+    from torch._functorch import config as functorch_config
     from torch._functorch.aot_autograd import aot_module_simplified
 
     gm = _math_attention(gm)
-    # Forward and backward are compiled when AOTAutograd traces (static shapes), so an
-    # IREE failure surfaces here and the whole graph falls back.
-    return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_aten, bw_compiler=_compile_aten,
-                                 decompositions=_decompositions())
+    # The backward is compiled now, while tracing, not at its first call (AOTAutograd's
+    # default): an IREE failure on it then surfaces here, and the whole graph falls back.
+    with functorch_config.patch(force_non_lazy_backward_lowering=True):
+        return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_aten, bw_compiler=_compile_aten,
+                                     decompositions=_decompositions())
 
 
 def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -190,19 +195,126 @@ def _batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, 
 
 
 def _compile_aten(gm: torch.fx.GraphModule, example_inputs):
-    """An ATen graph (functional, static shapes) -> a boxed callable running it with IREE."""
+    """An ATen graph (functional; static or symbolic shapes) -> a boxed callable running it
+    with IREE. Symbolic sizes become dynamic dimensions (``!torch.vtensor<[?,64],f32>``) and
+    integer inputs (the sizes AOTAutograd passes, e.g. ``s0``) i64 arguments: one module
+    serves all sizes."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n in placeholders:
-        if not isinstance(n.meta.get("val"), torch.Tensor):
-            raise Unsupported(f"graph input {n.name} is not a tensor")
+        if not isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt, int)):
+            raise Unsupported(f"graph input {n.name} is a {type(n.meta.get('val')).__name__}, "
+                              f"not a tensor or an integer size")
+    listed = fallback_ops()
+    if listed is not None and any(_is_listed(n, listed) for n in gm.graph.nodes):
+        return _compile_around(gm, listed)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     _devices_to_cpu(gm)
-    plan = _split_outputs(gm)
+    plan = _split_outputs(gm, placeholders)
     with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; constants are real
         vmfb = _vmfb_for(gm, placeholders)
     module = runtime.load(vmfb)
     return runtime.make_callable(module, plan)
+
+
+def fallback_ops():
+    """The ops of NPU_INDUCTOR_FALLBACK_LIST (read at compile time): None if unset, "all",
+    or a set of OpOverloadPackets and OpOverloads."""
+    value = os.environ.get(FALLBACK_LIST_ENV, "").strip()
+    if not value:
+        return None
+    if value == "allfallback":
+        return "all"
+    ops = set()
+    for name in filter(None, (part.strip() for part in value.split(","))):
+        parts = name.split(".")
+        op = None
+        if len(parts) in (2, 3) and hasattr(torch.ops, parts[0]):
+            namespace = getattr(torch.ops, parts[0])
+            try:
+                op = getattr(namespace, parts[1])
+                if len(parts) == 3:
+                    op = getattr(op, parts[2])
+            except (AttributeError, RuntimeError):
+                op = None
+        if op is None:
+            raise ValueError(f"{FALLBACK_LIST_ENV}: cannot resolve the operator {name!r}: expected names "
+                             f"such as 'aten.div' or 'aten.add.Tensor', separated by commas, or 'allfallback'")
+        ops.add(op)
+    return ops
+
+
+def _is_listed(node, listed) -> bool:
+    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+        return False
+    return listed == "all" or node.target in listed or node.target.overloadpacket in listed
+
+
+def _compile_around(gm, listed):
+    """The graph with its listed ops run as ATen calls and each maximal group of other ops
+    compiled by IREE (torch.fx's capability-based partitioner); the rest runs as Python."""
+    import operator
+
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+    from torch.fx.passes.operator_support import OperatorSupportBase
+
+    class Support(OperatorSupportBase):
+        def is_node_supported(self, submodules, node):
+            if node.op != "call_function" or _is_listed(node, listed):
+                return False
+            if node.target is operator.getitem:  # an element of a supported op's result
+                return self.is_node_supported(submodules, node.args[0])
+            return True
+
+    partitioner = CapabilityBasedPartitioner(gm, Support(), allows_single_node_partition=True)
+    partitions = partitioner.propose_partitions()
+    if partitions:
+        gm = partitioner.fuse_partitions(partitions, prefix="iree_piece_")
+        for n in list(gm.graph.nodes):
+            if n.op == "call_module" and n.target.startswith("iree_piece_"):
+                piece = getattr(gm, n.target)
+                out = next(o for o in piece.graph.nodes if o.op == "output")
+                single = not isinstance(out.args[0], (tuple, list))
+                setattr(gm, n.target, _Piece(_compile_aten(piece, None), single))
+    return make_boxed_func(gm)
+
+
+class _Piece(torch.nn.Module):
+    """An IREE-compiled piece of a partitioned graph, called like the submodule it replaces."""
+
+    def __init__(self, run, single: bool):
+        super().__init__()
+        self.run, self.single = run, single
+
+    def forward(self, *args):
+        outputs = self.run(list(args))
+        return outputs[0] if self.single else tuple(outputs)
+
+
+def _size_expr(d):
+    """An int, or the sympy expression of a symbolic size."""
+    if isinstance(d, torch.SymInt):
+        expr = d.node.expr
+        return int(expr) if expr.is_number else expr
+    return int(d)
+
+
+def _symbol_sources(placeholders):
+    """{symbol: (input index, dim)} for each symbol that is a size of a tensor input, or
+    (input index, None) for an integer input: where a call's value of the symbol is read."""
+    import sympy
+
+    sources = {}
+    for i, n in enumerate(placeholders):
+        v = n.meta["val"]
+        dims = [(None, v)] if isinstance(v, torch.SymInt) else (
+            list(enumerate(v.shape)) if isinstance(v, torch.Tensor) else [])
+        for d, size in dims:
+            expr = _size_expr(size)
+            if isinstance(expr, sympy.Symbol) and expr not in sources:
+                sources[expr] = (i, d)
+    return sources
 
 
 def _devices_to_cpu(gm) -> None:
@@ -219,43 +331,55 @@ def _devices_to_cpu(gm) -> None:
             n.kwargs = tree_map(to_cpu, n.kwargs)
 
 
-def _split_outputs(gm):
+def _split_outputs(gm, placeholders):
     """Keep only outputs IREE computes; others are returned by Python (runtime.OutputPlan).
 
     AOTAutograd graphs return a flat tuple whose entries may be None (no gradient), a graph
-    input returned as is, or a repeated value; IREE's ABI wants distinct computed tensors.
+    input returned as is, a repeated value, or an integer (with dynamic shapes, a training
+    forward returns the sizes its backward needs); IREE's ABI wants distinct computed tensors.
     """
     graph = gm.graph
     out_node = next(n for n in graph.nodes if n.op == "output")
     values = out_node.args[0]
     values = list(values) if isinstance(values, (tuple, list)) else [values]
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     computed = []  # distinct fx nodes IREE returns
-    sources = []   # per output: ("none",), ("input", i), ("result", j)
+    sizes = []     # integer outputs, as ints or sympy expressions
+    sources = []   # per output: ("none",), ("input", i), ("result", j), ("size", k)
     for v in values:
+        val = v.meta.get("val") if isinstance(v, torch.fx.Node) else v
         if v is None:
             sources.append(("none",))
-        elif not isinstance(v, torch.fx.Node) or not isinstance(v.meta.get("val"), torch.Tensor):
-            raise Unsupported(f"graph output {v} is not a tensor")
-        elif v.op == "placeholder":
+        elif isinstance(v, torch.fx.Node) and v.op == "placeholder":
             sources.append(("input", placeholders.index(v)))
+        elif isinstance(val, (torch.SymInt, int)) and not isinstance(val, bool):
+            sources.append(("size", len(sizes)))
+            sizes.append(_size_expr(val))
+        elif not isinstance(v, torch.fx.Node) or not isinstance(val, torch.Tensor):
+            raise Unsupported(f"graph output {v} is not a tensor")
         else:
             if v not in computed:
                 computed.append(v)
             sources.append(("result", computed.index(v)))
     out_node.args = (tuple(computed),)
+    graph.eliminate_dead_code()  # the integer outputs' computations, now unused
     graph.lint()
     gm.recompile()
-    return runtime.OutputPlan(sources, [n.meta["val"] for n in computed])
+    results = [n.meta["val"] for n in computed]
+    shapes = runtime.ResultShapes([[_size_expr(d) for d in r.shape] for r in results], sizes,
+                                  _symbol_sources(placeholders))
+    return runtime.OutputPlan(sources, results, shapes)
 
 
 def _graph_key(gm, placeholders) -> str:
     """Everything the compiled module depends on: graph, input types, constants, compiler."""
     h = hashlib.sha256()
     h.update(gm.code.encode())
-    for n in placeholders:
+    for n in placeholders:  # types, with symbolic sizes by name ("s0"): same symbols, same dims
         v = n.meta["val"]
-        h.update(f"{n.name}:{v.dtype}:{tuple(v.shape)};".encode())
+        if isinstance(v, torch.Tensor):
+            h.update(f"{n.name}:{v.dtype}:{[str(_size_expr(d)) for d in v.shape]};".encode())
+        else:
+            h.update(f"{n.name}:int:{_size_expr(v)};".encode())
     for n in gm.graph.nodes:  # constants the graph holds (get_attr): their bytes matter
         if n.op == "get_attr":
             t = getattr(gm, n.target)
@@ -351,7 +475,15 @@ def _import_mlir(gm) -> str:
     importer = FxImporter()
     # "graph" stays public: an entry that returns IREE-allocated results, for the rare
     # graph whose results IREE cannot write into imported buffers (runtime.make_callable).
-    importer.import_graph_module(gm, func_name="graph")
+    if _set_symbol_ranges(importer, gm):
+        try:
+            importer.import_graph_module(gm, func_name="graph", import_symbolic_shape_expressions=True)
+        except NotImplementedError:  # a size with no affine form (FloorDiv: pooling, strides)
+            log.debug("MLIR backend: importing without symbolic size expressions", exc_info=True)
+            importer = FxImporter()
+            importer.import_graph_module(gm, func_name="graph")
+    else:
+        importer.import_graph_module(gm, func_name="graph")
     module = importer.module_op
     graph_func = next(op for op in module.regions[0].blocks[0].operations
                       if op.operation.name == "func.func"
@@ -372,6 +504,42 @@ def _import_mlir(gm) -> str:
     # The module's closing brace, before the "{-# dialect_resources ... #-}" of literals.
     end = text.rfind("}", 0, text.find("\n{-#") if "\n{-#" in text else len(text))
     return text[:end] + "\n".join(lines) + "\n" + text[end:]
+
+
+def _set_symbol_ranges(importer, gm) -> bool:
+    """Give the importer the graph's size symbols and their ranges, if it has any.
+
+    With them it emits ``torch.symbolic_int`` (a symbol with its range) and
+    ``torch.bind_symbolic_shape`` (a value's sizes as affine expressions of the symbols):
+    IREE then knows which dynamic dimensions are equal (e.g. both operands of an add have
+    ``s0`` rows) instead of checking or broadcasting at run time. ``import_frozen_program``
+    reads the ranges from an ExportedProgram; for a graph module they come from the
+    ShapeEnv that traced it.
+    """
+    import sympy
+    from iree.compiler.extras.fx_importer import RangeConstraint
+
+    symbols, shape_env = set(), None
+    for n in gm.graph.nodes:
+        v = n.meta.get("val")
+        for d in (v.shape if isinstance(v, torch.Tensor) else [v] if isinstance(v, torch.SymInt) else []):
+            if isinstance(d, torch.SymInt):
+                symbols |= d.node.expr.free_symbols
+                shape_env = d.node.shape_env
+    if not symbols:
+        return False
+    int64 = torch.iinfo(torch.int64)
+
+    def bound(value, default):
+        return int(value) if isinstance(value, (int, sympy.Integer)) else default  # (int_oo: unbounded)
+
+    ranges = {}
+    for sym in sorted(symbols, key=str):
+        r = shape_env.var_to_range.get(sym)
+        ranges[str(sym)] = RangeConstraint(bound(r.lower, int64.min) if r else int64.min,
+                                           bound(r.upper, int64.max) if r else int64.max)
+    importer._cc._symbolic_guards = ranges  # (what set_symbolic_guards fills from a program)
+    return True
 
 
 def _iree_compile(mlir: str) -> bytes:

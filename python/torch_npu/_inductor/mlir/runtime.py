@@ -10,6 +10,8 @@ its inputs (see compiler._import_mlir), so the results are written straight into
 tensors allocated here (their CPU aliases again). CPU tensors (a graph compiled for cpu)
 are passed as they are. Exception: IREE cannot write a result that is a pure constant
 into an imported buffer; such a graph uses the returning entry and copies its results.
+With dynamic shapes the result buffers' shapes are computed per call from the inputs'
+sizes (ResultShapes), and integer inputs (symbolic sizes) are passed as i64 values.
 
 Ordering: IREE runs on its own threads, outside the npu stream's task queue, so before
 it reads npu memory the current stream is queried and, if it has pending work,
@@ -65,14 +67,73 @@ def load(vmfb_path: str) -> Module:
 
 
 class OutputPlan(NamedTuple):
-    # Per graph output: ("none",), ("input", i) or ("result", j).
+    # Per graph output: ("none",), ("input", i), ("result", j) (IREE's j-th result) or
+    # ("size", k) (an integer output, computed by ResultShapes).
     sources: List[tuple]
-    # Fake tensors of IREE's results (dtype/shape, for the npu outputs).
+    # Fake tensors of IREE's results (dtype and device of the npu outputs).
     results: Sequence[torch.Tensor]
+    # The results' shapes and the integer outputs for given inputs (ResultShapes).
+    shapes: "ResultShapes"
 
 
-def _to_iree(t: torch.Tensor):
-    """A tensor IREE can import by DLPack: contiguous, on the CPU (an alias for npu)."""
+class ResultShapes:
+    """The results' shapes (and integer outputs) for one call's inputs.
+
+    A graph traced with dynamic shapes has symbolic sizes (sympy expressions over the
+    ShapeEnv's symbols, e.g. ``s0`` or ``2*s0``); each symbol is read from the input that
+    carries it (an integer input, or a size of a tensor input), and the expressions are
+    evaluated for those values, once per distinct set of sizes. A result whose size has a
+    symbol no input carries (a data-dependent size) makes the shapes unknown (None): IREE
+    then allocates the results itself (make_callable). ``sizes`` are the graph's integer
+    outputs (a training forward returns the sizes its backward needs), computed likewise.
+    """
+
+    _MAX_CACHED = 256  # distinct size sets remembered
+
+    def __init__(self, shapes, sizes, symbol_sources):
+        # shapes: per result, a tuple of ints and sympy expressions; sizes: ints and sympy
+        # expressions; symbol_sources: {symbol: (input index, dim, or None for an integer input)}.
+        self._symbols = list(symbol_sources)
+        self._sources = [symbol_sources[s] for s in self._symbols]
+        self._shapes = [tuple(shape) for shape in shapes]
+        self._sizes = list(sizes)
+        known = set(self._symbols)
+
+        def computable(d):
+            return isinstance(d, int) or d.free_symbols <= known
+
+        if not all(map(computable, self._sizes)):
+            raise ValueError(f"integer outputs {self._sizes} depend on sizes no input carries")
+        dims = [d for shape in self._shapes for d in shape]
+        self._unknown = not all(map(computable, dims))
+        self.static = all(isinstance(d, int) for d in dims + self._sizes)
+        self._cache = {}
+
+    def __call__(self, args):
+        """(result shapes or None if unknown, integer outputs)."""
+        if self.static:
+            return self._shapes, self._sizes
+        key = tuple(args[i] if d is None else args[i].shape[d] for i, d in self._sources)
+        found = self._cache.get(key)
+        if found is None:
+            values = dict(zip(self._symbols, key))
+
+            def evaluate(d):
+                return d if isinstance(d, int) else int(d.xreplace(values))
+
+            shapes = None if self._unknown else [tuple(map(evaluate, shape)) for shape in self._shapes]
+            found = (shapes, [evaluate(d) for d in self._sizes])
+            if len(self._cache) >= self._MAX_CACHED:
+                self._cache.clear()
+            self._cache[key] = found
+        return found
+
+
+def _to_iree(t):
+    """A tensor IREE can import by DLPack: contiguous, on the CPU (an alias for npu).
+    Integers (symbolic sizes) are passed as they are."""
+    if not isinstance(t, torch.Tensor):
+        return int(t)
     t = t.detach()  # parameters: the graph only reads their values
     if not t.is_contiguous():
         t = t.contiguous()
@@ -88,16 +149,23 @@ def make_callable(module: Module, plan: OutputPlan):
 
     context, function, returning, device = module
     n_results = len(plan.results)
-    result_devices = [r.device for r in plan.results]  # as traced: npu for npu graphs
+    result_types = [(r.dtype, r.device) for r in plan.results]  # device as traced: npu for npu graphs
     writes_in_place = [True]
 
-    def invoke(iree_args):
-        """The results, computed by IREE: written into fresh tensors of the result devices."""
-        results = [torch.empty(r.shape, dtype=r.dtype, device=d) for r, d in zip(plan.results, result_devices)]
-        if writes_in_place[0]:
-            arg_list = rt.VmVariantList(len(iree_args) + n_results)
-            for a in iree_args + [_to_iree(r) for r in results]:
+    def push(arg_list, iree_args):
+        for a in iree_args:
+            if isinstance(a, int):  # a symbolic size: an i64 argument
+                arg_list.push_int(a)
+            else:
                 arg_list.push_ref(device.from_dlpack_capsule(a.__dlpack__()))
+
+    def invoke(iree_args, shapes):
+        """The results, computed by IREE: written into fresh tensors of the result devices."""
+        if writes_in_place[0] and shapes is not None:
+            results = [torch.empty(shape, dtype=dtype, device=dev)
+                       for shape, (dtype, dev) in zip(shapes, result_types)]
+            arg_list = rt.VmVariantList(len(iree_args) + n_results)
+            push(arg_list, iree_args + [_to_iree(r) for r in results])
             try:
                 context.invoke(function, arg_list, rt.VmVariantList(0))
                 return results
@@ -108,24 +176,26 @@ def make_callable(module: Module, plan: OutputPlan):
                     raise
                 writes_in_place[0] = False
         arg_list = rt.VmVariantList(len(iree_args))
-        for a in iree_args:
-            arg_list.push_ref(device.from_dlpack_capsule(a.__dlpack__()))
+        push(arg_list, iree_args)
         ret_list = rt.VmVariantList(n_results)
         context.invoke(returning, arg_list, ret_list)
-        for j, out in enumerate(results):
+        results = []
+        for j, (dtype, dev) in enumerate(result_types):
             view = ret_list.get_as_object(j, rt.HalBufferView)
-            out.copy_(torch.from_dlpack(device.create_dlpack_capsule(view, _DLPACK_CPU, 0)))
+            value = torch.from_dlpack(device.create_dlpack_capsule(view, _DLPACK_CPU, 0))
+            results.append(torch.empty(value.shape, dtype=dtype, device=dev).copy_(value))
         return results
 
     def run(args):
         npu_device = next((t.device for t in list(args) + plan.results
                            if isinstance(t, torch.Tensor) and t.device.type == "npu"), None)
+        shapes, sizes = plan.shapes(args)
         iree_args = [_to_iree(a) for a in args]  # (may queue .contiguous() copies: before the sync)
         if npu_device is not None:  # the inputs may still be in the making on the stream
             stream = torch.npu.current_stream(npu_device)
             if not stream.query():  # (a query is ~20x cheaper than synchronizing an idle stream)
                 stream.synchronize()
-        results = invoke(iree_args)
+        results = invoke(iree_args, shapes)
         args_in = list(args)
         args.clear()  # boxed calling convention: the callee owns (and drops) the inputs
         outputs = []
@@ -134,6 +204,8 @@ def make_callable(module: Module, plan: OutputPlan):
                 outputs.append(None)
             elif src[0] == "input":
                 outputs.append(args_in[src[1]])
+            elif src[0] == "size":
+                outputs.append(sizes[src[1]])
             else:
                 outputs.append(results[src[1]])
         return outputs
