@@ -66,10 +66,13 @@ int64_t npu_fused_sdp_choice(const Tensor& q, const Tensor& k, const Tensor& v, 
   if (!is_kernel_float(q.scalar_type()) || k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type()) {
     return kMath;
   }
-  const int64_t B = q.size(0), N = q.size(1), S1 = q.size(2), D = q.size(3);
-  const int64_t N2 = k.size(1), S2 = k.size(2);
-  if (k.size(0) != B || v.size(0) != B || v.size(1) != N2 || v.size(2) != S2) return kMath;
-  if (k.size(3) != D || v.size(3) != D || D == 0 || S1 == 0 || S2 == 0 || N2 == 0) return kMath;
+  // Symbolic sizes (torch.compile with dynamic shapes traces this choice on fake tensors):
+  // comparing them adds guards on their relations; reading them as int64 would specialize
+  // the graph to the traced sizes.
+  const c10::SymInt B = q.sym_size(0), N = q.sym_size(1), S1 = q.sym_size(2), D = q.sym_size(3);
+  const c10::SymInt N2 = k.sym_size(1), S2 = k.sym_size(2);
+  if (k.sym_size(0) != B || v.sym_size(0) != B || v.sym_size(1) != N2 || v.sym_size(2) != S2) return kMath;
+  if (k.sym_size(3) != D || v.sym_size(3) != D || D == 0 || S1 == 0 || S2 == 0 || N2 == 0) return kMath;
   if (N2 != N && (!enable_gqa || N % N2 != 0)) return kMath;
   if (dropout_p < 0.0 || dropout_p >= 1.0) return kMath;
   if (mask.has_value() && mask->defined()) {
@@ -77,9 +80,9 @@ int64_t npu_fused_sdp_choice(const Tensor& q, const Tensor& k, const Tensor& v, 
     if (is_causal || m.dim() > 4 || m.dim() < 2) return kMath;
     if (m.scalar_type() != at::kBool && m.scalar_type() != q.scalar_type()) return kMath;
     // Broadcastable to [B, N, S1, S2] (a 2-D or 3-D mask lines up with the last dims).
-    const std::array<int64_t, 4> full{B, N, S1, S2};
+    const std::array<c10::SymInt, 4> full{B, N, S1, S2};
     for (int64_t i = 1; i <= m.dim(); ++i) {
-      const int64_t size = m.size(-i);
+      const c10::SymInt size = m.sym_size(-i);
       if (size != 1 && size != full[4 - i]) return kMath;
     }
   }

@@ -154,3 +154,23 @@ def test_results_keep_the_inputs_layout():
     assert kn_bnsd.grad.stride() == kn_bnsd.stride()
     for e, a in zip(expected, (out, qn.grad, kn_bnsd.grad, vn.grad)):
         torch.testing.assert_close(a.detach().cpu(), e, atol=2e-5, rtol=1e-4)
+
+
+def test_dynamic_shapes_keep_one_graph():
+    # The backend choice reads the sizes symbolically: torch.compile(dynamic=True) traces one
+    # graph for every sequence length instead of specializing on the first one.
+    import torch._dynamo
+    import torch._dynamo.testing
+
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounter()
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    compiled = torch.compile(attend, backend=counter, dynamic=True)
+    for s in (8, 12, 20):
+        q, k, v = (torch.randn(2, 4, s, 16) for _ in range(3))
+        out = compiled(q.npu(), k.npu(), v.npu())
+        torch.testing.assert_close(out.cpu(), attend(q, k, v), rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == 1
