@@ -55,6 +55,7 @@
 #include <acl/acl_rt.h>
 
 #include <c10/core/Allocator.h>
+#include <c10/util/ApproximateClock.h>
 #include <c10/util/Exception.h>
 #include <c10/util/irange.h>
 
@@ -73,6 +74,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -110,6 +112,10 @@ struct Config {
   bool page_size_1g = false;         // accepted (real torch_npu key); no effect here
   // per_process_memory_fraction: set_per_process_memory_fraction for every device; < 0: unset.
   double memory_fraction = -1.0;
+  // throw_on_npumalloc_oom (torch_npu): a segment allocation past the memory fraction is
+  // rejected before reaching the driver and counted in num_oom_rejections. The fraction
+  // check itself always applies here (the simulator's driver never aborts).
+  bool throw_on_npumalloc_oom = false;
   // roundup_power2_divisions: `limits[i]` (bytes, ascending) pairs with `divisions[i]`;
   // a size below limits[i] (and not below an earlier limit) uses divisions[i]; sizes past
   // the last limit use `divisions_rest`. A single value sets only `divisions_rest`.
@@ -280,6 +286,14 @@ Config parse_config(const std::string& conf) {
         conf_error(key, value, "a number in [0.0, 1.0]");
       }
       c.memory_fraction = f;
+    } else if (key == "throw_on_npumalloc_oom") {
+      if (value == "True") {
+        c.throw_on_npumalloc_oom = true;
+      } else if (value == "False") {
+        c.throw_on_npumalloc_oom = false;
+      } else {
+        conf_error(key, value, "True or False");
+      }
     } else if (key == "multi_stream_lazy_reclaim" || key == "release_lock_on_npumalloc" ||
                key == "pinned_mem_register" || key == "pin_memory_expandable_segments") {
       // Real torch_npu keys that only tune locking, event reclaim and host pinning, which the
@@ -292,7 +306,7 @@ Config parse_config(const std::string& conf) {
       TORCH_CHECK(false, kConfEnv, ": unrecognized key '", key,
                   "'. Expected one of: max_split_size_mb, garbage_collection_threshold, "
                   "expandable_segments, roundup_power2_divisions, base_addr_aligned_kb, "
-                  "page_size, per_process_memory_fraction, multi_stream_lazy_reclaim, "
+                  "page_size, per_process_memory_fraction, throw_on_npumalloc_oom, multi_stream_lazy_reclaim, "
                   "release_lock_on_npumalloc, pinned_mem_register, "
                   "pin_memory_expandable_segments, pinned_reserve_segment_size_mb.");
     }
@@ -428,6 +442,11 @@ struct Block {
   // are blocks too (mapped == false), kept in the pool's `unmapped` set.
   ExpandableSegment* expandable = nullptr;
   bool mapped = true;
+  // Memory history (recordHistory): the stack of the allocation (of the free once freed,
+  // when contexts of frees are recorded), and on a segment's first block the stack of
+  // the segment's allocation.
+  std::shared_ptr<c10::GatheredContext> context_when_allocated;
+  std::shared_ptr<c10::GatheredContext> context_when_segment_allocated;
 
   Block(c10::DeviceIndex d, aclrtStream s, size_t sz, BlockPool* p, char* pt)
       : device(d), stream(s), size(sz), pool(p), ptr(pt) {}
@@ -484,9 +503,44 @@ struct PrivatePool {
   MempoolId_t id;
   BlockPool large;
   BlockPool small;
-  int use_count = 1;    // graphs (and captures under way) using it
+  int use_count = 1;    // graphs, MemPools (and captures under way) using it
   size_t segments = 0;  // aclrtMalloc'ed segments it holds
+  bool use_on_oom = false;  // MemPool(use_on_oom=True): a last resort of other allocations
+  bool no_split = false;    // MemPool(no_split=True): blocks are handed out whole
+  std::shared_ptr<CustomAllocator> allocator;  // MemPool(allocator=...): serves its segments
 };
+
+// ---------------------------------------------------------------------------------
+// Memory history settings (recordHistory), shared by the devices
+// ---------------------------------------------------------------------------------
+
+struct HistorySettings {
+  std::atomic<bool> enabled{false};
+  std::atomic<CreateContextFn> recorder{nullptr};
+  std::atomic<int> when{static_cast<int>(RecordContext::NEVER)};
+};
+
+HistorySettings& history() {
+  static auto* h = new HistorySettings();  // leaked on purpose (used until exit)
+  return *h;
+}
+
+// The context (stack) of the calling thread if history records contexts at `level`.
+// Never on stream workers: they run kernels, not user code.
+std::shared_ptr<c10::GatheredContext> maybe_gather_context(RecordContext level) {
+  HistorySettings& h = history();
+  if (!h.enabled.load(std::memory_order_relaxed) ||
+      h.when.load(std::memory_order_relaxed) < static_cast<int>(level)) {
+    return nullptr;
+  }
+  CreateContextFn recorder = h.recorder.load(std::memory_order_acquire);
+  if (recorder == nullptr || aclsimOnWorkerThread()) return nullptr;
+  return recorder();
+}
+
+bool record_context_at(RecordContext level) {
+  return history().when.load(std::memory_order_relaxed) >= static_cast<int>(level);
+}
 
 // True while `stream` takes part in a capture (querying it then would invalidate it).
 bool stream_capturing(aclrtStream stream) {
@@ -509,6 +563,7 @@ struct AllocParams {
   Block* block = nullptr;
   StatTypes stat_types = {false};
   bool on_worker = false;  // allocating at execution time from a stream worker
+  std::shared_ptr<c10::GatheredContext> context;  // memory history
 };
 
 // ---------------------------------------------------------------------------------
@@ -629,6 +684,8 @@ class DeviceCachingAllocator {
   std::mutex& mutex() { return mutex_; }
 
   Block* malloc(size_t orig_size, aclrtStream stream) {
+    // Gathered before locking: it may wait for the GIL.
+    auto context = maybe_gather_context(RecordContext::STATE);
     std::unique_lock<std::mutex> lock(mutex_);
     if (orig_size >= kMaxRequest) {
       stats_.num_ooms += 1;
@@ -646,6 +703,7 @@ class DeviceCachingAllocator {
     AllocParams params(device_, size, stream, pool, allocation_size(size));
     params.stat_types = stat_types_for(*pool);
     params.on_worker = on_worker;
+    params.context = context;
 
     bool found = get_free_block(params);
     if (!found) {
@@ -656,18 +714,31 @@ class DeviceCachingAllocator {
               (release_available_cached_blocks(params, lock) && alloc_block(params, false)) ||
               (release_cached_blocks(lock) && alloc_block(params, true));
     }
+    if (!found && pool->owner == nullptr) found = get_free_block_of_oom_pools(params);
     if (!found) {
-      raise_oom(params.alloc_size);  // throws
+      raise_oom(params.alloc_size, stream, params.context);  // throws
     }
     TORCH_INTERNAL_ASSERT(params.block != nullptr && params.block->ptr != nullptr);
-    return alloc_found_block(params, orig_size, should_split(params.block, params.size()));
+    Block* block = alloc_found_block(params, orig_size, should_split(params.block, params.size()));
+    block->context_when_allocated = std::move(context);
+    if (C10_UNLIKELY(record_history_)) {
+      record_trace(TraceEntry::ALLOC, block->ptr, orig_size, block->stream, *block->pool,
+                   record_context_at(RecordContext::ALLOC) ? block->context_when_allocated : nullptr);
+    }
+    return block;
   }
 
   // `mark`: record a free marker (see the header comment). Tensor storages skip it: a
   // queued kernel holds a reference to every storage it uses, so a storage's block is
   // never freed while queued work can still touch it.
   void free(Block* block, bool mark) {
+    auto context = maybe_gather_context(RecordContext::ALL);
     std::lock_guard<std::mutex> lock(mutex_);
+    if (C10_UNLIKELY(record_history_)) {
+      record_trace(TraceEntry::FREE_REQUESTED, block->ptr, block->requested_size, block->stream,
+                   *block->pool, context ? context : block->context_when_allocated);
+    }
+    block->context_when_allocated = std::move(context);
     block->allocated = false;
     const StatTypes types = stat_types_for(*block->pool);
     for_each_type(types, [&](size_t t) {
@@ -749,6 +820,75 @@ class DeviceCachingAllocator {
     return {it->second->use_count, it->second->segments};
   }
 
+  // torch.npu.MemPool: a private pool that exists as long as the MemPool holds it.
+  void create_or_incref_pool(MempoolId_t id, bool use_on_oom, bool no_split,
+                             std::shared_ptr<CustomAllocator> allocator) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = graph_pools_.find(id);
+    PrivatePool* pool = nullptr;
+    if (it == graph_pools_.end()) {
+      pool = graph_pools_.emplace(id, std::make_unique<PrivatePool>(id)).first->second.get();
+    } else {
+      pool = it->second.get();
+      pool->use_count += 1;
+    }
+    pool->use_on_oom = pool->use_on_oom || use_on_oom;
+    pool->no_split = pool->no_split || no_split;
+    if (allocator) {
+      TORCH_CHECK(pool->segments == 0 || pool->allocator == allocator,
+                  "MemPool: pool (", id.first, ", ", id.second, ") already holds memory of another allocator");
+      pool->allocator = std::move(allocator);
+    }
+  }
+
+  // Returns the free cached segments of pool `id` to the device (memory tensors still
+  // hold stays in the pool).
+  void empty_pool_cache(MempoolId_t id) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (graph_pools_.find(id) == graph_pools_.end()) return;
+    wait_before_release(lock, true, [&](const Block* b) {
+      return b->pool->owner != nullptr && b->pool->owner->id == id;
+    });
+    process_events();
+    auto it = graph_pools_.find(id);  // looked up again: the lock was dropped
+    if (it == graph_pools_.end()) return;
+    release_blocks(it->second->large);
+    release_blocks(it->second->small);
+    prune_pools();
+  }
+
+  // ---- memory history ----------------------------------------------------------------
+
+  void record_history(bool enabled, size_t max_entries) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    record_history_ = enabled;
+    trace_max_ = std::max<size_t>(max_entries, 1);
+    if (!enabled) {
+      trace_.clear();
+      trace_next_ = 0;
+      auto drop = [](Block* b) {
+        b->context_when_allocated.reset();
+        b->context_when_segment_allocated.reset();
+      };
+      for (Block* b : active_blocks_) drop(b);
+      for (BlockPool* pool : all_pools()) {
+        for (Block* b : pool->blocks) drop(b);
+      }
+    } else {
+      // Re-enabled, maybe with another size: the newest entries, oldest first.
+      std::vector<TraceEntry> kept = ordered_trace();
+      const size_t drop = kept.size() > trace_max_ ? kept.size() - trace_max_ : 0;
+      trace_.assign(kept.begin() + static_cast<std::ptrdiff_t>(drop), kept.end());
+      trace_next_ = 0;
+    }
+  }
+
+  // The recorded entries, oldest first.
+  std::vector<TraceEntry> traces() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return ordered_trace();
+  }
+
   void record_stream(Block* block, StreamUse use) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (use.stream == block->stream) return;
@@ -815,8 +955,14 @@ class DeviceCachingAllocator {
     set_fraction_ = true;
   }
 
-  void snapshot(std::vector<SegmentInfo>* out) {
+  // Segments of every pool, or only of pool `only` unless it is {0, 0}.
+  void snapshot(std::vector<SegmentInfo>* out, MempoolId_t only = {0, 0}) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (record_history_) {
+      record_trace(TraceEntry::SNAPSHOT, nullptr, static_cast<size_t>(stats_.active_bytes[0].current),
+                   nullptr, large_, nullptr);
+    }
+    const bool filter = only != MempoolId_t{0, 0};
     // A segment is a mapped run of blocks: a whole aclrtMalloc'ed segment, or a maximal
     // mapped range of an expandable segment (as CUDA reports them).
     auto is_head = [](const Block* b) { return b->prev == nullptr || !b->prev->mapped; };
@@ -833,8 +979,12 @@ class DeviceCachingAllocator {
       return reinterpret_cast<uintptr_t>(a->ptr) < reinterpret_cast<uintptr_t>(b->ptr);
     });
     for (const Block* head : heads) {
+      const PrivatePool* owner = head->pool->owner;
+      if (filter && (owner == nullptr || owner->id != only)) continue;
       SegmentInfo seg;
       seg.device = device_;
+      if (owner != nullptr) seg.owner_private_pool_id = owner->id;
+      seg.context_when_allocated = head->context_when_segment_allocated;
       seg.address = reinterpret_cast<size_t>(head->ptr);
       seg.stream = head->stream;
       seg.is_large = !head->pool->is_small;
@@ -846,6 +996,7 @@ class DeviceCachingAllocator {
         bi.allocated = b->allocated;
         bi.active = b->allocated || b->event_count > 0 || !b->stream_uses.empty();
         bi.gc_counter = static_cast<int32_t>(b->pool->gc_count(b));
+        bi.context_when_allocated = b->context_when_allocated;
         seg.total_size += bi.size;
         if (bi.allocated) seg.allocated_size += bi.size;
         if (bi.active) {
@@ -860,6 +1011,56 @@ class DeviceCachingAllocator {
 
 
  private:
+  static const std::shared_ptr<CustomAllocator>& pool_allocator(const BlockPool& pool) {
+    static const std::shared_ptr<CustomAllocator> none;
+    return pool.owner != nullptr ? pool.owner->allocator : none;
+  }
+
+  static MempoolId_t pool_id(const BlockPool& pool) {
+    return pool.owner != nullptr ? pool.owner->id : MempoolId_t{0, 0};
+  }
+
+  // Appends to the history (a ring of trace_max_ entries). Time: microseconds since the
+  // epoch (the snapshot's "time_us").
+  void record_trace(TraceEntry::Action action, const void* addr, size_t size, aclrtStream stream,
+                    const BlockPool& pool, std::shared_ptr<c10::GatheredContext> context) {
+    if (!record_history_) return;
+    TraceEntry entry(action, device_, reinterpret_cast<size_t>(addr), size, stream, pool_id(pool),
+                     static_cast<c10::approx_time_t>(c10::getTime() / 1000), std::move(context));
+    if (trace_.size() < trace_max_) {
+      trace_.push_back(std::move(entry));
+    } else {
+      trace_[trace_next_] = std::move(entry);
+      trace_next_ = (trace_next_ + 1) % trace_max_;
+    }
+  }
+
+  std::vector<TraceEntry> ordered_trace() const {
+    std::vector<TraceEntry> out;
+    out.reserve(trace_.size());
+    for (size_t i = 0; i < trace_.size(); ++i) out.push_back(trace_[(trace_next_ + i) % trace_.size()]);
+    return out;
+  }
+
+  // MemPool(use_on_oom=True): a free block of such a pool for a request about to fail.
+  bool get_free_block_of_oom_pools(AllocParams& p) {
+    for (auto& [id, pool] : graph_pools_) {
+      if (!pool->use_on_oom) continue;
+      BlockPool* alt = p.size() <= kSmallSize ? &pool->small : &pool->large;
+      AllocParams q(device_, p.size(), p.stream(), alt, p.alloc_size);
+      q.stat_types = stat_types_for(*alt);
+      q.on_worker = p.on_worker;
+      if (get_free_block(q)) {
+        p.pool = alt;
+        p.search_key.pool = alt;
+        p.stat_types = q.stat_types;
+        p.block = q.block;
+        return true;
+      }
+    }
+    return false;
+  }
+
   // The pool of the capture `stream` takes part in, or nullptr.
   BlockPool* capture_pool(aclrtStream stream, size_t size) {
     for (auto& [id, filter] : captures_) {
@@ -965,6 +1166,7 @@ class DeviceCachingAllocator {
 
   bool should_split(const Block* block, size_t size) const {
     const size_t remaining = block->size - size;
+    if (block->pool->owner != nullptr && block->pool->owner->no_split) return false;
     // An expandable segment's remainder is never stranded: its pages can be unmapped
     // and mapped where they are needed, so it is split like a small block (as CUDA's).
     if (block->pool->is_small || block->expandable) return remaining >= kMinBlockSize;
@@ -1089,19 +1291,27 @@ class DeviceCachingAllocator {
     if (config_->expandable_segments && p.pool->owner == nullptr) return alloc_expandable_block(p);
     const size_t size = p.alloc_size;
     if (set_fraction_ && total_reserved_ + size > allowed_memory_maximum_) {
+      if (config_->throw_on_npumalloc_oom) stats_.num_oom_rejections += 1;
       return false;
     }
     void* ptr = nullptr;
     aclError err;
     {
       DeviceSwitch sw(device_);
-      err = aclrtMalloc(&ptr, size, ACL_MEM_MALLOC_HUGE_FIRST);
+      if (const auto& custom = pool_allocator(*p.pool)) {
+        ptr = custom->alloc_fn(size, device_, p.stream());  // nullptr: out of memory
+        err = ptr != nullptr ? ACL_SUCCESS : ACL_ERROR_RT_MEMORY_ALLOCATION;
+      } else {
+        err = aclrtMalloc(&ptr, size, ACL_MEM_MALLOC_HUGE_FIRST);
+      }
     }
     if (err == ACL_ERROR_RT_MEMORY_ALLOCATION) return false;
     NPU_CHECK(err);
     total_reserved_ += size;
     if (p.pool->owner != nullptr) p.pool->owner->segments += 1;
     p.block = new Block(device_, p.stream(), size, p.pool, static_cast<char*>(ptr));
+    p.block->context_when_segment_allocated = p.context;
+    record_trace(TraceEntry::SEGMENT_ALLOC, ptr, size, p.stream(), *p.pool, p.context);
     for_each_type(p.stat_types, [&](size_t t) {
       stats_.segment[t].increase(1);
       stats_.reserved_bytes[t].increase(size);
@@ -1180,8 +1390,12 @@ class DeviceCachingAllocator {
   bool map_block(Block* block, size_t size) {
     ExpandableSegment* segment = block->expandable;
     const size_t bytes = segment->round_up(size);
-    if (set_fraction_ && total_reserved_ + bytes > allowed_memory_maximum_) return false;
+    if (set_fraction_ && total_reserved_ + bytes > allowed_memory_maximum_) {
+      if (config_->throw_on_npumalloc_oom) stats_.num_oom_rejections += 1;
+      return false;
+    }
     if (!segment->map(block->ptr, bytes)) return false;
+    record_trace(TraceEntry::SEGMENT_MAP, block->ptr, bytes, block->stream, *block->pool, nullptr);
     BlockPool& pool = *block->pool;
     pool.unmapped.erase(block);
     if (bytes < block->size) {
@@ -1208,6 +1422,7 @@ class DeviceCachingAllocator {
     ExpandableSegment* segment = b->expandable;
     const auto [ptr, bytes] = segment->unmap(b->ptr, b->size);
     if (bytes == 0) return 0;
+    record_trace(TraceEntry::SEGMENT_UNMAP, ptr, bytes, b->stream, *b->pool, nullptr);
     BlockPool& pool = *b->pool;
     const SplitShare before = split_share({b});
     pool.blocks.erase(b);
@@ -1348,6 +1563,8 @@ class DeviceCachingAllocator {
     TORCH_INTERNAL_ASSERT(!block->allocated && block->event_count == 0 &&
                           block->stream_uses.empty());
     const size_t original_size = block->size;
+    record_trace(TraceEntry::FREE_COMPLETED, block->ptr, block->requested_size, block->stream, *block->pool,
+                 block->context_when_allocated);
     const SplitShare neighbours = split_share({block->prev, block->next});
     active_blocks_.erase(block);
     insert_free_block(block, neighbours);
@@ -1545,8 +1762,13 @@ class DeviceCachingAllocator {
                           block->free_event == nullptr);
     {
       DeviceSwitch sw(device_);
-      NPU_CHECK(aclrtFree(block->ptr));
+      if (const auto& custom = pool_allocator(*block->pool)) {
+        custom->free_fn(block->ptr, block->size, device_, block->stream);
+      } else {
+        NPU_CHECK(aclrtFree(block->ptr));
+      }
     }
+    record_trace(TraceEntry::SEGMENT_FREE, block->ptr, block->size, block->stream, *block->pool, nullptr);
     total_reserved_ -= block->size;
     const StatTypes types = stat_types_for(*block->pool);
     for_each_type(types, [&](size_t t) {
@@ -1597,7 +1819,8 @@ class DeviceCachingAllocator {
     }
   }
 
-  [[noreturn]] void raise_oom(size_t alloc_size) {
+  [[noreturn]] void raise_oom(size_t alloc_size, aclrtStream stream,
+                              std::shared_ptr<c10::GatheredContext> context) {
     size_t device_free = 0, device_total = 0;
     {
       DeviceSwitch sw(device_);
@@ -1609,6 +1832,9 @@ class DeviceCachingAllocator {
     std::string allowed_info;
     if (set_fraction_) allowed_info = format_size(allowed_memory_maximum_) + " allowed; ";
     stats_.num_ooms += 1;
+    // The trace entry's address is the device's free memory (as CUDA's).
+    record_trace(TraceEntry::OOM, reinterpret_cast<void*>(device_free), alloc_size, stream, large_,
+                 std::move(context));
     const auto allocated = static_cast<size_t>(stats_.allocated_bytes[0].current);
     const auto reserved = static_cast<size_t>(stats_.reserved_bytes[0].current);
     c10::reportOutOfMemoryToProfiler(static_cast<int64_t>(alloc_size), allocated, reserved,
@@ -1642,6 +1868,11 @@ class DeviceCachingAllocator {
   // Captures under way on this device: their pool and which streams allocate into it.
   std::vector<std::pair<MempoolId_t, std::function<bool(aclrtStream)>>> captures_;
   std::vector<std::pair<Block*, bool>> deferred_frees_;  // (block, mark), see free()
+  // Memory history (recordHistory): a ring of the last trace_max_ entries.
+  bool record_history_ = false;
+  std::vector<TraceEntry> trace_;
+  size_t trace_next_ = 0;  // oldest entry once the ring is full
+  size_t trace_max_ = 1;
 };
 
 // ---------------------------------------------------------------------------------
@@ -1674,6 +1905,8 @@ class State {
   }
 
   bool initialized() const { return initialized_.load(); }
+  // Served an allocation (a custom allocator can no longer replace it).
+  bool used() const { return used_.load(); }
 
   DeviceCachingAllocator& device(c10::DeviceIndex d) {
     ensure_init();
@@ -1702,6 +1935,7 @@ class State {
 
   void* malloc(c10::DeviceIndex dev, size_t size, aclrtStream stream) {
     if (size == 0) return nullptr;
+    if (C10_UNLIKELY(!used_.load(std::memory_order_relaxed))) used_.store(true);
     Block* block = device(dev).malloc(size, stream);
     std::lock_guard<std::mutex> g(blocks_mutex_);
     allocated_blocks_.emplace(block->ptr, block);
@@ -1753,6 +1987,7 @@ class State {
 
   std::once_flag init_flag_;
   std::atomic<bool> initialized_{false};
+  std::atomic<bool> used_{false};
   Config config_;
   std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
   std::mutex blocks_mutex_;
@@ -1766,6 +2001,77 @@ State& state() {
 
 void local_raw_delete(void* ptr) { state().free(ptr, /*mark=*/true); }
 void local_tensor_delete(void* ptr) { state().free(ptr, /*mark=*/false); }
+
+// ---------------------------------------------------------------------------------
+// Pluggable allocator: the user's alloc/free functions (changeCurrentAllocator)
+// ---------------------------------------------------------------------------------
+
+class CustomState {
+ public:
+  explicit CustomState(std::shared_ptr<CustomAllocator> fns) : fns(std::move(fns)) {}
+
+  void* malloc(size_t size, c10::DeviceIndex device, aclrtStream stream) {
+    used.store(true);
+    void* ptr = nullptr;
+    {
+      // The user's function allocates on the thread's current device (aclrtMalloc).
+      DeviceSwitch sw(device);
+      ptr = fns->alloc_fn(size, device, stream);
+    }
+    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "NPU out of memory: the pluggable allocator returned ",
+                     "nullptr for ", format_size(size), " on NPU ", static_cast<int>(device));
+    std::lock_guard<std::mutex> g(mu);
+    metadata[ptr] = Allocation{size, device, stream};
+    return ptr;
+  }
+
+  void free(void* ptr) {
+    if (ptr == nullptr) return;
+    Allocation a;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      auto it = metadata.find(ptr);
+      TORCH_CHECK(it != metadata.end(), "NPUPluggableAllocator: trying to free a pointer not allocated here: ", ptr);
+      a = it->second;
+      metadata.erase(it);
+    }
+    DeviceSwitch sw(a.device);
+    fns->free_fn(ptr, a.size, a.device, a.stream);
+  }
+
+  bool owns(void* ptr, size_t* size) {
+    std::lock_guard<std::mutex> g(mu);
+    auto it = metadata.find(ptr);
+    if (it == metadata.end()) return false;
+    if (size) *size = it->second.size;
+    return true;
+  }
+
+  const std::shared_ptr<CustomAllocator> fns;
+  std::atomic<bool> used{false};
+
+ private:
+  struct Allocation {
+    size_t size = 0;
+    c10::DeviceIndex device = 0;
+    aclrtStream stream = nullptr;
+  };
+  std::mutex mu;
+  std::unordered_map<void*, Allocation> metadata;
+};
+
+// The installed custom allocator (nullptr: the caching allocator). Installed states are
+// never deleted: DataPtrs they made may outlive a later swap.
+std::atomic<CustomState*> g_custom{nullptr};
+
+CustomState* custom() { return g_custom.load(std::memory_order_acquire); }
+
+void custom_delete(void* ptr) { custom()->free(ptr); }
+
+void warn_custom_unsupported(const char* what) {
+  TORCH_WARN_ONCE("NPUPluggableAllocator: ", what, " is not set or not supported by the pluggable allocator; ",
+                  "set it with the allocator's set_", what, " (see torch_npu.npu.memory.NPUPluggableAllocator)");
+}
 
 aclrtStream acl_stream_of(c10::Stream stream) {
   return torch_npu::NPUStream(stream).stream();
@@ -1781,13 +2087,15 @@ class NPUCachingAllocatorImpl final : public c10::DeviceAllocator {
     return NPUCachingAllocator::allocate(nbytes, torch_npu::current_device());
   }
 
-  c10::DeleterFnPtr raw_deleter() const override { return &local_raw_delete; }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return custom() != nullptr ? &custom_delete : &local_raw_delete;
+  }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     if (count > 0) std::memcpy(dest, src, count);  // device memory is host memory
   }
 
-  bool initialized() override { return state().initialized(); }
+  bool initialized() override { return custom() != nullptr ? custom()->used.load() : state().initialized(); }
 
   void emptyCache(c10::MempoolId_t /*mempool_id*/) override {
     NPUCachingAllocator::emptyCache();
@@ -1833,15 +2141,23 @@ void* raw_alloc(size_t nbytes) {
   if (nbytes == 0) return nullptr;
   const auto device = torch_npu::current_device();
   const auto stream = torch_npu::getCurrentNPUStream(device);
+  if (CustomState* c = custom()) return c->malloc(nbytes, device, stream.stream());
   return state().malloc(device, nbytes, stream.stream());
 }
 
 void* raw_alloc_with_stream(size_t nbytes, c10::Stream stream) {
   if (nbytes == 0) return nullptr;
+  if (CustomState* c = custom()) return c->malloc(nbytes, stream.device_index(), acl_stream_of(stream));
   return state().malloc(stream.device_index(), nbytes, acl_stream_of(stream));
 }
 
-void raw_delete(void* ptr) { state().free(ptr, /*mark=*/true); }
+void raw_delete(void* ptr) {
+  if (CustomState* c = custom(); c != nullptr && ptr != nullptr && c->owns(ptr, nullptr)) {
+    c->free(ptr);
+    return;
+  }
+  state().free(ptr, /*mark=*/true);
+}
 
 c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device) {
   device = resolve_device(device);
@@ -1850,12 +2166,20 @@ c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device) {
     return c10::DataPtr(nullptr, dev);
   }
   const auto stream = torch_npu::getCurrentNPUStream(device);
+  if (CustomState* c = custom()) {
+    void* ptr = c->malloc(nbytes, device, stream.stream());
+    return c10::DataPtr(ptr, ptr, &custom_delete, dev);
+  }
   void* ptr = state().malloc(device, nbytes, stream.stream());
   return c10::DataPtr(ptr, ptr, &local_tensor_delete, dev);
 }
 
 void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
   if (!ptr.get()) return;
+  if (ptr.get_deleter() == &custom_delete) {
+    if (custom()->fns->record_stream_fn) custom()->fns->record_stream_fn(ptr.get(), acl_stream_of(stream));
+    return;
+  }
   // Memory not from this allocator (e.g. from_blob) has nothing to delay.
   if (ptr.get_deleter() != &local_raw_delete && ptr.get_deleter() != &local_tensor_delete) return;
   Block* block = state().find_allocated(ptr.get_context());
@@ -1867,6 +2191,10 @@ void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
 
 void eraseStream(const c10::DataPtr& ptr, c10::Stream stream) {
   if (!ptr.get()) return;
+  if (ptr.get_deleter() == &custom_delete) {
+    if (custom()->fns->erase_stream_fn) custom()->fns->erase_stream_fn(ptr.get(), acl_stream_of(stream));
+    return;
+  }
   if (ptr.get_deleter() != &local_raw_delete && ptr.get_deleter() != &local_tensor_delete) return;
   Block* block = state().find_allocated(ptr.get_context());
   TORCH_CHECK(block != nullptr, "erase_stream: no allocated NPU block found for pointer ",
@@ -1876,6 +2204,7 @@ void eraseStream(const c10::DataPtr& ptr, c10::Stream stream) {
 }
 
 void emptyCache() {
+  if (CustomState* c = custom(); c != nullptr && c->fns->reset_fn) c->fns->reset_fn(false);
   auto& s = state();
   for (const auto d : c10::irange(s.num_devices())) {
     s.device(static_cast<c10::DeviceIndex>(d)).empty_cache();
@@ -1883,14 +2212,24 @@ void emptyCache() {
 }
 
 DeviceStats getDeviceStats(c10::DeviceIndex device) {
+  if (CustomState* c = custom()) {
+    if (c->fns->get_device_stats_fn) return c->fns->get_device_stats_fn(resolve_device(device));
+    warn_custom_unsupported("get_device_stats_fn");
+    return DeviceStats();
+  }
   return state().device(resolve_device(device)).stats();
 }
 
 void resetAccumulatedStats(c10::DeviceIndex device) {
+  if (custom() != nullptr) return warn_custom_unsupported("reset_accumulated_stats_fn");
   state().device(resolve_device(device)).reset_accumulated();
 }
 
 void resetPeakStats(c10::DeviceIndex device) {
+  if (CustomState* c = custom()) {
+    if (c->fns->reset_peak_status_fn) return c->fns->reset_peak_status_fn(resolve_device(device));
+    return warn_custom_unsupported("reset_peak_status_fn");
+  }
   state().device(resolve_device(device)).reset_peak();
 }
 
@@ -1906,6 +2245,9 @@ std::vector<SegmentInfo> snapshot() {
 void setMemoryFraction(double fraction, c10::DeviceIndex device) {
   TORCH_CHECK(fraction >= 0.0 && fraction <= 1.0, "invalid fraction:", fraction,
               ". Please set within [0, 1].");
+  if (CustomState* c = custom(); c != nullptr && c->fns->memory_fraction_fn) {
+    c->fns->memory_fraction_fn(fraction, resolve_device(device));
+  }
   state().device(resolve_device(device)).set_memory_fraction(fraction);
 }
 
@@ -1920,6 +2262,9 @@ std::pair<size_t, size_t> memGetInfo(c10::DeviceIndex device) {
 
 void* getBaseAllocation(void* ptr, size_t* size) {
   if (!ptr) return nullptr;
+  if (CustomState* c = custom(); c != nullptr && (c->fns->base_alloc_fn || c->owns(ptr, size))) {
+    return c->fns->base_alloc_fn ? c->fns->base_alloc_fn(ptr, size) : ptr;
+  }
   void* base = nullptr;
   if (state().find_containing(ptr, &base, size) == nullptr) return nullptr;
   return base;
@@ -1942,6 +2287,67 @@ void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id) {
 
 std::pair<int, size_t> graphPoolInfo(c10::DeviceIndex device, MempoolId_t mempool_id) {
   return state().device(resolve_device(device)).pool_info(mempool_id);
+}
+
+void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id, bool use_on_oom, bool no_split,
+                        std::shared_ptr<CustomAllocator> allocator) {
+  TORCH_CHECK(!allocator || (allocator->alloc_fn && allocator->free_fn),
+              "MemPool: expected an allocator with alloc and free functions");
+  state().device(resolve_device(device))
+      .create_or_incref_pool(mempool_id, use_on_oom, no_split, std::move(allocator));
+}
+
+int getPoolUseCount(c10::DeviceIndex device, MempoolId_t mempool_id) {
+  return std::max(0, state().device(resolve_device(device)).pool_info(mempool_id).first);
+}
+
+void emptyCache(MempoolId_t mempool_id) {
+  if (mempool_id == MempoolId_t{0, 0}) return emptyCache();
+  auto& s = state();
+  for (const auto d : c10::irange(s.num_devices())) {
+    s.device(static_cast<c10::DeviceIndex>(d)).empty_pool_cache(mempool_id);
+  }
+}
+
+void recordHistory(bool enabled, CreateContextFn recorder, size_t max_entries, RecordContext when) {
+  TORCH_CHECK(!enabled || when == RecordContext::NEVER || recorder != nullptr,
+              "recordHistory: recording contexts needs a context recorder");
+  HistorySettings& h = history();
+  h.recorder.store(enabled ? recorder : nullptr);
+  h.when.store(static_cast<int>(enabled ? when : RecordContext::NEVER));
+  h.enabled.store(enabled);
+  auto& s = state();
+  for (const auto d : c10::irange(s.num_devices())) {
+    s.device(static_cast<c10::DeviceIndex>(d)).record_history(enabled, max_entries);
+  }
+}
+
+bool isHistoryEnabled() { return history().enabled.load(); }
+
+SnapshotInfo snapshotWithTraces(MempoolId_t mempool_id) {
+  SnapshotInfo out;
+  auto& s = state();
+  for (const auto d : c10::irange(s.num_devices())) {
+    auto& dev = s.device(static_cast<c10::DeviceIndex>(d));
+    dev.snapshot(&out.segments, mempool_id);
+    out.device_traces.push_back(dev.traces());
+  }
+  return out;
+}
+
+void changeCurrentAllocator(std::shared_ptr<CustomAllocator> allocator) {
+  TORCH_CHECK(allocator && allocator->alloc_fn && allocator->free_fn,
+              "change_current_allocator: expected an allocator with alloc and free functions");
+  CustomState* current = custom();
+  const bool used = current != nullptr ? current->used.load() : state().used();
+  TORCH_CHECK(!used, "Can't swap an already initialized allocator");
+  if (allocator->init_fn) allocator->init_fn(static_cast<int>(torch_npu::device_count()));
+  g_custom.store(new CustomState(std::move(allocator)), std::memory_order_release);  // never deleted
+}
+
+std::shared_ptr<CustomAllocator> currentCustomAllocator() {
+  CustomState* c = custom();
+  return c != nullptr ? c->fns : nullptr;
 }
 
 }  // namespace torch_npu::NPUCachingAllocator

@@ -1,6 +1,7 @@
 // torch_npu._C: the Python bindings of the runtime (see torch_npu/_C.pyi).
 // The only translation unit that includes Python and pybind11 headers.
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "torch_npu/core/npu_caching_allocator.h"
@@ -22,6 +23,7 @@ namespace py = pybind11;
 
 namespace torch_npu {
 void init_graph_bindings(py::module& m);  // graph_bindings.cpp
+void init_memory_bindings(py::module& m);  // memory_bindings.cpp
 
 namespace {
 
@@ -60,6 +62,7 @@ py::dict memory_stats(c10::DeviceIndex device) {
   py::dict d;
   d["num_alloc_retries"] = s.num_alloc_retries;
   d["num_ooms"] = s.num_ooms;
+  d["num_oom_rejections"] = s.num_oom_rejections;
   d["max_split_size"] = s.max_split_size;
   d["num_sync_all_streams"] = s.num_sync_all_streams;
   d["num_device_alloc"] = s.num_device_alloc;
@@ -78,40 +81,6 @@ py::dict memory_stats(c10::DeviceIndex device) {
   return d;
 }
 
-py::dict memory_snapshot() {
-  collect_finished_kernels();
-  py::list segments;
-  for (const auto& seg : NPUCachingAllocator::snapshot()) {
-    py::dict s;
-    s["device"] = seg.device;
-    s["address"] = seg.address;
-    s["total_size"] = seg.total_size;
-    s["allocated_size"] = seg.allocated_size;
-    s["active_size"] = seg.active_size;
-    s["requested_size"] = seg.requested_size;
-    s["stream"] = reinterpret_cast<uintptr_t>(seg.stream);
-    s["segment_type"] = seg.is_large ? "large" : "small";
-    s["is_expandable"] = seg.is_expandable;
-    py::list blocks;
-    size_t address = seg.address;
-    for (const auto& b : seg.blocks) {
-      py::dict bd;
-      bd["address"] = address;
-      bd["size"] = b.size;
-      bd["requested_size"] = b.requested_size;
-      bd["state"] = b.allocated ? "active_allocated" : (b.active ? "active_pending_free" : "inactive");
-      blocks.append(bd);
-      address += b.size;
-    }
-    s["blocks"] = blocks;
-    segments.append(s);
-  }
-  py::dict d;
-  d["segments"] = segments;
-  d["device_traces"] = py::list();
-  return d;
-}
-
 py::tuple stream_tuple(const NPUStream& s) {
   return py::make_tuple(static_cast<int64_t>(s.id()), static_cast<int64_t>(s.device_index()),
                         static_cast<int64_t>(kNPU));
@@ -126,6 +95,7 @@ PYBIND11_MODULE(_C, m) {
   m.attr("__torch_version__") = NPU_TORCH_VERSION;
   m.attr("__cann_version__") = NPU_CANN_VERSION;
   init_graph_bindings(m);
+  init_memory_bindings(m);
 
   m.def("_npu_init", [] {
     ops::install_kernel_allocator();
@@ -178,7 +148,6 @@ PYBIND11_MODULE(_C, m) {
     collect_finished_kernels();
     NPUCachingAllocator::emptyCache();
   });
-  m.def("_npu_memorySnapshot", &memory_snapshot);
   m.def("_npu_setMemoryFraction", [](double fraction, int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));
     NPUCachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));
@@ -217,6 +186,14 @@ PYBIND11_MODULE(_C, m) {
     NPU_CHECK(aclsimProfilerEnable(on ? 1 : 0));
   });
   m.def("_npu_profilerNowNs", [] { return aclsimNowNs(); });
+  // torch_npu.profiler.profile.enable/disable_profiler_in_child_thread: torch's profiler
+  // records the threads it was started on; these add the calling thread to a running one.
+  m.def("_npu_profilerEnableInChildThread", [] {
+    if (!torch::autograd::profiler::isProfilerEnabledInMainThread()) return false;
+    torch::autograd::profiler::enableProfilerInChildThread();
+    return true;
+  });
+  m.def("_npu_profilerDisableInChildThread", [] { torch::autograd::profiler::disableProfilerInChildThread(); });
   m.def("_npu_profilerDrain", [] {
     static const char* kinds[] = {"kernel", "memcpy", "memset", "callback", "graph"};
     uint64_t dropped = 0;

@@ -622,6 +622,12 @@ uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind) {
   return RT().copied[kind].load(std::memory_order_relaxed);
 }
 
+int64_t aclsimDeviceBusyNs(int32_t deviceId) {
+  aclError err = ACL_SUCCESS;
+  Device* d = DeviceOrFail(deviceId, "aclsimDeviceBusyNs", &err);
+  return d ? d->busy_ns.load(std::memory_order_relaxed) : -1;
+}
+
 size_t aclsimDeviceCapacity(int32_t deviceId) {
   aclError err = ACL_SUCCESS;
   Device* d = DeviceOrFail(deviceId, "aclsimDeviceCapacity", &err);

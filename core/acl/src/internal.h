@@ -242,6 +242,8 @@ struct Device {
   std::vector<std::shared_ptr<Stream>> streams;  // includes the default stream
   std::string orphan_error;  // errors left by destroyed streams
   int orphan_count = 0;
+  // Time its streams' workers spent running tasks, summed over streams (aclsimDeviceBusyNs).
+  std::atomic<int64_t> busy_ns{0};
 
   Stream* DefaultStream();  // created on first use
   std::vector<std::shared_ptr<Stream>> Snapshot();

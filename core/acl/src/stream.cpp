@@ -240,10 +240,21 @@ bool Stream::TakeError(std::string* msg) {
 }
 
 void Stream::Run(Task& t, char* errbuf, size_t errlen) {
-  if (t.correlation == 0) return Execute(t, errbuf, errlen);
+  // Busy time: work tasks (not event records/waits/resets), top level only (a graph
+  // replay's tasks run inside its task).
+  thread_local int depth = 0;
+  const bool work = t.kind == kTaskKernel || t.kind == kTaskCallback || t.kind == kTaskMemcpy ||
+                    t.kind == kTaskMemset || t.kind == kTaskModel;
   const int64_t start = NowNs();
+  ++depth;
   Execute(t, errbuf, errlen);
-  ProfilerRecordTask(t, device, Serial(), start, NowNs());
+  --depth;
+  const int64_t end = NowNs();
+  auto& devices = RT().devices;
+  if (work && depth == 0 && device >= 0 && device < static_cast<int>(devices.size())) {
+    devices[device]->busy_ns.fetch_add(end - start, std::memory_order_relaxed);
+  }
+  if (t.correlation != 0) ProfilerRecordTask(t, device, Serial(), start, end);
 }
 
 int Stream::Serial() {

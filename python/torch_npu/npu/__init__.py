@@ -54,8 +54,11 @@ from .streams import (
 )
 from . import memory
 from .memory import (
+    MemPool,
+    NPUPluggableAllocator,
     OutOfMemoryError,
     caching_allocator_alloc,
+    change_current_allocator,
     caching_allocator_delete,
     empty_cache,
     get_allocator_backend,
@@ -75,6 +78,7 @@ from .memory import (
     reset_max_memory_cached,
     reset_peak_memory_stats,
     set_per_process_memory_fraction,
+    use_mem_pool,
 )
 from . import random
 from .random import (
@@ -112,6 +116,10 @@ from .deterministic import disable_deterministic_with_backward, enable_determini
 from ._tensor_types import (  # noqa: F401  (torch.npu.FloatTensor, ... legacy types)
     BFloat16Tensor, BoolTensor, ByteTensor, CharTensor, ComplexDoubleTensor, ComplexFloatTensor,
     DoubleTensor, FloatTensor, HalfTensor, IntTensor, LongTensor, ShortTensor)
+from . import _storage_types
+from ._storage_types import (  # noqa: F401  (torch.npu.FloatStorage, ... legacy typed storages)
+    BFloat16Storage, BoolStorage, ByteStorage, CharStorage, ComplexDoubleStorage, ComplexFloatStorage,
+    DoubleStorage, FloatStorage, HalfStorage, IntStorage, LongStorage, ShortStorage)
 
 __all__ = [
     "get_cpu_fallback", "is_op_supported", "set_cpu_fallback",
@@ -130,6 +138,7 @@ __all__ = [
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
     "memory_cached", "max_memory_cached", "memory_snapshot", "memory_summary",
     "set_per_process_memory_fraction", "get_per_process_memory_fraction", "get_allocator_backend",
+    "MemPool", "use_mem_pool", "NPUPluggableAllocator", "change_current_allocator",
     # random
     "get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all", "manual_seed",
     "manual_seed_all", "seed", "seed_all", "initial_seed", "default_generators",
@@ -144,7 +153,7 @@ __all__ = [
     # backends
     "aclnn", "preferred_linalg_library", "enable_deterministic_with_backward",
     "disable_deterministic_with_backward",
-] + _tensor_types.__all__ + backends.__all__
+] + _tensor_types.__all__ + _storage_types.__all__ + backends.__all__
 
 # ----------------------------------------------------------------------------------
 # Initialisation. The C++ runtime (hooks, allocator, generators) is set up by

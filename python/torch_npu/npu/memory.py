@@ -7,8 +7,12 @@ with torch_npu's names ("NPU reserved memory", "npuMalloc retries").
 """
 
 import collections
+import contextlib
+import ctypes
+import pickle
+import sys
 import warnings
-from typing import Any, Dict
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
@@ -37,6 +41,11 @@ __all__ = [
     "memory_snapshot",
     "memory_summary",
     "mem_get_info",
+    "get_allocator_backend",
+    "NPUPluggableAllocator",
+    "change_current_allocator",
+    "MemPool",
+    "use_mem_pool",
 ]
 
 OutOfMemoryError = torch.OutOfMemoryError
@@ -124,8 +133,10 @@ def get_per_process_memory_fraction(device=None) -> float:
 
 
 def get_allocator_backend() -> str:
-    r"""The caching allocator in use: ``"native"`` (torch_npu's own, the only backend)."""
-    return "native"
+    r"""The allocator serving npu memory: ``"native"`` (the caching allocator) or
+    ``"pluggable"`` (an :class:`NPUPluggableAllocator` installed by
+    :func:`change_current_allocator`)."""
+    return _C._npu_getAllocatorBackend()
 
 
 def _set_allocator_settings(settings: str) -> None:
@@ -243,22 +254,258 @@ def max_memory_cached(device=None) -> int:
     return max_memory_reserved(device)
 
 
-def memory_snapshot() -> list:
+def _check_pool_id(mempool_id, fn: str):
+    if (not isinstance(mempool_id, tuple) or len(mempool_id) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in mempool_id)):
+        raise TypeError(f"{fn}(): argument 'mempool_id' must be None or a pool id (a tuple of two "
+                        f"non-negative ints, e.g. MemPool().id), got {mempool_id!r}")
+    return mempool_id
+
+
+def memory_snapshot(mempool_id=None) -> list:
     r"""Return the segments of the caching allocator, on all devices.
 
     Each segment is a dict with ``device``, ``address``, ``total_size``,
     ``allocated_size``, ``active_size``, ``requested_size``, ``stream``,
-    ``segment_type`` (``"small"``/``"large"``) and ``blocks`` (each with
-    ``address``, ``size``, ``requested_size`` and ``state``), like
-    ``torch.cuda.memory_snapshot()``.
+    ``segment_type`` (``"small"``/``"large"``), ``segment_pool_id``, ``is_expandable``,
+    ``frames`` and ``blocks`` (each with ``address``, ``size``, ``requested_size``,
+    ``state`` and ``frames``), like ``torch.cuda.memory_snapshot()``.
+
+    Args:
+        mempool_id (Tuple[int, int], optional): only the segments of this memory pool
+            (:attr:`MemPool.id`, a graph's ``pool()``); all segments if ``None``.
     """
-    return _snapshot()["segments"]
-
-
-def _snapshot() -> Dict[str, Any]:
-    """The whole allocator snapshot: ``{"segments": [...], "device_traces": [...]}``."""
     _lazy_init()
-    return _C._npu_memorySnapshot()
+    if mempool_id is not None:
+        mempool_id = _check_pool_id(mempool_id, "memory_snapshot")
+    return _C._npu_memorySnapshot(mempool_id)["segments"]
+
+
+# ----------------------------------------------------------------------------------
+# Memory history: _record_memory_history / _snapshot / _dump_snapshot, in the format of
+# torch.cuda.memory._snapshot (readable by torch.cuda._memory_viz and pytorch.org/memory_viz).
+
+def _record_memory_history(enabled: Optional[str] = "all", *args, **kwargs) -> None:
+    r"""Start (or stop) recording the history of the caching allocator and the stack traces
+    of allocations, shown by :func:`_snapshot`.
+
+    Args:
+        enabled (``None``, ``"state"`` or ``"all"``): ``None`` stops recording (and drops the
+            history); ``"state"`` keeps the stacks of the memory allocated now; ``"all"``
+            also keeps the history of alloc/free calls. Defaults to ``"all"``.
+        context (``None``, ``"state"``, ``"alloc"`` or ``"all"``): which stacks to keep:
+            none, those of live allocations, also of every alloc in the history, also of
+            frees. Defaults to ``"all"``.
+        stacks (``"python"`` or ``"all"``): Python (and TorchScript) frames only, or C++
+            frames too. Defaults to ``"all"``.
+        max_entries (int): keep at most this many history entries per device (the oldest
+            are dropped).
+        device: accepted for torch.cuda's signature; recording covers every npu device.
+    """
+    return _record_memory_history_impl(enabled, *args, **kwargs)
+
+
+def _record_memory_history_impl(enabled: Optional[str] = "all", context: Optional[str] = "all",
+                                stacks: str = "all", max_entries: int = sys.maxsize,
+                                device=None) -> None:
+    for name, value, allowed in (("enabled", enabled, (None, "state", "all")),
+                                 ("context", context, (None, "state", "alloc", "all")),
+                                 ("stacks", stacks, ("python", "all"))):
+        if value not in allowed:
+            raise ValueError(f"_record_memory_history(): argument '{name}' must be one of "
+                             f"{', '.join(repr(a) for a in allowed)}, got {value!r}")
+    if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+        raise ValueError("_record_memory_history(): argument 'max_entries' must be a positive int, "
+                         f"got {max_entries!r}")
+    _lazy_init()
+    if device is not None:
+        _valid_device_index(device, fn="_record_memory_history")
+    _C._npu_record_memory_history(enabled, context, stacks, min(max_entries, 2**63 - 1))
+
+
+def _snapshot(device=None, augment_with_fx_traces: bool = False) -> Dict[str, Any]:
+    r"""Return the state of the caching allocator and its recorded history.
+
+    ``{"segments": [...], "device_traces": [[...], ...]}`` as ``torch.cuda.memory._snapshot``:
+    segments as :func:`memory_snapshot` (each block's ``frames`` is the stack of its
+    allocation while :func:`_record_memory_history` records stacks), and one list per
+    device of trace entries ``{"action", "addr" ("device_free" for "oom"), "size",
+    "stream", "pool_id", "time_us", "frames"}`` with actions ``alloc``,
+    ``free_requested``, ``free_completed``, ``segment_alloc``, ``segment_free``,
+    ``segment_map``, ``segment_unmap``, ``oom`` and ``snapshot``.
+
+    Args:
+        device: accepted for torch.cuda's signature; the snapshot covers every npu device.
+        augment_with_fx_traces (bool): add FX debug information to frames of FX-generated
+            code (``torch._utils._augment_memory_snapshot_stack_traces``).
+    """
+    _lazy_init()
+    if device is not None:
+        _valid_device_index(device, fn="_snapshot")
+    s = _C._npu_memorySnapshot(None)
+    if augment_with_fx_traces:
+        from torch._utils import _augment_memory_snapshot_stack_traces
+
+        s = _augment_memory_snapshot_stack_traces(s)
+    return s
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_traces: bool = False) -> None:
+    r"""Pickle :func:`_snapshot` into ``filename`` (open it at pytorch.org/memory_viz, or with
+    ``python -m torch.cuda._memory_viz trace_plot <filename>``)."""
+    s = _snapshot(augment_with_fx_traces=augment_with_fx_traces)
+    with open(filename, "wb") as f:
+        pickle.dump(s, f)
+
+
+def _save_segment_usage(filename: str = "output.svg", snapshot=None) -> None:
+    r"""Write an SVG of the segments of ``snapshot`` (:func:`_snapshot` if ``None``)."""
+    from torch.cuda._memory_viz import segments as _segments
+
+    with open(filename, "w") as f:
+        f.write(_segments(_snapshot() if snapshot is None else snapshot))
+
+
+def _save_memory_usage(filename: str = "output.svg", snapshot=None) -> None:
+    r"""Write an SVG of the memory use over the history of ``snapshot``."""
+    from torch.cuda._memory_viz import memory as _memory
+
+    with open(filename, "w") as f:
+        f.write(_memory(_snapshot() if snapshot is None else snapshot))
+
+
+# ----------------------------------------------------------------------------------
+# Pluggable allocator
+
+class _NPUAllocator:
+    r"""Wrapper over an npu memory allocator (``torch_npu._C._npu_NPUAllocator``)."""
+
+    def __init__(self, allocator):
+        self._allocator = allocator
+
+    def allocator(self):
+        return self._allocator
+
+
+class NPUPluggableAllocator(_NPUAllocator):
+    r"""An npu memory allocator made of functions of a shared library.
+
+    Args:
+        path_to_so_file (str): the ``.so`` file, loaded with ``ctypes``.
+        alloc_fn_name (str): its function
+            ``void* alloc_fn_name(size_t size, int device, aclrtStream stream)``.
+        free_fn_name (str): its function
+            ``void free_fn_name(void* ptr, size_t size, int device, aclrtStream stream)``.
+
+    Install it with :func:`change_current_allocator` before any npu memory is allocated;
+    every npu allocation then calls these functions (the caching allocator's statistics,
+    snapshot and pools do not apply). ``allocator()`` has torch_npu's optional setters
+    (``set_get_device_stats_fn``, ``set_reset_peak_status_fn``, ``set_reset_fn``,
+    ``set_record_stream_fn``, ...) taking function addresses.
+    """
+
+    def __init__(self, path_to_so_file: str, alloc_fn_name: str, free_fn_name: str):
+        for name, value in (("path_to_so_file", path_to_so_file), ("alloc_fn_name", alloc_fn_name),
+                            ("free_fn_name", free_fn_name)):
+            if not isinstance(value, str):
+                raise TypeError(f"NPUPluggableAllocator(): argument '{name}' must be a str, "
+                                f"got {type(value).__name__}")
+        lib = ctypes.CDLL(path_to_so_file)
+        fns = []
+        for name in (alloc_fn_name, free_fn_name):
+            try:
+                fns.append(ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
+            except AttributeError:
+                raise RuntimeError(f"NPUPluggableAllocator(): no function '{name}' in "
+                                   f"{path_to_so_file}") from None
+        self._lib = lib  # keeps the library loaded while the allocator can be used
+        super().__init__(_C._npu_customAllocator(*fns))
+
+
+def change_current_allocator(allocator: _NPUAllocator) -> None:
+    r"""Make ``allocator`` (an :class:`NPUPluggableAllocator`) serve all npu memory.
+
+    Raises ``RuntimeError`` once the current allocator has allocated npu memory.
+    """
+    if not isinstance(allocator, _NPUAllocator):
+        raise TypeError("change_current_allocator(): argument 'allocator' must be an "
+                        f"NPUPluggableAllocator, got {type(allocator).__name__}")
+    _C._npu_changeCurrentAllocator(allocator.allocator())
+
+
+def _get_current_allocator() -> _NPUAllocator:
+    r"""The allocator in use (its ``allocator()`` is the installed pluggable one, if any)."""
+    return _NPUAllocator(_C._npu_getAllocator())
+
+
+# ----------------------------------------------------------------------------------
+# Memory pools
+
+class MemPool(_C._MemPool):
+    r"""A private memory pool of the caching allocator, on the current device.
+
+    Allocations made inside :func:`use_mem_pool` come from the pool's own segments, and
+    memory freed there goes back to the pool (reused only by allocations routed to it).
+    The pool's cached memory returns to the device once the pool is deleted and its
+    tensors are freed. Its ``id`` can also be passed as ``pool`` to an NPU graph capture.
+
+    Args:
+        allocator (optional): an :class:`NPUPluggableAllocator`'s ``allocator()`` whose
+            alloc/free functions serve the pool's segments; ``None`` (default): the device
+            memory of the caching allocator.
+        use_on_oom (bool): allocations outside the pool that would run out of memory may
+            take free blocks of this pool.
+        no_split (bool): the pool's blocks are handed out whole, never split.
+    """
+
+    def __init__(self, allocator=None, use_on_oom: bool = False, no_split: bool = False):
+        for name, value in (("use_on_oom", use_on_oom), ("no_split", no_split)):
+            if not isinstance(value, bool):
+                raise TypeError(f"MemPool(): argument '{name}' must be a bool, got {type(value).__name__}")
+        _lazy_init()
+        super().__init__(allocator, True, use_on_oom, no_split)
+
+    @property
+    def id(self) -> Tuple[int, int]:
+        r"""The pool's id, a tuple of two ints."""
+        return super().id
+
+    def use_count(self) -> int:  # pylint: disable=useless-parent-delegation
+        r"""The number of holders of the pool (this object, active :func:`use_mem_pool`
+        contexts, graphs captured into it)."""
+        return super().use_count()
+
+    def snapshot(self) -> list:
+        r"""The segments of this pool, as :func:`memory_snapshot`."""
+        return memory_snapshot(self.id)
+
+
+@contextlib.contextmanager
+def use_mem_pool(pool: MemPool, device=None):
+    r"""Route the npu allocations of the calling thread to ``pool`` inside the context.
+
+    Args:
+        pool (MemPool): the pool.
+        device (torch.device or int, optional): the device whose allocations are routed
+            (the current one if ``None``); it must be the pool's device.
+
+    Only the calling thread's allocations are routed (like torch.cuda's): kernels that
+    allocate their outputs on a stream's worker thread do so from the default pools.
+    """
+    if not isinstance(pool, _C._MemPool):
+        raise TypeError(f"use_mem_pool(): argument 'pool' must be a torch.npu.MemPool, "
+                        f"got {type(pool).__name__}")
+    _lazy_init()
+    idx = _valid_device_index(device, fn="use_mem_pool")
+    if idx != pool.device:
+        raise ValueError(f"use_mem_pool(): the pool was created on npu:{pool.device}, "
+                         f"got device npu:{idx}")
+    _C._npu_beginAllocateCurrentThreadToPool(idx, pool.id)
+    try:
+        yield
+    finally:
+        _C._npu_endAllocateToPool(idx, pool.id)
+        _C._npu_releasePool(idx, pool.id)  # the reference begin took
 
 
 # ----------------------------------------------------------------------------------

@@ -266,7 +266,15 @@ def mem_get_info(device=None):
 
 
 def utilization(device=None) -> int:
-    r"""Return the percentage of time over the last sample period the device was busy."""
+    r"""Return the percentage of time over the last sample period the device was busy.
+
+    torch_npu reports the AI Core utilization the driver samples. The simulator reports
+    the time the device's streams spent running tasks (kernels, copies, memsets, host
+    callbacks, graph replays; not event waits) during the period since the previous
+    ``utilization()`` call for that device (the first call: since torch_npu was loaded),
+    summed over streams and capped at 100. A task counts once it finished; kernels small
+    enough to run on the launching thread are not counted.
+    """
     _lazy_init()
     idx = _valid_device_index(device, fn="utilization")
     query = getattr(_C, "_npu_getDeviceUtilizationRate", None)

@@ -280,6 +280,9 @@ int aclsimOnWorkerThread(void);
 // Copy accounting: bytes moved by aclrtMemcpy/aclrtMemcpyAsync per kind since start
 // (kind in aclrtMemcpyKind). Used by tests proving "no hidden copies".
 uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind);
+// Nanoseconds the streams of a device spent running tasks since start, summed over its
+// streams (kernels run on the launching thread are not included); -1 for an invalid id.
+int64_t aclsimDeviceBusyNs(int32_t deviceId);
 // Capacity of a device in bytes (profile or ASCEND_SIM_HBM_BYTES override).
 size_t aclsimDeviceCapacity(int32_t deviceId);
 // Arena of a device: base address and memfd (for sharing with other processes).

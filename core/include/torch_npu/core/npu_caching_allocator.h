@@ -15,6 +15,7 @@
 #include <acl/acl_rt.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,5 +63,57 @@ void endAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id);
 void releasePool(c10::DeviceIndex device, MempoolId_t mempool_id);
 // (use_count, segments) of a pool, (-1, 0) when it does not exist (tests).
 std::pair<int, size_t> graphPoolInfo(c10::DeviceIndex device, MempoolId_t mempool_id);
+
+struct CustomAllocator;
+// torch.npu.MemPool: creates the private pool `mempool_id` (use_count 1) or takes one more
+// reference. `use_on_oom`: an allocation outside the pool that would raise an OOM first
+// looks for a free block of this pool; `no_split`: the pool's blocks are never split;
+// `allocator` (optional): the pool's segments come from its alloc/free functions.
+void createOrIncrefPool(c10::DeviceIndex device, MempoolId_t mempool_id, bool use_on_oom = false,
+                        bool no_split = false, std::shared_ptr<CustomAllocator> allocator = nullptr);
+// use_count of the pool, 0 when it does not exist.
+int getPoolUseCount(c10::DeviceIndex device, MempoolId_t mempool_id);
+// Returns the free cached segments of one pool to the device ({0, 0}: every pool).
+void emptyCache(MempoolId_t mempool_id);
+
+// ---- memory history (torch.npu.memory._record_memory_history / _snapshot) ----------
+using c10::CachingDeviceAllocator::CreateContextFn;
+using c10::CachingDeviceAllocator::RecordContext;
+using c10::CachingDeviceAllocator::TraceEntry;
+// While enabled every device keeps its last `max_entries` TraceEntries (alloc,
+// free_requested, free_completed, segment_alloc/free/map/unmap, oom, snapshot) and blocks
+// keep the context of their allocation; `recorder` gathers a context (stack) when `when`
+// asks for it. Disabling clears the history.
+void recordHistory(bool enabled, CreateContextFn recorder, size_t max_entries, RecordContext when);
+bool isHistoryEnabled();
+struct SnapshotInfo {
+  std::vector<SegmentInfo> segments;
+  std::vector<std::vector<TraceEntry>> device_traces;  // one list per device
+};
+// Segments of every device (only those of pool `mempool_id` unless it is {0, 0}) and the
+// recorded traces; records a "snapshot" trace entry while history is on.
+SnapshotInfo snapshotWithTraces(MempoolId_t mempool_id = {0, 0});
+
+// ---- pluggable allocator (torch.npu.memory.NPUPluggableAllocator) ----------------------
+// The user's functions, with torch_npu's signatures. Installed by changeCurrentAllocator
+// before the caching allocator served anything, it then serves every npu allocation
+// (tensors, raw allocations, kernels' outputs); the caching allocator stays unused.
+struct CustomAllocator {
+  std::function<void*(size_t, int, aclrtStream)> alloc_fn;
+  std::function<void(void*, size_t, int, aclrtStream)> free_fn;
+  std::function<void(int)> init_fn;               // called with the device count when installed
+  std::function<void(bool)> reset_fn;             // emptyCache
+  std::function<void(double, int)> memory_fraction_fn;
+  std::function<void*(void*, size_t*)> base_alloc_fn;
+  std::function<void(void*, aclrtStream)> record_stream_fn;
+  std::function<void(void*, aclrtStream)> erase_stream_fn;
+  std::function<DeviceStats(c10::DeviceIndex)> get_device_stats_fn;
+  std::function<void(c10::DeviceIndex)> reset_peak_status_fn;
+};
+// Fails ("Can't swap an already initialized allocator") once any npu memory was
+// allocated by the current allocator.
+void changeCurrentAllocator(std::shared_ptr<CustomAllocator> allocator);
+// The installed custom allocator, or nullptr (the caching allocator is in use).
+std::shared_ptr<CustomAllocator> currentCustomAllocator();
 
 }  // namespace torch_npu::NPUCachingAllocator
