@@ -5,11 +5,14 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/ConvUtils.h>
+#include <ATen/record_function.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/eq.h>
 #include <ATen/ops/bernoulli.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
@@ -123,6 +126,9 @@ void copy_d2h(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
 // npu -> npu. Same device: a kernel on the stream. Across devices: after the source
 // device's current stream, on the destination's.
 void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
+  // torch_npu runs a device copy as the ACL operator aclnnInplaceCopy, and profiles name it so
+  // (torch_npu's own trans_contiguous tests look for it in key_averages()).
+  RECORD_FUNCTION("aclnnInplaceCopy", std::vector<c10::IValue>());
   const auto device = dst.device().index();
   if (src.device().index() != device) wait_stream(getCurrentNPUStream(src.device().index()));
   NPUStream stream = getCurrentNPUStream(device);
@@ -392,6 +398,27 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
   NPUCachingAllocator::recordStream(self.storage().data_ptr(), stream);
 }
 
+// torch_npu's one_hot (aclnnOneHot) takes index tensors of any integer dtype and returns
+// that dtype (int32 labels give an int32 one-hot); PyTorch's composite kernel takes int64
+// only. The checks and num_classes=-1 are PyTorch's.
+at::Tensor one_hot(const at::Tensor& self, int64_t num_classes) {
+  TORCH_CHECK(at::isIntegralType(self.scalar_type(), /*includeBool=*/false),
+              "one_hot is only applicable to index tensors of an integer type, got ", self.scalar_type());
+  TORCH_CHECK(num_classes >= -1, "num_classes should be positive or -1 (infer it), got ", num_classes);
+  if (self.numel() == 0) {
+    TORCH_CHECK(num_classes > 0, "Can not infer total number of classes from empty tensor.");
+  } else {
+    TORCH_CHECK(self.min().item<int64_t>() >= 0, "Class values must be non-negative.");
+    const int64_t top = self.max().item<int64_t>();
+    if (num_classes == -1) {
+      num_classes = top + 1;
+    } else {
+      TORCH_CHECK(top < num_classes, "Class values must be smaller than num_classes.");
+    }
+  }
+  return at::eq(self.unsqueeze(-1), at::arange(num_classes, self.options())).to(self.scalar_type());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -413,6 +440,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_dropout", TORCH_FN(native_dropout));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("silu_backward", TORCH_FN(silu_backward));
+  m.impl("one_hot", TORCH_FN(one_hot));
 }
 
 // Without these, _copy_from on a conjugated/negated view recurses forever.

@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/_coalesced_native.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/_indices_native.h>
 #include <ATen/ops/_nnz_native.h>
 #include <ATen/ops/_values_native.h>
@@ -239,6 +240,39 @@ c10::DispatchKey cpu_key(c10::DispatchKeySet ks) {
   }
 }
 
+// PyTorch's sparse CPU add (sparse + sparse) has no Half / BFloat16 kernel, CUDA's and
+// torch_npu's have: nn.Embedding(sparse=True) in fp16 accumulates its gradients with it.
+// Adds such COO operands (the CPU stand-ins on `stack`) in float and rounds once, which is
+// what the float accumulation of those kernels gives; returns false for any other call.
+bool reduced_precision_sparse_add(const c10::FunctionSchema& schema, torch::jit::Stack* stack, size_t begin) {
+  if (schema.name() != "aten::add" && schema.name() != "aten::add_") return false;
+  const c10::IValue& a = (*stack)[begin];
+  const c10::IValue& b = (*stack)[begin + 1];
+  if (!a.isTensor() || !b.isTensor()) return false;
+  const at::Tensor self = a.toTensor();
+  const at::Tensor other = b.toTensor();
+  const auto dtype = self.scalar_type();
+  if (self.layout() != at::kSparse || other.layout() != at::kSparse || other.scalar_type() != dtype ||
+      (dtype != at::kHalf && dtype != at::kBFloat16)) {
+    return false;
+  }
+  const std::string& overload = schema.overload_name();
+  const bool out = overload == "out";
+  if (overload != "Tensor" && !out) return false;
+  const at::Scalar alpha = (*stack)[begin + 2].toScalar();
+  at::Tensor sum = at::add(self.to(at::kFloat), other.to(at::kFloat), alpha).to(dtype);
+  at::Tensor result = sum;
+  if (schema.name() == "aten::add_") {
+    result = self;
+  } else if (out) {
+    result = (*stack)[begin + 3].toTensor();
+  }
+  if (!result.is_same(sum)) result.copy_(sum);  // sparse copy_: the target takes sum's members
+  torch::jit::drop(*stack, schema.arguments().size());
+  torch::jit::push(*stack, result);
+  return true;
+}
+
 }  // namespace
 
 // The kernel of every supported sparse overload (registered by the generated code) and of
@@ -275,7 +309,9 @@ void sparse_zero_copy_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet 
     }
   }
   const c10::DispatchKeySet cpu(cpu_key(ks));
-  run_now(schema.name().c_str(), device, max_numel, [&] { op.redispatchBoxed(cpu, stack); });
+  run_now(schema.name().c_str(), device, max_numel, [&] {
+    if (!reduced_precision_sparse_add(schema, stack, begin)) op.redispatchBoxed(cpu, stack);
+  });
   call.sync_written();
 
   results_to_npu(*stack, return_arg, results, [&call](const at::Tensor& t) { return call.to_npu(t); });

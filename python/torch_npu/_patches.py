@@ -172,8 +172,58 @@ def _torch_backends_npu() -> None:
 
     if "torch.backends.npu" not in sys.modules:
         module = _NpuBackendsModule("torch.backends.npu", _NpuBackendsModule.__doc__)
+        # torch_npu's torch.backends.npu also has the SDPA switches of torch.npu
+        # (sdp_kernel, enable_flash_sdp, ...; Huawei's test_native_mha uses them).
+        from torch_npu.npu import backends as npu_backends
+
+        for name in npu_backends.__all__:
+            setattr(module, name, getattr(npu_backends, name))
         sys.modules["torch.backends.npu"] = module
         torch.backends.npu = module
+
+
+def _flex_attention_on_npu() -> None:
+    """Let ``torch.nn.attention.flex_attention`` run on npu tensors, under autocast too.
+
+    torch_npu supports FlexAttention; PyTorch's entry point rejects devices outside its
+    list (``_validate_device``, looked up at call time, so wrapping it also serves code
+    that imported ``flex_attention`` before torch_npu), and its higher-order operator has
+    autocast rules for CPU and CUDA only: under ``torch.autocast("npu")`` query, key and
+    value are cast to the autocast dtype, as those rules do, and the operator runs below
+    autocast. Tested in python/tests/test_hw_compat_nn.py.
+    """
+    import torch.nn.attention.flex_attention as api
+    from torch._C import DispatchKey
+    from torch._higher_order_ops.flex_attention import _autocast_cast, flex_attention
+
+    original = api._validate_device
+
+    def _validate_device(query, key, value):
+        if query.device.type != "npu":
+            original(query, key, value)
+
+    api._validate_device = _validate_device
+
+    @flex_attention.py_impl(DispatchKey.AutocastPrivateUse1)
+    def _flex_attention_autocast_npu(query, key, value, score_mod, block_mask, scale, kernel_options,
+                                     score_mod_other_buffers=(), mask_mod_other_buffers=()):
+        dtype = torch.get_autocast_dtype("npu")
+        query, key, value = (_autocast_cast(t, "npu", dtype) for t in (query, key, value))
+        below = torch._C.DispatchKeySet(DispatchKey.AutocastPrivateUse1)
+        with torch._C._ExcludeDispatchKeyGuard(below):
+            return flex_attention(query, key, value, score_mod, block_mask, scale, kernel_options,
+                                  score_mod_other_buffers, mask_mod_other_buffers)
+
+
+def _data_parallel_comm() -> None:
+    """Define ``torch._C._broadcast``, ``_scatter``, ``_gather`` & co. for npu tensors.
+
+    ``nn.DataParallel`` / ``torch.nn.parallel.comm`` call them; PyTorch has them in CUDA
+    builds only and torch_npu adds them to ``torch._C`` (see torch_npu/_data_parallel.py).
+    """
+    from torch_npu import _data_parallel
+
+    _data_parallel.install()
 
 
 #: The patches, in application order.
@@ -184,6 +234,8 @@ PATCHES: List[Callable[[], None]] = [
     _linear_cross_entropy_auto_options,
     _lazy_modules_to_npu,
     _torch_backends_npu,
+    _flex_attention_on_npu,
+    _data_parallel_comm,
 ]
 
 _applied = False

@@ -1,0 +1,58 @@
+"""The legacy typed storages of the npu device: ``torch.npu.BoolStorage`` and friends.
+
+As ``torch.cuda.FloatStorage``: ``torch.npu.FloatStorage(3)`` / ``FloatStorage([1., 2.])``
+make a storage on the current npu, and ``isinstance(t.storage(), torch.npu.FloatStorage)``
+holds for an npu float tensor. PyTorch's ``_LegacyStorage`` does the work; it finds the
+device from the class's module name, hence ``__module__ = "torch_npu.npu"``.
+"""
+import torch
+from torch.storage import _LegacyStorage, _warn_typed_storage_removal
+from torch._utils import classproperty
+
+__all__ = ["ByteStorage", "CharStorage", "ShortStorage", "IntStorage", "LongStorage", "HalfStorage",
+           "FloatStorage", "DoubleStorage", "BoolStorage", "BFloat16Storage",
+           "ComplexFloatStorage", "ComplexDoubleStorage"]
+
+_DTYPES = {
+    "ByteStorage": torch.uint8, "CharStorage": torch.int8, "ShortStorage": torch.int16,
+    "IntStorage": torch.int32, "LongStorage": torch.int64, "HalfStorage": torch.float16,
+    "FloatStorage": torch.float32, "DoubleStorage": torch.float64, "BoolStorage": torch.bool,
+    "BFloat16Storage": torch.bfloat16, "ComplexFloatStorage": torch.complex64,
+    "ComplexDoubleStorage": torch.complex128,
+}
+
+
+class _NpuLegacyStorage(_LegacyStorage):
+    @classmethod
+    def from_buffer(cls, *args, **kwargs):
+        _warn_typed_storage_removal()
+        raise RuntimeError("from_buffer: Not available for NPU storage")
+
+    @classmethod
+    def _new_with_weak_ptr(cls, *args, **kwargs):
+        raise RuntimeError("_new_with_weak_ptr: Not available for NPU storage")
+
+    @classmethod
+    def _new_shared_filename(cls, manager, obj, size, *, device=None, dtype=None):
+        raise RuntimeError("_new_shared_filename: Not available for NPU storage")
+
+
+_NpuLegacyStorage.__module__ = "torch_npu.npu"
+
+
+def _make(name: str, dtype: torch.dtype) -> type:
+    def _dtype_of(cls):
+        return dtype
+
+    def _public_dtype(cls):
+        _warn_typed_storage_removal()
+        return dtype
+
+    return type(name, (_NpuLegacyStorage,), {
+        "__module__": "torch_npu.npu", "__qualname__": name,
+        "dtype": classproperty(_public_dtype), "_dtype": classproperty(_dtype_of)})
+
+
+for _name, _dt in _DTYPES.items():
+    globals()[_name] = _make(_name, _dt)
+del _name, _dt
