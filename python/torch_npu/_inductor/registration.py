@@ -43,8 +43,74 @@ def register_dynamo() -> None:
         register_interface_for_device(f"{DEVICE}:{index}", NpuInterface)
 
     from torch_npu import dynamo
+    from torch_npu.dynamo.trace_rules import register_trace_rules
 
     dynamo._register_backends()
+    register_trace_rules()
+    _npu_rng_state_operators()
+
+
+def _npu_rng_state_operators() -> None:
+    """``run_and_save_rng_state`` / ``run_with_rng_state`` for npu tensors.
+
+    Activation checkpointing of random ops under torch.compile (``checkpoint(...,
+    preserve_rng_state=True)`` with ``config.fallback_random``) and Inductor's fallbacks of
+    these higher-order operators save and restore the generator's state around the op;
+    torch implements them for cpu, cuda, hpu and xpu only (an AssertionError "Backend not
+    supported for npu" while tracing). For npu the state is ``torch.npu``'s generator's.
+    """
+    rng_prims = importlib.import_module("torch._prims.rng_prims")
+    save_op = _private("torch._prims.rng_prims", "run_and_save_rng_state")
+    with_op = _private("torch._prims.rng_prims", "run_with_rng_state")
+    if getattr(save_op, "_npu_rng_state", False):
+        return
+    from torch._C import DispatchKey
+    from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, track_tensor_tree
+    import torch.utils._pytree as pytree
+
+    fake_fns = _private("torch._higher_order_ops.utils", "registered_hop_fake_fns")
+
+    disable_modes = _private("torch.utils._python_dispatch", "_disable_current_modes")
+
+    def save(op, *args, **kwargs):
+        # a real state tensor also while tracing (the generator's get_state allocates it
+        # through the dispatcher; CUDA's returns a real tensor under fake mode too)
+        with disable_modes():
+            state = torch.npu.get_rng_state()
+        return state, op(*args, **kwargs)
+
+    def restore(rng_state, op, *args, **kwargs):
+        current = torch.npu.get_rng_state()
+        torch.npu.set_rng_state(rng_state.cpu())
+        try:
+            return op(*args, **kwargs)
+        finally:
+            torch.npu.set_rng_state(current)
+
+    def trace_save(mode, op, *args, **kwargs):  # torch's proxy-mode rule with the npu impl
+        out = save(op, *args, **kwargs)
+        proxy_args = pytree.tree_map(mode.tracer.unwrap_proxy, (op, *args))
+        proxy_kwargs = pytree.tree_map(mode.tracer.unwrap_proxy, kwargs)
+        proxy = mode.tracer.create_proxy("call_function", save_op, proxy_args, proxy_kwargs)
+        return track_tensor_tree(out, proxy, constant=None, tracer=mode.tracer)
+
+    def npu_first(table, key, npu_impl, skip):
+        """table[key] runs npu_impl when the op's tensors (after ``skip`` arguments) are npu."""
+        original = table[key]
+
+        def handler(*args, **kwargs):
+            if rng_prims.get_device(args[skip:], kwargs) == DEVICE:
+                return npu_impl(*args, **kwargs)
+            return original(*args, **kwargs)
+        table[key] = handler
+
+    save_op.py_impl(DispatchKey.PrivateUse1)(save)
+    with_op.py_impl(DispatchKey.PrivateUse1)(restore)
+    npu_first(save_op.py_kernels, DispatchKey.BackendSelect, save, 1)
+    npu_first(with_op.py_kernels, DispatchKey.BackendSelect, restore, 2)
+    npu_first(fake_fns, save_op, save, 1)
+    npu_first(save_op.python_key_table, ProxyTorchDispatchMode, trace_save, 2)
+    save_op._npu_rng_state = True
 
 
 # ---- Inductor ----------------------------------------------------------------------------
@@ -174,6 +240,44 @@ def _vectorized_rand_in_npu_kernels() -> None:
     overrides.rand = staticmethod(rand)
 
 
+def _empty_tensors_keep_their_size_when_moved_to_npu() -> None:
+    """``torch.empty(...).npu()`` in a graph is an empty npu buffer of the right size.
+
+    Inductor lowers ``empty`` to a buffer whose loop ranges are zero (nothing to compute)
+    and whose layout has the size, and moves a buffer that reads no graph input to another
+    device by recomputing its loops there (``DeviceCopy.create`` -> ``constant_to_device``),
+    which keeps the zero ranges and loses the size: the compiled
+    ``torch.empty(8, 64).npu().uniform_()`` returned a [0, 0] tensor. Such a buffer is now
+    created empty on the target device with its size, stride and dtype.
+    """
+    ir = importlib.import_module("torch._inductor.ir")
+    device_copy = _private("torch._inductor.ir", "DeviceCopy")
+    original = device_copy.create.__func__
+    if getattr(original, "_npu_keeps_empty_size", False):
+        return
+    empty_strided = _private("torch._inductor.lowering", "empty_strided")
+    virtualized = _private("torch._inductor.virtualized", "V")
+
+    def uninitialized(x) -> bool:
+        buffer = x
+        while isinstance(buffer, (ir.TensorBox, ir.StorageBox)):
+            buffer = buffer.data
+        loops = getattr(buffer, "data", None)
+        return (isinstance(buffer, ir.ComputedBuffer) and isinstance(loops, ir.Loops)
+                and len(loops.ranges) > 0 and all(r == 0 for r in loops.ranges)
+                and buffer.get_numel() != 0
+                and ir.try_get_name(x) not in virtualized.graph.mutated_buffers)
+
+    def create(cls, x, device, non_blocking):
+        if DEVICE in (device.type, x.get_device().type) and uninitialized(x):
+            return empty_strided(list(x.get_size()), list(x.get_stride()), dtype=x.get_dtype(),
+                                 device=device).data.data
+        return original(cls, x, device, non_blocking)
+
+    create._npu_keeps_empty_size = True
+    device_copy.create = classmethod(create)
+
+
 @functools.lru_cache(None)
 def register_inductor() -> None:
     """Inductor's C++ code generator for npu tensors, and where Inductor must treat npu as cpu."""
@@ -194,3 +298,4 @@ def register_inductor() -> None:
     _npu_var_mean_takes_the_cpu_rule()
     _no_layout_optimization_around_npu_convolutions()
     _vectorized_rand_in_npu_kernels()
+    _empty_tensors_keep_their_size_when_moved_to_npu()
