@@ -34,8 +34,7 @@ def _generator(device: _DeviceLike, fn: str) -> torch.Generator:
 
 
 def _check_seed(seed, fn: str) -> int:
-    if isinstance(seed, bool):
-        raise TypeError(f"{fn}(): argument 'seed' must be an int, got bool")
+    # int(seed), as torch.manual_seed and torch.cuda's: a bool seeds 0 or 1.
     try:
         return int(seed)
     except (TypeError, ValueError) as err:
