@@ -37,3 +37,24 @@ def run_python(code: str, env=None, timeout: float = 300):
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def fresh_inductor_cache(tmp_path_factory):
+    """A module-wide empty Inductor cache: every compile of the module is a real (cold) one."""
+    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor_cache"))
+    yield
+    if old is None:
+        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    else:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def reset_dynamo():
+    """Each test compiles from scratch (no graphs or recompile counts left by the previous one)."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()

@@ -12,22 +12,7 @@ import torch._dynamo.testing
 import torch_npu
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _inductor_cache(tmp_path_factory):
-    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor_cache"))
-    yield
-    if old is None:
-        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
-    else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
-
-
-@pytest.fixture(autouse=True)
-def _reset_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_inductor_cache", "reset_dynamo")
 
 
 # ---- torch.npu device functions inside a compiled function (Dynamo trace rules) ----------

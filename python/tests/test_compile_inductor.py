@@ -18,24 +18,7 @@ import torch_npu
 from conftest import run_python
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _inductor_cache(tmp_path_factory):
-    """A fresh Inductor cache: every compile here is a real (cold) one."""
-    old = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path_factory.mktemp("inductor_cache"))
-    yield
-    if old is None:
-        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
-    else:
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = old
-
-
-@pytest.fixture(autouse=True)
-def _reset_dynamo():
-    """Each test compiles from scratch (no graphs or recompile counts left by the previous one)."""
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_inductor_cache", "reset_dynamo")
 
 
 def _code(fn, *args):
