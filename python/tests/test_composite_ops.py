@@ -297,3 +297,483 @@ def test_lstm_cell_matches_torch():
     _close(out[1], ref_h, rtol=1e-5, atol=1e-5)
     _close(out[2], ref_c, rtol=1e-5, atol=1e-5)
     _close(out[7], torch.tanh(ref_c), rtol=1e-5, atol=1e-5)
+
+
+# ---- MoE gating / permutation / re-routing (references from op-plugin's formulas) -----------
+
+def test_moe_gating_top_k_softmax_v2():
+    x = torch.randn(2, 5, 16)
+    finished = torch.tensor([[False, True, False, False, True], [False] * 5])
+    y, idx, sm = torch_npu.npu_moe_gating_top_k_softmax_v2(x.npu(), k=3, finished=finished.npu(), output_softmax=True)
+    p = torch.softmax(x, -1)
+    ref = p.topk(3, -1)
+    _close(y, ref.values, rtol=1e-5, atol=1e-6)
+    expected_idx = ref.indices.masked_fill(finished.unsqueeze(-1), 16).int()
+    assert idx.dtype == torch.int32 and torch.equal(idx.cpu(), expected_idx)
+    _close(sm, p, rtol=1e-5, atol=1e-6)
+    # renorm=1: top-k of the logits, softmax over the k chosen
+    y, idx, sm = torch_npu.npu_moe_gating_top_k_softmax_v2(x.npu(), k=3, renorm=1, output_softmax=True)
+    ref = x.topk(3, -1)
+    _close(y, torch.softmax(ref.values, -1), rtol=1e-5, atol=1e-6)
+    assert torch.equal(idx.cpu().long(), ref.indices) and sm.numel() == 0
+
+
+def test_moe_gating_top_k_grouped_sigmoid():
+    n, experts, groups = 5, 16, 4
+    x, bias = torch.randn(n, experts), torch.randn(experts) * 0.1
+    y, idx, norm = torch_npu.npu_moe_gating_top_k(x.npu(), 3, bias=bias.npu(), k_group=2, group_count=groups,
+                                                  group_select_mode=1, norm_type=1, out_flag=True,
+                                                  routed_scaling_factor=2.5)
+    p = torch.sigmoid(x)
+    for r in range(n):
+        scores = p[r] + bias
+        # best two groups by the sum of each group's two largest scores
+        group_score = [sorted(scores[g * 4:(g + 1) * 4].tolist())[-2:] for g in range(groups)]
+        best = sorted(range(groups), key=lambda g: -sum(group_score[g]))[:2]
+        allowed = [e for e in range(experts) if e // 4 in best]
+        chosen = sorted(allowed, key=lambda e: -scores[e].item())[:3]
+        assert idx[r].cpu().tolist() == chosen
+        w = p[r, chosen]
+        _close(y[r], w / w.sum() * 2.5, rtol=1e-5, atol=1e-6)
+    _close(norm, p)
+    # softmax norm, no groups: the plain top k of the probabilities, unnormalised
+    y, idx, norm = torch_npu.npu_moe_gating_top_k(x.npu(), 2)
+    ref = torch.softmax(x, -1).topk(2, -1)
+    _close(y, ref.values, rtol=1e-5, atol=1e-6)
+    assert torch.equal(idx.cpu().long(), ref.indices) and norm.numel() == 0
+    with pytest.raises(RuntimeError, match="group_count"):
+        torch_npu.npu_moe_gating_top_k(x.npu(), 2, group_count=3)
+
+
+def test_moe_init_routing_v2():
+    n, k, h, experts = 7, 3, 4, 6
+    x = torch.randn(n, h)
+    expert_idx = torch.randint(0, experts, (n, k))
+    scale = torch.rand(n)
+    pairs = sorted(((expert_idx[i, j].item(), i * k + j) for i in range(n) for j in range(k)))
+    # all experts, gather index, cumulative counts
+    ex, row_idx, tokens, ex_scale = torch_npu.npu_moe_init_routing_v2(
+        x.npu(), expert_idx.npu(), scale=scale.npu(), expert_num=experts, expert_tokens_num_flag=True)
+    sources = [s for _, s in pairs]
+    _close(ex, x[[s // k for s in sources]])
+    _close(ex_scale, scale[[s // k for s in sources]])
+    expected_row = [0] * (n * k)
+    for d, s in enumerate(sources):
+        expected_row[s] = d
+    assert row_idx.dtype == torch.int32 and row_idx.cpu().tolist() == expected_row
+    counts = [sum(1 for e, _ in pairs if e == i) for i in range(experts)]
+    assert tokens.dtype == torch.int64 and tokens.cpu().tolist() == list(torch.tensor(counts).cumsum(0).tolist())
+    # experts [2, 5) only, scatter index, counts, at most 5 rows
+    ex, row_idx, tokens, _ = torch_npu.npu_moe_init_routing_v2(
+        x.npu(), expert_idx.npu(), active_num=5, active_expert_range=[2, 5], row_idx_type=1,
+        expert_tokens_num_type=1, expert_tokens_num_flag=True)
+    kept = [s for e, s in pairs if 2 <= e < 5]
+    _close(ex, x[[s // k for s in kept[:5]]])
+    assert row_idx.cpu().tolist()[:len(kept)] == kept
+    assert tokens.cpu().tolist() == counts[2:5]
+
+
+def test_moe_token_permute_unpermute_roundtrip_and_grad():
+    n, topk, h = 6, 2, 5
+    tokens = torch.randn(n, h)
+    indices = torch.randint(0, 4, (n, topk))
+    order = sorted(range(n * topk), key=lambda s: (indices.view(-1)[s].item(), s))
+    permuted, sorted_indices = torch_npu.npu_moe_token_permute(tokens.npu(), indices.npu())
+    _close(permuted, tokens[[s // topk for s in order]])
+    assert sorted_indices.dtype == torch.int32
+    assert [order[d] for d in sorted_indices.cpu().tolist()] == list(range(n * topk))
+    probs = torch.rand(n, topk)
+    out = torch_npu.npu_moe_token_unpermute(permuted, sorted_indices, probs.npu())
+    _close(out, tokens * probs.sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
+    # num_out_tokens drops the last sorted rows; unpermute adds nothing for them
+    permuted, sorted_indices = torch_npu.npu_moe_token_permute(tokens.npu(), indices.npu(), num_out_tokens=8)
+    assert permuted.shape == (8, h)
+    out = torch_npu.npu_moe_token_unpermute(permuted, sorted_indices, probs.npu())
+    keep = (sorted_indices.cpu().view(n, topk) < 8).float()
+    _close(out, tokens * (probs * keep).sum(1, keepdim=True), rtol=1e-5, atol=1e-5)
+    # gradients of the composition (autograd, no _grad op)
+    t = tokens.npu().requires_grad_()
+    pr = probs.npu().requires_grad_()
+    p, si = torch_npu.npu_moe_token_permute(t, indices.npu())
+    torch_npu.npu_moe_token_unpermute(p, si, pr).sum().backward()
+    _close(t.grad, probs.sum(1, keepdim=True).expand(n, h), rtol=1e-5, atol=1e-5)
+    _close(pr.grad, tokens.sum(1, keepdim=True).expand(n, topk), rtol=1e-5, atol=1e-5)
+
+
+def test_moe_re_routing_groups_by_expert_then_rank():
+    counts = torch.tensor([[1, 2, 0], [3, 1, 2]])
+    tokens = torch.randn(9, 4)
+    scales = torch.rand(9)
+    out, out_scales, idx, per_expert = torch_npu.npu_moe_re_routing(tokens.npu(), counts.npu(),
+                                                                     per_token_scales=scales.npu())
+    # source blocks (rank, expert) in rank-major order; destination expert-major
+    starts, pos = {}, 0
+    for r in range(2):
+        for e in range(3):
+            starts[r, e] = pos
+            pos += counts[r, e].item()
+    expected = [starts[r, e] + i for e in range(3) for r in range(2) for i in range(counts[r, e].item())]
+    assert idx.dtype == torch.int32 and idx.cpu().tolist() == expected
+    _close(out, tokens[expected])
+    _close(out_scales, scales[expected])
+    assert per_expert.cpu().tolist() == [4, 3, 2]
+    with pytest.raises(RuntimeError, match="sums to"):
+        torch_npu.npu_moe_re_routing(tokens[:5].npu(), counts.npu())
+
+
+# ---- LLM losses, norms, quantized activations ---------------------------------------------------
+
+def test_cross_entropy_loss():
+    x = torch.randn(6, 10)
+    t = torch.randint(0, 10, (6,))
+    t[3] = -100
+    w = torch.rand(10)
+    for reduction in ("mean", "sum", "none"):
+        loss, log_prob, zloss, lse = torch_npu.npu_cross_entropy_loss(x.npu(), t.npu(), w.npu(), reduction=reduction,
+                                                                      label_smoothing=0.2)
+        ref = F.cross_entropy(x, t, w, reduction=reduction, label_smoothing=0.2)
+        _close(loss, ref.reshape(1) if reduction != "none" else ref, rtol=1e-5, atol=1e-5)
+        _close(log_prob, x - x.logsumexp(-1, keepdim=True), rtol=1e-5, atol=1e-5)
+        assert zloss.numel() == 0
+    loss, _, zloss, lse = torch_npu.npu_cross_entropy_loss(x.npu(), t.npu(), return_zloss=True,
+                                                           lse_square_scale_for_zloss=1e-2)
+    keep = t != -100
+    _close(lse, x.logsumexp(-1), rtol=1e-5, atol=1e-5)
+    _close(zloss, (1e-2 * x.logsumexp(-1)[keep] ** 2).mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_group_norm_silu_and_add_rms_norm_cast():
+    x, g, b = torch.randn(2, 6, 3, 3), torch.randn(6), torch.randn(6)
+    y, mean, rstd = torch_npu.npu_group_norm_silu(x.npu(), g.npu(), b.npu(), 3, 1e-4)
+    xg = x.view(2, 3, -1)
+    _close(mean, xg.mean(-1), rtol=1e-5, atol=1e-5)
+    _close(rstd, 1 / torch.sqrt(xg.var(-1, unbiased=False) + 1e-4), rtol=1e-4, atol=1e-5)
+    _close(y, F.silu(F.group_norm(x, 3, g, b, 1e-4)), rtol=1e-4, atol=1e-5)
+    x1, x2, gamma = torch.randn(4, 8).half(), torch.randn(4, 8).half(), torch.randn(8).half()
+    y32, y16, rstd, s = torch_npu.npu_add_rms_norm_cast(x1.npu(), x2.npu(), gamma.npu())
+    xs = (x1 + x2).float()
+    ref_rstd = 1 / torch.sqrt((xs * xs).mean(-1, keepdim=True) + 1e-6)
+    assert y32.dtype == torch.float32 and y16.dtype == torch.float16
+    _close(rstd, ref_rstd, rtol=1e-4, atol=1e-4)
+    _close(y32, xs * ref_rstd * gamma.float(), rtol=1e-3, atol=1e-3)
+    _close(y16, (xs * ref_rstd * gamma.float()).half(), rtol=1e-3, atol=1e-3)
+    _close(s, x1 + x2)
+
+
+def _rms(x, gamma, eps=1e-6):
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gamma
+
+
+def test_rms_norm_quant_and_add_rms_norm_quant():
+    x, gamma, beta = torch.randn(4, 16), torch.rand(16) + 0.5, torch.randn(16) * 0.1
+    scale, offset = torch.tensor([0.02]), torch.tensor([3.0])
+    out = torch_npu.npu_rms_norm_quant(x.npu(), gamma.npu(), beta.npu(), scale.npu(), offset.npu())
+    ref = ((_rms(x, gamma) + beta) / 0.02 + 3).round().clamp(-128, 127)
+    assert out.dtype == torch.int8 and (out.cpu().int() - ref.int()).abs().max() <= 1
+    x2 = torch.randn(4, 16)
+    s1, z1, s2 = torch.rand(16) * 0.02 + 0.01, torch.randint(-3, 3, (16,)).float(), torch.rand(16) + 1
+    y1, y2, xs = torch_npu.npu_add_rms_norm_quant(x.npu(), x2.npu(), gamma.npu(), s1.npu(), z1.npu(),
+                                                  scales2=s2.npu())
+    y = _rms(x + x2, gamma)
+    assert (y1.cpu().int() - (y / s1 + z1).round().clamp(-128, 127).int()).abs().max() <= 1
+    assert (y2.cpu().int() - (y / s2).round().int()).abs().max() <= 1
+    _close(xs, x + x2)
+    y1, y2, _ = torch_npu.npu_add_rms_norm_quant(x.npu(), x2.npu(), gamma.npu(), s2.npu(), None, div_mode=False)
+    assert (y1.cpu().int() - (y * s2).round().clamp(-128, 127).int()).abs().max() <= 1 and y2.numel() == 0
+
+
+def test_swiglu_quant():
+    x = torch.randn(6, 8)
+    a, b = x[:, :4], x[:, 4:]
+    # static, no groups, activate on the right half
+    s, o = torch.rand(4) + 0.5, torch.randn(4)
+    y, scale = torch_npu.npu_swiglu_quant(x.npu() * 20, smooth_scales=s.npu(), offsets=o.npu())
+    ref = (20 * a * F.silu(20 * b) * s + o).round().clamp(-128, 127)
+    assert (y.cpu().int() - ref.int()).abs().max() <= 1 and scale.numel() == 0
+    # dynamic with two row groups given by their ends (cumsum)
+    s = torch.rand(2, 4) + 0.5
+    y, scale = torch_npu.npu_swiglu_quant(x.npu(), smooth_scales=s.npu(), group_index=torch.tensor([2, 6]).npu(),
+                                          activate_left=True, quant_mode=1)
+    act = F.silu(a) * b * torch.cat([s[0].expand(2, 4), s[1].expand(4, 4)])
+    ref_scale = 127 / act.abs().amax(-1)
+    _close(scale, ref_scale, rtol=1e-5, atol=1e-4)
+    assert (y.cpu().int() - (act * ref_scale[:, None]).round().int()).abs().max() <= 1
+
+
+# ---- detection helpers -----------------------------------------------------------------------
+
+def test_grid_assign_positive():
+    n, k = 6, 3
+    assigned = torch.tensor([-1., 0., -1., 0., -1., 0.])
+    overlaps = torch.rand(k, n)
+    flags = torch.tensor([1, 1, 0, 1, 1, 1], dtype=torch.uint8)
+    max_overlaps, argmax = overlaps.max(0)
+    gt_max, gt_argmax = overlaps.max(1)
+    gt_max[1] = 0.0  # below min_pos_iou: gt 1 claims nothing
+    for assign_all in (True, False):
+        out = torch_npu.npu_grid_assign_positive(
+            assigned.npu(), overlaps.npu(), flags.npu(), max_overlaps.npu(), argmax.int().npu(), gt_max.npu(),
+            gt_argmax.int().npu(), k, 0.5, 0.1, assign_all)
+        # mmdetection's GridAssigner, step by step
+        ref = assigned.clone()
+        pos = (max_overlaps > 0.5) & flags.bool()
+        ref[pos] = argmax[pos].float() + 1
+        for i in range(k):
+            if gt_max[i] > 0.1:
+                if assign_all:
+                    ref[(overlaps[i] == gt_max[i]) & flags.bool()] = i + 1
+                elif flags[gt_argmax[i]]:
+                    ref[gt_argmax[i]] = i + 1
+        _close(out, ref)
+
+
+def test_yolo_boxes_encode():
+    anchors = torch.tensor([[0., 0., 4., 2.], [2., 2., 6., 8.]])
+    gt = torch.tensor([[1., 1., 3., 2.], [2., 2., 2., 10.]])
+    stride = torch.tensor([4, 2], dtype=torch.int32)
+    out = torch_npu.npu_yolo_boxes_encode(anchors.npu(), gt.npu(), stride.npu())
+    # centres (2, 1) vs (2, 1.5); (4, 5) vs (2, 6); sizes 4x2 vs 2x1; 4x6 vs 0x8
+    expected = torch.tensor([[0.5, 0.5 + 0.5 / 4, math.log(0.5), math.log(0.5)],
+                             [0.5 - 2 / 2, 0.5 + 1 / 2, math.log(1e-6), math.log(8 / 6)]])
+    expected[1, 0] = 1e-6  # centre offsets clamp to [eps, 1 - eps]
+    expected[1, 1] = 1 - 1e-6
+    _close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_moe_init_routing_v2_quant_modes():
+    n, k, h = 5, 2, 6
+    x = torch.randn(n, h)
+    expert_idx = torch.randint(0, 4, (n, k))
+    order = sorted(range(n * k), key=lambda s: (expert_idx.view(-1)[s].item(), s))
+    rows = x[[s // k for s in order]]
+    smooth = torch.rand(4, h) + 0.5
+    q, _, _, row_scale = torch_npu.npu_moe_init_routing_v2(x.npu(), expert_idx.npu(), scale=smooth.npu(),
+                                                           expert_num=4, quant_mode=1)
+    smoothed = rows * smooth[[expert_idx.view(-1)[s].item() for s in order]]
+    ref_scale = smoothed.abs().amax(-1) / 127
+    _close(row_scale, ref_scale, rtol=1e-5, atol=1e-7)
+    assert q.dtype == torch.int8 and (q.cpu().int() - (smoothed / ref_scale[:, None]).round().int()).abs().max() <= 1
+    q, *_ = torch_npu.npu_moe_init_routing_v2(x.npu(), expert_idx.npu(), scale=torch.tensor([20.]).npu(),
+                                             offset=torch.tensor([1.]).npu(), expert_num=4, quant_mode=0)
+    assert (q.cpu().int() - (rows * 20 + 1).round().clamp(-128, 127).int()).abs().max() <= 1
+
+
+def _rope_reference(x, cos, sin, head_size, neox):
+    """Rotary embedding written out per pair: neox pairs (i, i + d/2), GPT-J pairs (2i, 2i + 1)."""
+    t = x.view(x.size(0), -1, head_size).clone()
+    half = cos.size(-1)
+    for i in range(half):
+        a, b = (i, i + half) if neox else (2 * i, 2 * i + 1)
+        xa, xb = t[..., a].clone(), t[..., b].clone()
+        c, s = cos[:, i].unsqueeze(-1), sin[:, i].unsqueeze(-1)
+        t[..., a], t[..., b] = xa * c - xb * s, xb * c + xa * s
+    return t.view(x.shape)
+
+
+def test_mrope():
+    tokens, heads, head_size, rotary_dim = 5, 2, 16, 6
+    cache = torch.randn(16, rotary_dim)
+    q, k = torch.randn(tokens, heads * head_size), torch.randn(tokens, heads * head_size)
+    # plain RoPE on 1-D positions, both pairings; channels past rotary_dim pass through
+    pos = torch.tensor([3, 0, 7, 7, 15])
+    for mode, neox in (("half", True), ("interleave", False)):
+        qo, ko = torch_npu.npu_mrope(pos.npu(), q.npu(), k.npu(), cache.npu(), head_size, rotary_mode=mode)
+        cos, sin = cache[pos, :3], cache[pos, 3:]
+        _close(qo, _rope_reference(q, cos, sin, head_size, neox), rtol=1e-5, atol=1e-5)
+        _close(ko, _rope_reference(k, cos, sin, head_size, neox), rtol=1e-5, atol=1e-5)
+    # MRoPE: (t, h, w) positions over 6 cos/sin channels; 'default': sections [2, 2, 2] are
+    # channels 0-1 from row 0, 2-3 from row 1, 4-5 from row 2; 'interleave': channel c from row c % 3
+    cache = torch.randn(16, 12)
+    pos3 = torch.randint(0, 16, (3, tokens))
+    for cache_mode, rows in (("default", [0, 0, 1, 1, 2, 2]), ("interleave", [0, 1, 2, 0, 1, 2])):
+        qo, ko = torch_npu.npu_mrope(pos3.npu(), q.npu(), k.npu(), cache.npu(), head_size,
+                                     mrope_section=[2, 2, 2], cache_mode=cache_mode)
+        cos = torch.stack([cache[pos3[rows[c]], c] for c in range(6)], -1)
+        sin = torch.stack([cache[pos3[rows[c]], 6 + c] for c in range(6)], -1)
+        _close(qo, _rope_reference(q, cos, sin, head_size, True), rtol=1e-5, atol=1e-5)
+        _close(ko, _rope_reference(k, cos, sin, head_size, True), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="mrope_section"):
+        torch_npu.npu_mrope(pos3.npu(), q.npu(), k.npu(), cache.npu(), head_size)
+
+
+def test_scatter_pa_kv_cache_nd_and_nz():
+    tokens, heads, d, blocks, block_size = 5, 2, 16, 3, 4
+    key, value = torch.randn(tokens, heads, d), torch.randn(tokens, heads, d)
+    slots = torch.tensor([0, 5, -1, 11, 6], dtype=torch.int32)
+    kc, vc = torch.randn(blocks, block_size, heads, d), torch.zeros(blocks, block_size, heads, d)
+    kn, vn = kc.npu(), vc.npu()
+    assert torch_npu.npu_scatter_pa_kv_cache(key.npu(), value.npu(), kn, vn, slots.npu(), cache_mode="Norm") is None
+    ref_k, ref_v = kc.clone(), vc.clone()
+    for t, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            ref_k[slot // block_size, slot % block_size] = key[t]
+            ref_v[slot // block_size, slot % block_size] = value[t]
+    _close(kn, ref_k)
+    _close(vn, ref_v)
+    # PA_NZ: [blocks, heads * d / 16, block_size, 16], the token's values in 16-wide rows
+    kc = torch.randn(blocks, heads * d // 16, block_size, 16)
+    kc_npu = kc.npu()
+    out_k, out_v = torch_npu.npu_scatter_pa_kv_cache_functional(key.npu(), value.npu(), kc_npu,
+                                                                torch.zeros_like(kc).npu(), slots.npu())
+    ref_k = kc.clone()
+    for t, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            for row in range(heads * d // 16):
+                ref_k[slot // block_size, row, slot % block_size] = key[t].reshape(-1)[row * 16:(row + 1) * 16]
+    _close(out_k, ref_k)
+    assert torch.equal(kc_npu.cpu(), kc)  # the functional form leaves its inputs alone
+    with pytest.raises(RuntimeError, match="cache_mode"):
+        torch_npu.npu_scatter_pa_kv_cache(key.npu(), value.npu(), kn, vn, slots.npu(), cache_mode="PA")
+
+
+def test_quant_scatter():
+    var = torch.randint(-5, 5, (2, 6, 8), dtype=torch.int8)
+    updates = torch.randn(2, 2, 8) * 3
+    scales = torch.rand(8) * 0.05 + 0.01
+    zero = torch.randint(-2, 2, (8,)).float()
+    indices = torch.tensor([1, 3], dtype=torch.int32)
+    out = torch_npu.npu_quant_scatter(var.npu(), indices.npu(), updates.npu(), scales.npu(), zero.npu())
+    ref = var.clone()
+    for b in range(2):
+        ref[b, indices[b]:indices[b] + 2] = (updates[b] / scales + zero).round().clamp(-128, 127).to(torch.int8)
+    assert (out.cpu().int() - ref.int()).abs().max() <= 1
+    v = var.npu()
+    assert torch_npu.npu_quant_scatter_(v, indices.npu(), updates.npu(), scales.npu(), zero.npu()) is v
+    assert torch.equal(v.cpu(), out.cpu())
+
+
+def test_dequant_swiglu_quant():
+    rows, h = 6, 4
+    x = torch.randint(-20, 20, (rows, 2 * h), dtype=torch.int32)
+    ws = torch.rand(2, 2 * h) * 0.1
+    act = torch.rand(rows, 1) + 0.5
+    qs = torch.rand(2, h) + 0.5
+    groups = torch.tensor([2, 3])  # sizes: rows 0-1, 2-4; row 5 is past the groups
+    y, scale = torch_npu.npu_dequant_swiglu_quant(x.npu(), weight_scale=ws.npu(), activation_scale=act.npu(),
+                                                  quant_scale=qs.npu(), group_index=groups.npu(),
+                                                  activate_left=True, quant_mode=1)
+    g = torch.tensor([0, 0, 1, 1, 1])
+    deq = x[:5].float() * ws[g] * act[:5]
+    sw = F.silu(deq[:, :h]) * deq[:, h:] * qs[g]
+    ref_scale = sw.abs().amax(-1) / 127
+    _close(scale[:5], ref_scale, rtol=1e-5, atol=1e-7)
+    assert scale[5].item() == 0 and torch.equal(y[5].cpu(), torch.zeros(h, dtype=torch.int8))
+    assert (y[:5].cpu().int() - (sw / ref_scale[:, None]).round().int()).abs().max() <= 1
+    # float input, clamped-GLU of even/odd channels, static quantization
+    xf = torch.randn(3, 2 * h) * 4
+    y, scale = torch_npu.npu_dequant_swiglu_quant(xf.npu(), quant_scale=torch.tensor([0.05]).npu(), swiglu_mode=1,
+                                                  clamp_limit=3.0)
+    a, b = xf[:, ::2].clamp(max=3.0), xf[:, 1::2].clamp(-3.0, 3.0)
+    ref = (a * torch.sigmoid(1.702 * a) * (b + 1.0) / 0.05).round().clamp(-128, 127)
+    assert (y.cpu().int() - ref.int()).abs().max() <= 1 and torch.equal(scale.cpu(), torch.zeros(3))
+
+
+def test_grouped_matmul_finalize_routing():
+    m, k, n, experts, top_k, batch = 6, 16, 8, 2, 2, 3
+    x = torch.randint(-100, 100, (m, k), dtype=torch.int8)
+    w = torch.randint(-100, 100, (experts, k, n), dtype=torch.int8)
+    scale, per_token = torch.rand(experts, n), torch.rand(m)
+    logit = torch.rand(m)
+    row_index = torch.tensor([2, 0, 1, 0, 2, 1])  # each of the 3 tokens twice
+    shared = torch.randn(1, n).bfloat16()
+    out = torch_npu.npu_grouped_matmul_finalize_routing(
+        x.npu(), w.npu(), torch.tensor([4, 2]).npu(), scale=scale.npu(), pertoken_scale=per_token.npu(),
+        shared_input=shared.npu(), logit=logit.npu(), row_index=row_index.npu(), shared_input_weight=0.5,
+        shared_input_offset=1, output_bs=batch)
+    assert out.dtype == torch.float32 and out.shape == (batch, n)
+    ref = torch.zeros(batch, n, dtype=torch.float64)
+    for r in range(m):
+        e = 0 if r < 4 else 1
+        acc = (x[r].long() @ w[e].long()).double()  # exact integer accumulation
+        ref[row_index[r]] += acc * scale[e].double() * per_token[r].double() * logit[r].double()
+    ref[1] += 0.5 * shared[0].double()
+    _close(out, ref.float(), rtol=1e-5, atol=1e-3)
+    # cumulative group list, no routing: plain grouped matmul
+    xf, wf = torch.randn(m, k), torch.randn(experts, k, n)
+    out = torch_npu.npu_grouped_matmul_finalize_routing(xf.npu(), wf.npu(), torch.tensor([3, 6]).npu(),
+                                                        group_list_type=0)
+    _close(out, torch.cat([xf[:3] @ wf[0], xf[3:] @ wf[1]]), rtol=1e-4, atol=1e-4)
+
+
+def test_rotated_box_encode_decode():
+    def boxes(b, n):
+        x1, y1 = torch.rand(b, 1, n) * 50, torch.rand(b, 1, n) * 50
+        w, h = torch.rand(b, 1, n) * 30 + 5, torch.rand(b, 1, n) * 30 + 5
+        return torch.cat([x1, y1, x1 + w, y1 + h, torch.rand(b, 1, n) * 170 - 85], 1)
+    anchors, gt = boxes(2, 6), boxes(2, 6)
+    weight = torch.tensor([1.0, 2.0, 0.5, 1.0, 3.0])
+    deltas = torch_npu.npu_rotated_box_encode(anchors.npu(), gt.npu(), weight.npu())
+    a, g = anchors, gt
+    aw, ah, gw, gh = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1], g[:, 2] - g[:, 0], g[:, 3] - g[:, 1]
+    expected = torch.stack([((g[:, 0] + g[:, 2]) - (a[:, 0] + a[:, 2])) / 2 / aw,
+                            ((g[:, 1] + g[:, 3]) - (a[:, 1] + a[:, 3])) / 2 / ah,
+                            torch.log(gw / aw), torch.log(gh / ah),
+                            torch.tan(g[:, 4] * math.pi / 180) - torch.tan(a[:, 4] * math.pi / 180)], 1)
+    _close(deltas, expected * weight.view(1, 5, 1), rtol=1e-4, atol=1e-4)
+    # decoding the deltas gives the gt boxes back (angles within (-90, 90))
+    _close(torch_npu.npu_rotated_box_decode(anchors.npu(), deltas, weight.npu()), gt, rtol=1e-4, atol=1e-3)
+
+
+def test_batch_nms():
+    # one batch, two classes, boxes shared by the classes (q = 1)
+    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 11., 11.], [20., 20., 30., 30.], [0., 0., 10., 9.]])
+    scores = torch.tensor([[0.9, 0.1], [0.8, 0.7], [0.6, 0.65], [0.2, 0.95]])
+    out_boxes, out_scores, out_classes, num = torch_npu.npu_batch_nms(
+        boxes.view(1, 4, 1, 4).npu(), scores.unsqueeze(0).npu(), 0.15, 0.5, 2, 5)
+    # class 0: 0.9 box 0 keeps, box 1 (IoU 0.68) and box 3 (0.9) suppressed, box 2 kept
+    # class 1: 0.95 box 3, box 1 (IoU with box 3 ~0.6) suppressed, box 2 (0.65) kept
+    assert num.dtype == torch.int32 and num.tolist() == [4]
+    _close(out_scores, torch.tensor([[0.95, 0.9, 0.65, 0.6, 0.0]]))
+    _close(out_classes, torch.tensor([[1., 0., 1., 0., 0.]]))
+    _close(out_boxes[0, :4], boxes[[3, 0, 2, 2]])
+    assert torch.equal(out_boxes[0, 4].cpu(), torch.zeros(4))
+    # max_total_size truncates the merged list; transpose_box takes [B, q, 4, N]
+    _, out_scores, _, num = torch_npu.npu_batch_nms(boxes.t().reshape(1, 1, 4, 4).npu(), scores.unsqueeze(0).npu(),
+                                                    0.15, 0.5, 2, 2, transpose_box=True)
+    assert num.tolist() == [2]
+    _close(out_scores, torch.tensor([[0.95, 0.9]]))
+
+
+def test_kv_rmsnorm_rope_cache():
+    b, s, rms, rope, length = 2, 3, 512, 64, 5
+    kv = torch.randn(b, 1, s, rms + rope)
+    gamma = torch.rand(rms) + 0.5
+    angles = torch.rand(b, 1, s, rope // 2) * 3
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    c = kv[..., :rms]
+    y = c / torch.sqrt((c * c).mean(-1, keepdim=True) + 1e-5) * gamma
+    # rope: the pairs (r[2i], r[2i+1]) rotated by angle i, stored as halves (evens, then odds)
+    r = kv[..., rms:]
+    ev, od = r[..., 0::2], r[..., 1::2]
+    k = torch.cat([ev * angles.cos() - od * angles.sin(), od * angles.cos() + ev * angles.sin()], -1)
+    index = torch.tensor([[4, 0, 2], [1, -1, 3]])
+    k_cache, ckv_cache = torch.zeros(b, 1, length, rope), torch.zeros(b, 1, length, rms)
+    kn, cn = k_cache.npu(), ckv_cache.npu()
+    outs = torch_npu.npu_kv_rmsnorm_rope_cache(kv.npu(), gamma.npu(), cos.npu(), sin.npu(), index.npu(), kn, cn,
+                                               is_output_kv=True)
+    _close(outs[2], k, rtol=1e-4, atol=1e-4)
+    _close(outs[3], y, rtol=1e-4, atol=1e-4)
+    for bi in range(b):
+        for si in range(s):
+            if index[bi, si] >= 0:
+                k_cache[bi, 0, index[bi, si]] = k[bi, 0, si]
+                ckv_cache[bi, 0, index[bi, si]] = y[bi, 0, si]
+    _close(kn, k_cache, rtol=1e-4, atol=1e-4)  # updated in place
+    _close(cn, ckv_cache, rtol=1e-4, atol=1e-4)
+    # paged caches [blocks, block_size, 1, *] with global slots
+    kp, cp = torch.zeros(2, 4, 1, rope).npu(), torch.zeros(2, 4, 1, rms).npu()
+    slots = torch.tensor([7, 0, 5, 2, 1, 6])
+    _, _, k_out, y_out = torch_npu.npu_kv_rmsnorm_rope_cache(kv.npu(), gamma.npu(), cos.npu(), sin.npu(),
+                                                             slots.npu(), kp, cp, cache_mode="PA")
+    assert k_out.numel() == 0 and y_out.numel() == 0
+    _close(kp.view(-1, rope)[slots], k.reshape(-1, rope), rtol=1e-4, atol=1e-4)
+    _close(cp.view(-1, rms)[slots], y.reshape(-1, rms), rtol=1e-4, atol=1e-4)
+
+
+def test_required_tensor_arguments_are_checked():
+    # the dispatcher passes None through to a Python kernel; the check names the argument
+    with pytest.raises(TypeError, match="npu_mrope: query must be a Tensor, got NoneType"):
+        torch.ops.npu.npu_mrope(torch.zeros(2, dtype=torch.long).npu(), None, torch.zeros(2, 8).npu(),
+                                torch.zeros(4, 8).npu(), 8)
+    with pytest.raises(TypeError, match="one_: self must be a Tensor"):
+        torch.ops.npu.one_(None)

@@ -13,6 +13,7 @@ Schemas are op-plugin's (op_plugin_functions.yaml); ``int dtype`` arguments rece
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -39,12 +40,23 @@ def _dtype(op: str, arg: str, code) -> torch.dtype:
 
 
 def _op(schema: str):
-    """Defines torch.ops.npu.<name> with op-plugin's schema; the function is its kernel."""
+    """Defines torch.ops.npu.<name> with op-plugin's schema; the function is its kernel. The
+    dispatcher hands a Python kernel whatever it was given for a `Tensor` argument (None
+    included), so the kernel first checks that each required tensor is one."""
     name = schema.split("(", 1)[0]
+    arguments = torch._C.parse_schema("npu::" + schema).arguments
+    tensors = [(i, a.name) for i, a in enumerate(arguments) if isinstance(a.type, torch.TensorType)]
 
     def register(fn):
+        @functools.wraps(fn)
+        def kernel(*args, **kwargs):
+            for i, arg in tensors:
+                value = kwargs[arg] if arg in kwargs else args[i] if i < len(args) else None
+                if not isinstance(value, torch.Tensor):
+                    raise TypeError(f"{name}: {arg} must be a Tensor, got {type(value).__name__}")
+            return fn(*args, **kwargs)
         _lib.define(schema)
-        _lib.impl(name, fn, "CompositeImplicitAutograd")
+        _lib.impl(name, kernel, "CompositeImplicitAutograd")
         return fn
     return register
 
@@ -677,3 +689,844 @@ def _npu_top_k_top_p(logits, p=None, k=None):
         drop[..., -1] = False
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return sorted_logits.scatter(-1, order, sorted_logits)
+
+
+# ---- MoE gating, permutation and re-routing ------------------------------------------------
+
+def _top_k_desc(x, k):
+    """Indices of the k largest entries of each row, ties to the lower index (stable)."""
+    return torch.argsort(x, dim=-1, descending=True, stable=True)[..., :k]
+
+
+@_op("npu_moe_gating_top_k_softmax_v2(Tensor x, *, int k=1, Tensor? finished=None, int? renorm=0, "
+     "bool? output_softmax=False) -> (Tensor, Tensor, Tensor)")
+def _npu_moe_gating_top_k_softmax_v2(x, *, k=1, finished=None, renorm=0, output_softmax=False):
+    """Gating [..., E]: renorm=0: p = softmax(x) (float), y = the top k of p; renorm=1: the top
+    k of x, y = softmax over those k. Indices int32; rows with finished[row] set get index E.
+    The third output is the full softmax (float32) when renorm=0 and output_softmax, else empty."""
+    _check(renorm in (0, 1, None), f"npu_moe_gating_top_k_softmax_v2: renorm must be 0 or 1, got {renorm}")
+    _check(1 <= k <= x.size(-1), f"npu_moe_gating_top_k_softmax_v2: k must be in [1, {x.size(-1)}], got {k}")
+    probs = F.softmax(x.float(), dim=-1)
+    if renorm == 1:
+        indices = _top_k_desc(x, k)
+        y = F.softmax(x.gather(-1, indices).float(), dim=-1)
+    else:
+        indices = _top_k_desc(probs, k)
+        y = probs.gather(-1, indices)
+    indices = indices.to(torch.int32)
+    if finished is not None:
+        indices = indices.masked_fill(finished.reshape(x.shape[:-1]).bool().unsqueeze(-1), x.size(-1))
+    softmax = probs if (renorm in (0, None) and output_softmax) else x.new_empty(0, dtype=torch.float32)
+    return y.to(x.dtype), indices, softmax
+
+
+@_op("npu_moe_gating_top_k(Tensor x, int k, *, Tensor? bias=None, Tensor? input_ids=None, Tensor? tid2eid=None, "
+     "int k_group=1, int group_count=1, int group_select_mode=0, int renorm=0, int norm_type=0, bool out_flag=False, "
+     "float routed_scaling_factor=1.0, float eps=1e-20) -> (Tensor, Tensor, Tensor)")
+def _npu_moe_gating_top_k(x, k, *, bias=None, input_ids=None, tid2eid=None, k_group=1, group_count=1,
+                          group_select_mode=0, renorm=0, norm_type=0, out_flag=False, routed_scaling_factor=1.0,
+                          eps=1e-20):
+    """Grouped top-k gating of x [N, E]: p = softmax(x) (norm_type 0) or sigmoid(x) (1); the
+    experts are split into group_count groups, ranked by p + bias's group maximum
+    (group_select_mode 0) or sum of its two largest (1), and only the best k_group groups stay;
+    the k best experts of p + bias among them give expert_idx (int32) and y = p[expert_idx]
+    (divided by its sum + eps for sigmoid), times routed_scaling_factor. Hash mode: expert_idx
+    = tid2eid[input_ids]. Third output: p (float32) when out_flag, else empty."""
+    name = "npu_moe_gating_top_k"
+    _check(x.dim() == 2, f"{name}: x must be 2-D [tokens, experts], got {x.dim()}-D")
+    _check(norm_type in (0, 1), f"{name}: norm_type must be 0 (softmax) or 1 (sigmoid), got {norm_type}")
+    _check(renorm == 0, f"{name}: renorm must be 0, got {renorm}")
+    _check(group_select_mode in (0, 1), f"{name}: group_select_mode must be 0 or 1, got {group_select_mode}")
+    n, experts = x.shape
+    _check(group_count >= 1 and experts % group_count == 0,
+           f"{name}: group_count ({group_count}) must divide the number of experts ({experts})")
+    _check(1 <= k_group <= group_count, f"{name}: k_group must be in [1, group_count={group_count}], got {k_group}")
+    _check((input_ids is None) == (tid2eid is None), f"{name}: input_ids and tid2eid must be given together")
+    p = F.softmax(x.float(), -1) if norm_type == 0 else torch.sigmoid(x.float())
+    if input_ids is not None:
+        indices = tid2eid[input_ids.long()].long()
+    else:
+        scores = p if bias is None else p + bias.float()
+        if group_count > 1:
+            grouped = scores.view(n, group_count, -1)
+            group_score = (grouped.amax(-1) if group_select_mode == 0
+                           else grouped.topk(min(2, grouped.size(-1)), -1).values.sum(-1))
+            dropped = torch.ones(n, group_count, dtype=torch.bool, device=x.device)
+            dropped.scatter_(1, _top_k_desc(group_score, k_group), False)
+            scores = grouped.masked_fill(dropped.unsqueeze(-1), float("-inf")).view(n, experts)
+        _check(1 <= k <= experts, f"{name}: k must be in [1, {experts}], got {k}")
+        indices = _top_k_desc(scores, k)
+    y = p.gather(-1, indices)
+    if norm_type == 1:
+        y = y / (y.sum(-1, keepdim=True) + eps)
+    y = y * routed_scaling_factor
+    norm_out = p if out_flag else x.new_empty(0, dtype=torch.float32)
+    return y.to(x.dtype), indices.to(torch.int32), norm_out
+
+
+@_op("npu_moe_init_routing_v2(Tensor x, Tensor expert_idx, *, Tensor? scale=None, Tensor? offset=None, "
+     "int active_num=-1, int expert_capacity=-1, int expert_num=-1, int drop_pad_mode=0, int expert_tokens_num_type=0, "
+     "bool expert_tokens_num_flag=False, int quant_mode=-1, int[2] active_expert_range=[], int row_idx_type=0, "
+     "int? x_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)")
+def _npu_moe_init_routing_v2(x, expert_idx, *, scale=None, offset=None, active_num=-1, expert_capacity=-1,
+                             expert_num=-1, drop_pad_mode=0, expert_tokens_num_type=0, expert_tokens_num_flag=False,
+                             quant_mode=-1, active_expert_range=(), row_idx_type=0, x_dtype=None):
+    """Expands x [N, H] by its top-k experts expert_idx [N, k] and sorts the N*k rows by expert
+    (stable): expanded_x[d] = x[s // k] for the d-th sorted flat index s, keeping only experts
+    in active_expert_range [start, end) (default [0, expert_num)) and at most active_num rows
+    (<= 0: all). expanded_row_idx (int32): row_idx_type 0: for each flat index s its row d
+    (-1 if dropped); 1: for each row d its flat index s. expert_tokens (int64, per expert of
+    the range): cumulative counts (type 0), counts (1), or (expert, count) pairs (2).
+    quant_mode -1: expanded_scale = scale[s // k] per row (float32; empty without scale);
+    0: expanded_x = round(x * scale + offset) as int8 (float16 arithmetic); 1: per-row dynamic
+    int8 of x * scale[expert - start] (smooth scales, optional), expanded_scale = max|row| / 127."""
+    name = "npu_moe_init_routing_v2"
+    _check(x.dim() == 2 and expert_idx.dim() == 2 and expert_idx.size(0) == x.size(0),
+           f"{name}: x must be [N, H] and expert_idx [N, k], got {list(x.shape)} and {list(expert_idx.shape)}")
+    _check(drop_pad_mode == 0, f"{name}: only drop_pad_mode=0 (dropless) is simulated, got {drop_pad_mode}")
+    _check(quant_mode in (-1, 0, 1), f"{name}: quant_mode must be -1 (none), 0 (static int8) or 1 (dynamic int8); "
+                                     f"the float8 / hifloat8 / mx modes are not simulated, got {quant_mode}")
+    _check(row_idx_type in (0, 1), f"{name}: row_idx_type must be 0 (gather) or 1 (scatter), got {row_idx_type}")
+    _check(expert_tokens_num_type in (0, 1, 2), f"{name}: expert_tokens_num_type must be 0, 1 or 2, "
+                                                f"got {expert_tokens_num_type}")
+    k = expert_idx.size(1)
+    flat = expert_idx.reshape(-1).long()
+    if len(active_expert_range) == 0:
+        _check(expert_num > 0 or not expert_tokens_num_flag,
+               f"{name}: expert_num or active_expert_range is needed to count expert tokens")
+        start, end = 0, (expert_num if expert_num > 0 else int(flat.max()) + 1 if flat.numel() else 0)
+    else:
+        _check(len(active_expert_range) == 2 and active_expert_range[0] < active_expert_range[1],
+               f"{name}: active_expert_range must be [start, end) with start < end, got {list(active_expert_range)}")
+        start, end = active_expert_range
+    in_range = (flat >= start) & (flat < end)
+    # experts below the range sort last (experts past it sort after it by value), so the kept
+    # rows are a prefix of the order
+    order = torch.argsort(flat.masked_fill(flat < start, torch.iinfo(torch.int64).max), stable=True)
+    kept = int(in_range.sum())
+    rows = kept if active_num <= 0 else min(active_num, kept)
+    sources = order[:rows]
+    expanded_x = x[sources // k]
+    if row_idx_type == 1:
+        expanded_row_idx = order.to(torch.int32)
+    else:
+        expanded_row_idx = torch.full_like(flat, -1, dtype=torch.int32)
+        expanded_row_idx[order[:kept]] = torch.arange(kept, device=x.device, dtype=torch.int32)
+    counts = torch.bincount(flat[in_range] - start, minlength=end - start)
+    if not expert_tokens_num_flag:
+        tokens = x.new_empty(0, dtype=torch.int64)
+    elif expert_tokens_num_type == 0:
+        tokens = counts.cumsum(0)
+    elif expert_tokens_num_type == 1:
+        tokens = counts
+    else:
+        present = counts.nonzero().flatten()
+        tokens = torch.stack([present + start, counts[present]], -1)
+    expanded_scale = x.new_empty(0, dtype=torch.float32)
+    if quant_mode == -1:
+        if scale is not None:
+            expanded_scale = scale.float()[sources // k]
+    elif quant_mode == 0:  # static: one scale and offset, applied in float16
+        _check(scale is not None and offset is not None, f"{name}: quant_mode=0 needs scale and offset")
+        q = expanded_x.half() * scale.reshape(-1)[0].half() + offset.reshape(-1)[0].half()
+        expanded_x = torch.round(q.float()).clamp(-128, 127).to(torch.int8)
+    else:  # dynamic per row, after the optional smooth scale ([1, H] or one row per expert of the range)
+        xf = expanded_x.float()
+        if scale is not None:
+            smooth = scale.float().reshape(-1, x.size(1))
+            xf = xf * (smooth if smooth.size(0) == 1 else smooth[flat[sources] - start])
+        row_scale = xf.abs().amax(-1, keepdim=True) / 127.0
+        expanded_x = torch.round(xf / row_scale).clamp(-128, 127).to(torch.int8)
+        expanded_scale = row_scale.reshape(-1)
+    return expanded_x, expanded_row_idx, tokens.to(torch.int64), expanded_scale
+
+
+@_op("npu_moe_token_permute(Tensor tokens, Tensor indices, int? num_out_tokens=None, bool padded_mode=False) "
+     "-> (Tensor, Tensor)")
+def _npu_moe_token_permute(tokens, indices, num_out_tokens=None, padded_mode=False):
+    """Megatron's MoE permute: the N*topk (token, expert) pairs of indices [N] or [N, topk],
+    stably sorted by expert; permuted_tokens[d] = tokens[s // topk] for the d-th sorted flat
+    index s (the first num_out_tokens rows). sorted_indices (int32) maps each flat index s to
+    its row d (the inverse permutation)."""
+    _check(not padded_mode, "npu_moe_token_permute: padded_mode=True is not supported (as in torch_npu)")
+    _check(indices.dim() in (1, 2), f"npu_moe_token_permute: indices must be [N] or [N, topk], got {indices.dim()}-D")
+    topk = 1 if indices.dim() == 1 else indices.size(1)
+    order = torch.argsort(indices.reshape(-1), stable=True)
+    if num_out_tokens is not None and num_out_tokens > 0:
+        order = order[:num_out_tokens]
+    permuted = tokens.index_select(0, order // topk)
+    sorted_indices = torch.argsort(torch.argsort(indices.reshape(-1), stable=True), stable=True)
+    return permuted, sorted_indices.to(torch.int32)
+
+
+@_op("npu_moe_token_unpermute(Tensor permuted_tokens, Tensor sorted_indices, Tensor? probs=None, "
+     "bool padded_mode=False, int[]? restore_shape=None) -> Tensor")
+def _npu_moe_token_unpermute(permuted_tokens, sorted_indices, probs=None, padded_mode=False, restore_shape=None):
+    """Undoes npu_moe_token_permute: out[i] = sum_j probs[i, j] * permuted_tokens[sorted_indices[i * topk + j]]
+    (topk = probs.size(1), or 1 without probs); rows past permuted_tokens' end (dropped) add 0."""
+    _check(not padded_mode, "npu_moe_token_unpermute: padded_mode=True is not supported (as in torch_npu)")
+    topk = 1 if probs is None else probs.size(-1)
+    _check(sorted_indices.numel() % topk == 0, f"npu_moe_token_unpermute: sorted_indices ({sorted_indices.numel()}) "
+                                               f"must hold topk={topk} entries per token")
+    index = sorted_indices.long()
+    rows = permuted_tokens.size(0)
+    valid = index < rows
+    gathered = permuted_tokens.index_select(0, index.clamp(max=max(rows - 1, 0)))
+    gathered = gathered * valid.unsqueeze(-1).to(gathered.dtype)
+    gathered = gathered.view(-1, topk, permuted_tokens.size(-1))
+    if probs is not None:
+        gathered = gathered * probs.reshape(-1, topk, 1).to(gathered.dtype)
+    return gathered.sum(1)
+
+
+@_op("npu_moe_re_routing(Tensor tokens, Tensor expert_token_num_per_rank, *, Tensor? per_token_scales=None, "
+     "int expert_token_num_type=1, int idx_type=0, int? tokens_dtype=None) -> (Tensor, Tensor, Tensor, Tensor)")
+def _npu_moe_re_routing(tokens, expert_token_num_per_rank, *, per_token_scales=None, expert_token_num_type=1,
+                        idx_type=0, tokens_dtype=None):
+    """tokens [A, H] arrive grouped by source rank, then expert (block (i, j) holds
+    expert_token_num_per_rank[i, j] rows); regroups them by expert, then rank.
+    permute_token_idx (int32, gather index): permute_tokens[d] = tokens[permute_token_idx[d]];
+    expert_token_num: tokens per expert (count mode)."""
+    name = "npu_moe_re_routing"
+    _check(expert_token_num_type == 1, f"{name}: only expert_token_num_type=1 (count) is supported, "
+                                       f"got {expert_token_num_type}")
+    _check(idx_type == 0, f"{name}: only idx_type=0 (gather index) is supported, got {idx_type}")
+    counts = expert_token_num_per_rank
+    _check(counts.dim() == 2, f"{name}: expert_token_num_per_rank must be 2-D [ranks, experts], got {counts.dim()}-D")
+    _check(int(counts.sum()) == tokens.size(0), f"{name}: expert_token_num_per_rank sums to {int(counts.sum())}, "
+                                                f"but tokens has {tokens.size(0)} rows")
+    flat = counts.reshape(-1).long()
+    # block b = (rank, expert) of each source row, then a stable sort by (expert, rank)
+    block = torch.repeat_interleave(torch.arange(flat.numel(), device=tokens.device), flat)
+    ranks, experts = counts.shape
+    key = (block % experts) * ranks + block // experts
+    idx = torch.argsort(key, stable=True)
+    scales = (per_token_scales[idx] if per_token_scales is not None
+              else tokens.new_empty(0, dtype=torch.float32))
+    return tokens[idx], scales, idx.to(torch.int32), counts.sum(0)
+
+
+# ---- LLM fused losses, norms and quantized activations ---------------------------------------
+
+@_op("npu_cross_entropy_loss(Tensor input, Tensor target, Tensor? weight=None, str reduction='mean', "
+     "int ignore_index=-100, float label_smoothing=0.0, float lse_square_scale_for_zloss=0.0, bool return_zloss=False) "
+     "-> (Tensor, Tensor, Tensor, Tensor)")
+def _npu_cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_index=-100, label_smoothing=0.0,
+                            lse_square_scale_for_zloss=0.0, return_zloss=False):
+    """Cross entropy of logits input [N, C] (computed in float) with class targets [N], as
+    F.cross_entropy (weight, ignore_index, label_smoothing). Returns (loss, log_prob [N, C],
+    zloss, lse_for_zloss): with return_zloss, zloss = lse_square_scale_for_zloss * lse^2
+    (lse = logsumexp of each row, ignored rows 0) reduced like the loss, else both empty."""
+    name = "npu_cross_entropy_loss"
+    _check(reduction in ("mean", "sum", "none"),
+           f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    _check(input.dim() == 2 and target.dim() == 1 and target.size(0) == input.size(0),
+           f"{name}: input must be [N, C] and target [N], got {list(input.shape)} and {list(target.shape)}")
+    logits = input.float()
+    log_prob = F.log_softmax(logits, -1)
+    w = None if weight is None else weight.float()
+    loss = F.nll_loss(log_prob, target.long(), w, ignore_index=ignore_index, reduction=reduction)
+    if label_smoothing > 0:
+        loss = F.cross_entropy(logits, target.long(), w, ignore_index=ignore_index, reduction=reduction,
+                               label_smoothing=label_smoothing)
+    if return_zloss:
+        lse = torch.logsumexp(logits, -1)
+        z = lse_square_scale_for_zloss * lse.pow(2) * (target != ignore_index)
+        kept = (target != ignore_index).sum().clamp_min(1)
+        zloss = z.sum() / kept if reduction == "mean" else z.sum() if reduction == "sum" else z
+        zloss, lse_for_zloss = zloss.to(input.dtype), lse
+    else:
+        zloss, lse_for_zloss = input.new_empty(0), input.new_empty(0, dtype=torch.float32)
+    loss = loss.reshape(1) if reduction != "none" else loss
+    return loss.to(input.dtype), log_prob.to(input.dtype), zloss, lse_for_zloss
+
+
+@_op("npu_group_norm_silu(Tensor input, Tensor? weight, Tensor? bias, int group, float eps=0.00001) "
+     "-> (Tensor, Tensor, Tensor)")
+def _npu_group_norm_silu(input, weight, bias, group, eps=1e-5):
+    """silu(GroupNorm(input)) of input [N, C, *]; also the per-(N, group) mean and rstd, as
+    aten.native_group_norm."""
+    _check(input.dim() >= 2 and group >= 1 and input.size(1) % group == 0,
+           f"npu_group_norm_silu: group ({group}) must divide the channels of input {list(input.shape)}")
+    n, c = input.shape[:2]
+    y, mean, rstd = torch.native_group_norm(input, weight, bias, n, c, input[0, 0].numel(), group, eps)
+    return F.silu(y), mean, rstd
+
+
+@_op("npu_add_rms_norm_cast(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) "
+     "-> (Tensor, Tensor, Tensor, Tensor)")
+def _npu_add_rms_norm_cast(x1, x2, gamma, epsilon=1e-6):
+    """x = x1 + x2; y = x / rms(x) * gamma over gamma's dimensions, computed in float.
+    Returns (y as float32, y in x1's dtype, rstd (float, reduced dimensions kept), x)."""
+    x = x1 + x2
+    dims = list(range(x.dim() - gamma.dim(), x.dim()))
+    xf = x.float()
+    rstd = torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + epsilon)
+    y = xf * rstd * gamma.float()
+    return y, y.to(x1.dtype), rstd, x
+
+
+def _quantize_int8(y, scale, offset, div_mode, name):
+    """round(y / scale + offset) (div_mode) or round(y * scale + offset), saturated to int8."""
+    _check(scale is not None, f"{name}: a quantization scale is required")
+    q = y / scale.float() if div_mode else y * scale.float()
+    if offset is not None:
+        q = q + offset.float()
+    return torch.round(q).clamp(-128, 127).to(torch.int8)
+
+
+def _int8_only(name, arg, code):
+    if code is not None:
+        target = _dtype(name, arg, code)
+        _check(target in (torch.int8, torch.qint8), f"{name}: only {arg}=torch.int8 is simulated, got {target}")
+
+
+@_op("npu_rms_norm_quant(Tensor x, Tensor gamma, Tensor beta, Tensor scale, Tensor offset, float epsilon=1e-06, *, "
+     "int? dst_dtype=None) -> Tensor")
+def _npu_rms_norm_quant(x, gamma, beta, scale, offset, epsilon=1e-6, *, dst_dtype=None):
+    """int8 quantization of RMSNorm(x) * gamma + beta (normalised over the last dimension; gamma
+    and beta [D] or [1, D]): round(y / scale + offset), in x's shape."""
+    _int8_only("npu_rms_norm_quant", "dst_dtype", dst_dtype)
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon) * gamma.float() + beta.float()
+    return _quantize_int8(y, scale, offset, True, "npu_rms_norm_quant").reshape(x.shape)
+
+
+@_op("npu_add_rms_norm_quant(Tensor x1, Tensor x2, Tensor gamma, Tensor scales1, Tensor? zero_points1, "
+     "Tensor? beta=None, Tensor? scales2=None, Tensor? zero_points2=None, *, int axis=-1, float epsilon=1e-06, "
+     "bool div_mode=True, int? dst_type=None) -> (Tensor, Tensor, Tensor)")
+def _npu_add_rms_norm_quant(x1, x2, gamma, scales1, zero_points1, beta=None, scales2=None, zero_points2=None, *,
+                            axis=-1, epsilon=1e-6, div_mode=True, dst_type=None):
+    """x = x1 + x2; y = RMSNorm(x) * gamma (+ beta) in float; y1 (and y2 when scales2 is given,
+    else empty) = round(y / scales + zero_points) as int8 (y * scales without div_mode).
+    Returns (y1, y2, x)."""
+    name = "npu_add_rms_norm_quant"
+    _check(axis == -1, f"{name}: only axis=-1 is supported, got {axis}")
+    _int8_only(name, "dst_type", dst_type)
+    x = x1 + x2
+    dims = list(range(x.dim() - gamma.dim(), x.dim()))
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + epsilon) * gamma.float()
+    if beta is not None:
+        y = y + beta.float()
+    y1 = _quantize_int8(y, scales1, zero_points1, div_mode, name)
+    y2 = (_quantize_int8(y, scales2, zero_points2, div_mode, name) if scales2 is not None
+          else x.new_empty(0, dtype=torch.int8))
+    return y1, y2, x
+
+
+@_op("npu_swiglu_quant(Tensor x, *, Tensor? smooth_scales=None, Tensor? offsets=None, Tensor? group_index=None, "
+     "bool activate_left=False, int quant_mode=0, int group_list_type=0, ScalarType? dst_type=None) "
+     "-> (Tensor, Tensor)")
+def _npu_swiglu_quant(x, *, smooth_scales=None, offsets=None, group_index=None, activate_left=False, quant_mode=0,
+                      group_list_type=0, dst_type=None):
+    """SwiGLU of x [N, 2H] (a, b = halves; silu(a) * b with activate_left, else a * silu(b)),
+    then per-row-group smooth_scales (and offsets, static mode) and int8 quantization.
+    quant_mode 0 (static): round(y * s + o); 1 (dynamic): scale = 127 / max|y * s| per row,
+    round(y * s * scale), returning scale (float32). group_index: group ends (type 0) or sizes
+    (type 1) along the rows, one smooth_scales row each."""
+    name = "npu_swiglu_quant"
+    _check(quant_mode in (0, 1), f"{name}: quant_mode must be 0 (static) or 1 (dynamic), got {quant_mode}")
+    _check(group_list_type in (0, 1), f"{name}: group_list_type must be 0 (cumsum) or 1 (count), got {group_list_type}")
+    _check(dst_type in (None, torch.int8), f"{name}: only dst_type=torch.int8 is simulated, got {dst_type}")
+    _check(x.size(-1) % 2 == 0, f"{name}: the last dimension of x must be even, got {x.size(-1)}")
+    a, b = x.float().chunk(2, -1)
+    y = F.silu(a) * b if activate_left else a * F.silu(b)
+    if group_index is not None:
+        group = _group_rows(group_index, y.size(0), group_list_type == 0, name)
+        covered = group.numel()
+        s = torch.ones_like(y)
+        o = torch.zeros_like(y)
+        if smooth_scales is not None:
+            s[:covered] = smooth_scales.float()[group]
+        if offsets is not None and quant_mode == 0:
+            o[:covered] = offsets.float()[group]
+        y = y * s + o
+    else:
+        if smooth_scales is not None:
+            y = y * smooth_scales.float()
+        if offsets is not None and quant_mode == 0:
+            y = y + offsets.float()
+    if quant_mode == 1:
+        scale = 127.0 / y.abs().amax(-1)
+        y = y * scale.unsqueeze(-1)
+    else:
+        scale = x.new_empty(0, dtype=torch.float32)
+    return torch.round(y).clamp(-128, 127).to(torch.int8), scale
+
+
+@_op("npu_mrope(Tensor positions, Tensor query, Tensor key, Tensor cos_sin_cache, int head_size, *, "
+     "int[]? mrope_section=None, str? rotary_mode='half', str? cache_mode='default') -> (Tensor, Tensor)")
+def _npu_mrope(positions, query, key, cos_sin_cache, head_size, *, mrope_section=None, rotary_mode="half",
+               cache_mode="default"):
+    """vLLM's (M)RoPE with a cos/sin cache [max_pos, rotary_dim] (cos | sin halves) on query
+    [T, heads * head_size] and key: the first rotary_dim channels of each head rotate, the rest
+    pass. positions [T]: plain RoPE; [m, T] (m = len(mrope_section), 3 or 4): MRoPE, the
+    cos/sin halves assembled from the m position rows -- 'default': consecutive sections
+    (section i from row i); 'interleave': channel c from row c % 3 for c < 3 * mrope_section[1],
+    else row 0. rotary_mode 'half' (NeoX: halves) or 'interleave' (GPT-J: even/odd pairs)."""
+    name = "npu_mrope"
+    mode = {"half": "half", "interleave": "interleave", "interleaved": "interleave"}.get(rotary_mode or "half")
+    _check(mode is not None, f"{name}: rotary_mode must be 'half' or 'interleave', got {rotary_mode!r}")
+    _check(cache_mode in (None, "default", "interleave"),
+           f"{name}: cache_mode only support default or interleave (torch_npu's wording), got {cache_mode!r}")
+    rotary_dim = cos_sin_cache.size(-1)
+    half = rotary_dim // 2
+    _check(rotary_dim % 2 == 0 and rotary_dim <= head_size,
+           f"{name}: cos_sin_cache's last dimension ({rotary_dim}) must be even and <= head_size ({head_size})")
+    cos, sin = cos_sin_cache[positions.long()].float().chunk(2, -1)  # [T, half] or [m, T, half]
+    if positions.dim() == 2:
+        m = positions.size(0)
+        _check(mrope_section is not None and len(mrope_section) == m,
+               f"{name}: 2-D positions [{m}, T] need mrope_section with {m} entries, got {mrope_section}")
+        if cache_mode == "interleave":
+            rows = torch.zeros(half, dtype=torch.long, device=cos.device)
+            for r in (1, 2):
+                rows[r:mrope_section[1] * 3:3] = r
+        else:
+            _check(sum(mrope_section) == half, f"{name}: mrope_section must sum to rotary_dim / 2 = {half}, "
+                                               f"got {list(mrope_section)}")
+            rows = torch.repeat_interleave(torch.arange(m, device=cos.device),
+                                           torch.tensor(list(mrope_section), device=cos.device))
+        channel = torch.arange(half, device=cos.device)
+        cos, sin = cos[rows, :, channel].t(), sin[rows, :, channel].t()  # [T, half]
+    cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+
+    def rotate(x):
+        shaped = x.reshape(x.size(0), -1, head_size).float()
+        rot, rest = shaped[..., :rotary_dim], shaped[..., rotary_dim:]
+        x1, x2 = rot.chunk(2, -1) if mode == "half" else (rot[..., ::2], rot[..., 1::2])
+        o1, o2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        rot = torch.cat((o1, o2), -1) if mode == "half" else torch.stack((o1, o2), -1).flatten(-2)
+        return torch.cat((rot, rest), -1).reshape(x.shape).to(x.dtype)
+    return rotate(query), rotate(key)
+
+
+
+
+# round_mode codes 0..4: rint, round (numpy's: also half to even), floor, ceil, trunc
+_ROUND_CODES = (torch.round, torch.round, torch.floor, torch.ceil, torch.trunc)
+
+
+def _group_rows(group_index, rows, cumulative, name):
+    """Group id of each of the first sum(sizes) rows for group sizes (or cumulative ends)."""
+    sizes = group_index.long().reshape(-1)
+    if cumulative:
+        sizes = torch.diff(sizes, prepend=sizes.new_zeros(1))
+    covered = int(sizes.sum())
+    _check(covered <= rows and bool((sizes >= 0).all()),
+           f"{name}: group_index must describe non-negative groups covering at most {rows} rows, got "
+           f"{group_index.tolist()}")
+    return torch.repeat_interleave(torch.arange(sizes.numel(), device=group_index.device), sizes,
+                                   output_size=covered)
+
+
+@_op("npu_dequant_swiglu_quant(Tensor x, *, Tensor? weight_scale=None, Tensor? activation_scale=None, "
+     "Tensor? bias=None, Tensor? quant_scale=None, Tensor? quant_offset=None, Tensor? group_index=None, "
+     "bool activate_left=False, int quant_mode=0, int? dst_type=None, int? round_mode=None, int? activate_dim=None, "
+     "int swiglu_mode=0, float clamp_limit=7.0, float glu_alpha=1.702, float glu_bias=1.0) -> (Tensor, Tensor)")
+def _npu_dequant_swiglu_quant(x, *, weight_scale=None, activation_scale=None, bias=None, quant_scale=None,
+                              quant_offset=None, group_index=None, activate_left=False, quant_mode=0, dst_type=None,
+                              round_mode=None, activate_dim=None, swiglu_mode=0, clamp_limit=7.0, glu_alpha=1.702,
+                              glu_bias=1.0):
+    """x [..., 2H] (int32 matmul accumulators, or float) split into row groups (group_index:
+    sizes; default one group). int32 x: (x + int32 bias[g]) * weight_scale[g] * activation_scale
+    [row] (+ float bias). SwiGLU of (a, b) = the (left, right) halves if activate_left, else
+    (right, left), or (even, odd) channels for swiglu_mode 1: mode 0: silu(a) * b; modes 1 and
+    2 (clamped GLU): a = min(a, clamp_limit), b = clamp(b, +-clamp_limit),
+    a * sigmoid(glu_alpha * a) * (b + glu_bias).
+    Quantization to int8: static (0): y / quant_scale[g] + quant_offset[g], scale output 0;
+    dynamic (1): y * quant_scale[g], then per row y * 127 / max|y|, scale output max|y| / 127.
+    round_mode 0..4: rint, round, floor, ceil, trunc. Rows past the groups give 0."""
+    name = "npu_dequant_swiglu_quant"
+    _check(quant_mode in (0, 1), f"{name}: quant_mode must be 0 (static) or 1 (dynamic), got {quant_mode}")
+    _check(swiglu_mode in (0, 1, 2), f"{name}: swiglu_mode must be 0, 1 or 2, got {swiglu_mode}")
+    _check(activate_dim in (None, -1, x.dim() - 1), f"{name}: only activate_dim=-1 is supported, got {activate_dim}")
+    _int8_only(name, "dst_type", dst_type)
+    _check(round_mode in (None, 0, 1, 2, 3, 4), f"{name}: round_mode must be 0..4, got {round_mode}")
+    round_fn = _ROUND_CODES[round_mode or 0]
+    width = x.size(-1)
+    _check(width % 2 == 0, f"{name}: the last dimension of x must be even, got {width}")
+    x2 = x.reshape(-1, width)
+    rows = x2.size(0)
+    g = (_group_rows(group_index, rows, False, name) if group_index is not None
+         else torch.zeros(rows, dtype=torch.long, device=x.device))
+    covered = g.numel()
+
+    def per_group(t):  # 1-D tensors apply to every group
+        t = t.float()
+        return t.reshape(1, -1)[torch.zeros_like(g)] if t.dim() == 1 else t[g]
+
+    res = x2[:covered]
+    if x.dtype == torch.int32:
+        if bias is not None and bias.dtype == torch.int32:
+            res = res + per_group(bias).to(torch.int32)
+        res = res.float()
+        if weight_scale is not None:
+            res = res * per_group(weight_scale)
+        if activation_scale is not None:
+            res = res * activation_scale.float().reshape(-1, 1)[:covered]
+        if bias is not None and bias.dtype != torch.int32:
+            res = res + bias.float()
+    else:
+        res = res.float()
+    if swiglu_mode == 1:
+        a, b = res[:, ::2], res[:, 1::2]
+    else:
+        left, right = res.chunk(2, -1)
+        a, b = (left, right) if activate_left else (right, left)
+    if swiglu_mode == 0:
+        y = F.silu(a) * b
+    else:  # the clamped GLU variant
+        a, b = a.clamp(max=clamp_limit), b.clamp(-clamp_limit, clamp_limit)
+        y = a * torch.sigmoid(glu_alpha * a) * (b + glu_bias)
+    scale = torch.zeros(covered, device=x.device)
+    if quant_mode == 0:
+        if quant_scale is not None:
+            y = y / (quant_scale.float()[g].unsqueeze(-1) if quant_scale.dim() == 1 else quant_scale.float()[g])
+        if quant_offset is not None:
+            y = y + (quant_offset.float()[g].unsqueeze(-1) if quant_offset.dim() == 1 else quant_offset.float()[g])
+    else:
+        if quant_scale is not None:
+            y = y * per_group(quant_scale)
+        amax = y.abs().amax(-1)
+        scale = amax / 127.0
+        y = y * (127.0 / amax).unsqueeze(-1)
+    out = torch.zeros(rows, width // 2, dtype=torch.int8, device=x.device)
+    out[:covered] = round_fn(y.clamp(-128, 127)).to(torch.int8)
+    scales = torch.zeros(rows, device=x.device)
+    scales[:covered] = scale
+    return out.view(x.shape[:-1] + (width // 2,)), scales.view(x.shape[:-1])
+
+
+@_op("npu_quant_scatter(Tensor self, Tensor indices, Tensor updates, Tensor quant_scales, "
+     "Tensor? quant_zero_points=None, int axis=-2, int quant_axis=-1, str reduce='update', int? dst_type=None, "
+     "str? round_mode='rint') -> Tensor")
+def _npu_quant_scatter(self, indices, updates, quant_scales, quant_zero_points=None, axis=-2, quant_axis=-1,
+                       reduce="update", dst_type=None, round_mode="rint"):
+    return _npu_quant_scatter_(self.clone(), indices, updates, quant_scales, quant_zero_points, axis, quant_axis,
+                               reduce, dst_type, round_mode)
+
+
+@_op("npu_quant_scatter_(Tensor(a!) self, Tensor indices, Tensor updates, Tensor quant_scales, "
+     "Tensor? quant_zero_points=None, int axis=-2, int quant_axis=-1, str reduce='update', int? dst_type=None, "
+     "str? round_mode='rint') -> Tensor(a!)")
+def _npu_quant_scatter_(self, indices, updates, quant_scales, quant_zero_points=None, axis=-2, quant_axis=-1,
+                        reduce="update", dst_type=None, round_mode="rint"):
+    """scatter_update_ of int8 self with updates quantized per channel of the last dimension:
+    round(updates / quant_scales + quant_zero_points), saturated to int8."""
+    name = "npu_quant_scatter"
+    _check(reduce == "update", f"{name}: reduce must be 'update', got {reduce!r}")
+    _check(quant_axis in (-1, updates.dim() - 1), f"{name}: only quant_axis=-1 is supported, got {quant_axis}")
+    _check(round_mode in (None, "rint"), f"{name}: only round_mode='rint' is supported, got {round_mode!r}")
+    _check(self.dtype == torch.int8, f"{name}: self must be int8, got {self.dtype}")
+    _int8_only(name, "dst_type", dst_type)
+    channels = updates.size(-1)
+    _check(quant_scales.numel() == channels, f"{name}: quant_scales must hold one scale per channel of the last "
+                                             f"dimension ({channels}), got {quant_scales.numel()}")
+    zero = None if quant_zero_points is None else quant_zero_points.reshape(channels)
+    quantized = _quantize_int8(updates.float(), quant_scales.reshape(channels), zero, True, name)
+    return _scatter_update_(self, indices, quantized, axis)
+
+
+def _int8_matmul(a, b):
+    """Exact int32 product of int8 matrices (the cube unit's int32 accumulation): float32 matmuls
+    over K-chunks of 1024, whose sums (|.| <= 1024 * 2^14 = 2^24) float32 holds exactly."""
+    out = None
+    for k in range(0, a.size(-1), 1024):
+        part = (a[..., k:k + 1024].float() @ b[k:k + 1024].float()).to(torch.int32)
+        out = part if out is None else out + part
+    return out if out is not None else a.new_zeros(a.shape[:-1] + b.shape[-1:], dtype=torch.int32)
+
+
+@_op("npu_grouped_matmul_finalize_routing(Tensor x, Tensor w, Tensor group_list, *, Tensor? scale=None, "
+     "Tensor? bias=None, Tensor? offset=None, Tensor? pertoken_scale=None, Tensor? shared_input=None, "
+     "Tensor? logit=None, Tensor? row_index=None, ScalarType? dtype=None, float? shared_input_weight=1.0, "
+     "int? shared_input_offset=0, int? output_bs=0, int? group_list_type=1, int[]? tuning_config=None, "
+     "int? x_dtype=None, int? w_dtype=None, int? scale_dtype=None, int? pertoken_scale_dtype=None) -> Tensor")
+def _npu_grouped_matmul_finalize_routing(x, w, group_list, *, scale=None, bias=None, offset=None, pertoken_scale=None,
+                                         shared_input=None, logit=None, row_index=None, dtype=None,
+                                         shared_input_weight=1.0, shared_input_offset=0, output_bs=0,
+                                         group_list_type=1, tuning_config=None, x_dtype=None, w_dtype=None,
+                                         scale_dtype=None, pertoken_scale_dtype=None):
+    """MoE expert FFN output + combine: the rows of x [M, K] split into groups by group_list
+    (sizes, or cumulative ends with group_list_type 0); group e's rows times w[e] ([E, K, N]; int8
+    products accumulate exactly) times scale[e] (per output channel) and pertoken_scale[row],
+    plus bias[e]; each row then times logit[row] and summed into output row row_index[row];
+    shared_input (times shared_input_weight) is added to rows shared_input_offset.... Output
+    float32 [output_bs (or max(row_index) + 1), N]."""
+    name = "npu_grouped_matmul_finalize_routing"
+    _check(dtype in (None, torch.float32), f"{name}: dtype must be torch.float32, got {dtype}")
+    _check(x_dtype is None and w_dtype is None and offset is None,
+           f"{name}: only int8 (A8W8) and floating x / w are simulated (no x_dtype, w_dtype or offset)")
+    _check(x.dim() == 2 and w.dim() == 3 and w.size(1) == x.size(1),
+           f"{name}: x must be [M, K] and w [E, K, N], got {list(x.shape)} and {list(w.shape)}")
+    _check(group_list_type in (0, 1, None), f"{name}: group_list_type must be 0 (cumsum) or 1 (count), "
+                                            f"got {group_list_type}")
+    _check(group_list.numel() == w.size(0), f"{name}: group_list must have one entry per expert ({w.size(0)}), "
+                                            f"got {group_list.numel()}")
+    m = x.size(0)
+    g = _group_rows(group_list, m, group_list_type == 0, name)
+    rows = g.numel()
+    sizes = torch.bincount(g, minlength=w.size(0)).tolist()
+    matmul = _int8_matmul if x.dtype == torch.int8 else (lambda a, b: a.float() @ b.float())
+    prod = torch.cat([matmul(part, w[e]) for e, part in enumerate(x[:rows].split(sizes))]).float()
+    if scale is not None:
+        prod = prod * scale.float().reshape(w.size(0), -1)[g]
+    if pertoken_scale is not None:
+        prod = prod * pertoken_scale.float().reshape(-1)[:rows].unsqueeze(-1)
+    if bias is not None:
+        prod = prod + bias.float().reshape(w.size(0), -1)[g]
+    if logit is not None:
+        prod = prod * logit.float().reshape(-1)[:rows].unsqueeze(-1)
+    target = (row_index.long().reshape(-1)[:rows] if row_index is not None
+              else torch.arange(rows, device=x.device))
+    batch = output_bs if output_bs else (int(target.max()) + 1 if rows else 0)
+    out = torch.zeros(batch, w.size(-1), device=x.device)
+    out.index_add_(0, target, prod)
+    if shared_input is not None:
+        start = shared_input_offset or 0
+        out[start:start + shared_input.size(0)] += shared_input_weight * shared_input.float()
+    return out
+
+
+# ---- KV caches -------------------------------------------------------------------------------
+
+def _scatter_paged(cache, tokens, slot_mapping, nz, name):
+    """Writes token t into slot slot_mapping[t] (block slot // block_size, offset slot % block_size)
+    of a paged cache: ND [blocks, block_size, ...] or NZ [blocks, C / c0, block_size, c0] (the
+    token's C values in c0-wide rows). Negative slots are skipped."""
+    slots = slot_mapping.reshape(-1).long()
+    keep = slots >= 0
+    slots, tokens = slots[keep], tokens[keep]
+    block_size = cache.size(2) if nz else cache.size(1)
+    blocks, offsets = slots // block_size, slots % block_size
+    if nz:
+        values = math.prod(tokens.shape[1:])
+        _check(cache.dim() == 4 and values == cache.size(1) * cache.size(3),
+               f"{name}: a PA_NZ cache must be [blocks, C / c0, block_size, c0] for tokens of C = {values} values, "
+               f"got {list(cache.shape)}")
+        cache[blocks, :, offsets, :] = tokens.reshape(tokens.size(0), cache.size(1), cache.size(3)).to(cache.dtype)
+    else:
+        cache[blocks, offsets] = tokens.reshape((tokens.size(0),) + tuple(cache.shape[2:])).to(cache.dtype)
+
+
+def _check_pa_cache_mode(name, cache_mode, compress_lens, compress_seq_offsets, seq_lens):
+    _check(cache_mode in (None, "Norm", "PA_NZ"), f"{name}: cache_mode must be 'Norm' or 'PA_NZ', got {cache_mode!r}")
+    _check(compress_lens is None and compress_seq_offsets is None and seq_lens is None,
+           f"{name}: compress_lens, compress_seq_offsets and seq_lens (compressed caches) are not simulated")
+    return cache_mode == "PA_NZ"
+
+
+@_op("npu_scatter_pa_kv_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
+     "Tensor slot_mapping, *, Tensor? compress_lens=None, Tensor? compress_seq_offsets=None, Tensor? seq_lens=None, "
+     "str? cache_mode='PA_NZ') -> ()")
+def _npu_scatter_pa_kv_cache(key, value, key_cache, value_cache, slot_mapping, *, compress_lens=None,
+                             compress_seq_offsets=None, seq_lens=None, cache_mode="PA_NZ"):
+    """Paged-attention cache write: key[t] / value[t] ([T, heads, head_size]) go to slot
+    slot_mapping[t] of key_cache / value_cache -- 'Norm': ND caches [blocks, block_size, heads,
+    head_size]; 'PA_NZ': [blocks, heads * head_size / 16, block_size, 16]."""
+    nz = _check_pa_cache_mode("npu_scatter_pa_kv_cache", cache_mode, compress_lens, compress_seq_offsets, seq_lens)
+    _scatter_paged(key_cache, key, slot_mapping, nz, "npu_scatter_pa_kv_cache")
+    _scatter_paged(value_cache, value, slot_mapping, nz, "npu_scatter_pa_kv_cache")
+
+
+@_op("npu_scatter_pa_kv_cache_functional(Tensor key, Tensor value, Tensor key_cache, Tensor value_cache, "
+     "Tensor slot_mapping, *, Tensor? compress_lens=None, Tensor? compress_seq_offsets=None, Tensor? seq_lens=None, "
+     "str? cache_mode='PA_NZ') -> (Tensor, Tensor)")
+def _npu_scatter_pa_kv_cache_functional(key, value, key_cache, value_cache, slot_mapping, *, compress_lens=None,
+                                        compress_seq_offsets=None, seq_lens=None, cache_mode="PA_NZ"):
+    """npu_scatter_pa_kv_cache on copies of the caches, which it returns."""
+    key_cache, value_cache = key_cache.clone(), value_cache.clone()
+    _npu_scatter_pa_kv_cache(key, value, key_cache, value_cache, slot_mapping, compress_lens=compress_lens,
+                             compress_seq_offsets=compress_seq_offsets, seq_lens=seq_lens, cache_mode=cache_mode)
+    return key_cache, value_cache
+
+
+
+@_op("npu_kv_rmsnorm_rope_cache(Tensor kv, Tensor gamma, Tensor cos, Tensor sin, Tensor index, Tensor k_cache, "
+     "Tensor ckv_cache, *, Tensor? k_rope_scale=None, Tensor? c_kv_scale=None, Tensor? k_rope_offset=None, "
+     "Tensor? c_kv_offset=None, Tensor? v=None, float epsilon=1e-5, str cache_mode='Norm', bool is_output_kv=False) "
+     "-> (Tensor, Tensor, Tensor, Tensor)")
+def _npu_kv_rmsnorm_rope_cache(kv, gamma, cos, sin, index, k_cache, ckv_cache, *, k_rope_scale=None,
+                               c_kv_scale=None, k_rope_offset=None, c_kv_offset=None, v=None, epsilon=1e-5,
+                               cache_mode="Norm", is_output_kv=False):
+    """DeepSeek MLA's KV path: kv [B, 1, S, 512 + 64] splits into c = kv[..., :512] and r =
+    kv[..., 512:]; y = RMSNorm(c) * gamma (float); k = RoPE of r with its interleaved pairs
+    regrouped as halves (npu_interleave_rope) with cos / sin [B, 1, S, 64]. k and y are written
+    into k_cache / ckv_cache in place (as in torch_npu) -- 'Norm': caches [B, 1, L, *], row
+    index[b, s] of batch b; 'PA' / 'PA_BNSD': caches [blocks, block_size, 1, *], global slot
+    index[b * S + s]; negative indices are skipped. Returns (k_cache, ckv_cache, k, y), the last
+    two empty unless is_output_kv."""
+    name = "npu_kv_rmsnorm_rope_cache"
+    _check(cache_mode in ("Norm", "PA", "PA_BNSD"), f"{name}: cache_mode must be 'Norm', 'PA' or 'PA_BNSD' "
+                                                    f"(the NZ / block modes are not simulated), got {cache_mode!r}")
+    _check(k_rope_scale is None and c_kv_scale is None and k_rope_offset is None and c_kv_offset is None and v is None,
+           f"{name}: quantized caches (k_rope_scale, c_kv_scale, offsets) and v are not simulated")
+    rms = gamma.numel()
+    _check(kv.dim() == 4 and kv.size(1) == 1 and kv.size(-1) > rms,
+           f"{name}: kv must be [B, 1, S, {rms} + rope_size], got {list(kv.shape)}")
+    c = kv[..., :rms].float()
+    y = (c * torch.rsqrt(c.pow(2).mean(-1, keepdim=True) + epsilon) * gamma.float()).to(kv.dtype)
+    k = _npu_interleave_rope(kv[..., rms:].float(), cos.float(), sin.float()).to(kv.dtype)
+    b, _, s, _ = kv.shape
+    if cache_mode == "Norm":
+        _check(index.shape == (b, s), f"{name}: Norm mode needs index [B, S] = [{b}, {s}], got {list(index.shape)}")
+        batch = torch.arange(b, device=kv.device).unsqueeze(1).expand(b, s)
+        keep = index >= 0
+        rows, pos = batch[keep], index[keep].long()
+        k_cache[rows, 0, pos] = k[:, 0][keep].to(k_cache.dtype)
+        ckv_cache[rows, 0, pos] = y[:, 0][keep].to(ckv_cache.dtype)
+    else:
+        slots = index.reshape(-1).long()
+        _check(slots.numel() == b * s, f"{name}: PA modes need index [B * S] = [{b * s}], got {list(index.shape)}")
+        keep = slots >= 0
+        k_cache.view(-1, k_cache.size(-1))[slots[keep]] = k.reshape(-1, k.size(-1))[keep].to(k_cache.dtype)
+        ckv_cache.view(-1, ckv_cache.size(-1))[slots[keep]] = y.reshape(-1, rms)[keep].to(ckv_cache.dtype)
+    if not is_output_kv:
+        k, y = kv.new_empty(0), kv.new_empty(0)
+    return k_cache, ckv_cache, k, y
+
+
+# ---- detection helpers -------------------------------------------------------------------------
+
+@_op("npu_grid_assign_positive(Tensor self, Tensor overlaps, Tensor box_responsible_flags, Tensor max_overlaps, "
+     "Tensor argmax_overlaps, Tensor gt_max_overlaps, Tensor gt_argmax_overlaps, int num_gts, float pos_iou_thr, "
+     "float min_pos_iou, bool gt_max_assign_all) -> Tensor")
+def _npu_grid_assign_positive(self, overlaps, box_responsible_flags, max_overlaps, argmax_overlaps, gt_max_overlaps,
+                              gt_argmax_overlaps, num_gts, pos_iou_thr, min_pos_iou, gt_max_assign_all):
+    """mmdetection's GridAssigner positive step on assigned gt indices self [n] (overlaps [k, n]):
+    responsible boxes with max_overlaps > pos_iou_thr get argmax_overlaps + 1; then each gt i
+    (in order, later ones win) whose gt_max_overlaps[i] > min_pos_iou gets i + 1 at the
+    responsible boxes of overlap equal to it (gt_max_assign_all) or at gt_argmax_overlaps[i]."""
+    _check(overlaps.dim() == 2 and overlaps.size(1) == self.numel(),
+           f"npu_grid_assign_positive: overlaps must be [gts, {self.numel()}], got {list(overlaps.shape)}")
+    flags = box_responsible_flags.bool()
+    out = torch.where((max_overlaps > pos_iou_thr) & flags, argmax_overlaps.to(self.dtype) + 1, self)
+    gts = min(int(num_gts), overlaps.size(0))
+    if gts == 0:
+        return out
+    if gt_max_assign_all:
+        hit = overlaps[:gts] == gt_max_overlaps[:gts].unsqueeze(1)
+    else:
+        hit = F.one_hot(gt_argmax_overlaps[:gts].long(), self.numel()).bool()
+    hit = hit & flags & (gt_max_overlaps[:gts] > min_pos_iou).unsqueeze(1)
+    # the last gt claiming a box wins: its 1-based index is the column maximum
+    ids = torch.arange(1, gts + 1, device=self.device).unsqueeze(1)
+    winner = (hit * ids).amax(0)
+    return torch.where(winner > 0, winner.to(self.dtype), out)
+
+
+@_op("npu_yolo_boxes_encode(Tensor self, Tensor gt_bboxes, Tensor stride, bool performance_mode=False) -> Tensor")
+def _npu_yolo_boxes_encode(self, gt_bboxes, stride, performance_mode=False):
+    """mmdetection's YOLOBBoxCoder.encode of gt_bboxes against anchors self, both [N, 4]
+    (x1, y1, x2, y2), stride [N]: centre offsets (gt - anchor) / stride + 0.5 clamped to
+    [eps, 1 - eps] and log(gt size / anchor size) (ratio clamped >= eps), eps = 1e-6."""
+    _check(self.dim() == 2 and self.size(1) == 4 and gt_bboxes.shape == self.shape,
+           f"npu_yolo_boxes_encode: anchors and gt_bboxes must both be [N, 4], got {list(self.shape)} and "
+           f"{list(gt_bboxes.shape)}")
+    eps = 1e-6
+    a, g = self.float(), gt_bboxes.float()
+    s = stride.float()
+    aw, ah = a[:, 2] - a[:, 0], a[:, 3] - a[:, 1]
+    gw, gh = g[:, 2] - g[:, 0], g[:, 3] - g[:, 1]
+    dx = ((g[:, 0] + g[:, 2] - a[:, 0] - a[:, 2]) * 0.5 / s + 0.5).clamp(eps, 1 - eps)
+    dy = ((g[:, 1] + g[:, 3] - a[:, 1] - a[:, 3]) * 0.5 / s + 0.5).clamp(eps, 1 - eps)
+    dw = torch.log((gw / aw).clamp(min=eps))
+    dh = torch.log((gh / ah).clamp(min=eps))
+    return torch.stack([dx, dy, dw, dh], -1).to(self.dtype)
+
+
+def _rotated_boxes(boxes, name, arg):
+    """[B, 5, N] boxes (x1, y1, x2, y2, angle in degrees) as float centre, size and angle rows."""
+    _check(boxes.dim() == 3 and boxes.size(1) == 5, f"{name}: {arg} must be [B, 5, N] boxes "
+                                                    f"(x1, y1, x2, y2, angle), got {list(boxes.shape)}")
+    x1, y1, x2, y2, angle = boxes.float().unbind(1)
+    return (x1 + x2) * 0.5, (y1 + y2) * 0.5, x2 - x1, y2 - y1, angle
+
+
+@_op("npu_rotated_box_encode(Tensor self, Tensor gt_bboxes, Tensor weight) -> Tensor")
+def _npu_rotated_box_encode(self, gt_bboxes, weight):
+    """Deltas of rotated gt boxes relative to anchors, both [B, 5, N] (x1, y1, x2, y2, angle in
+    degrees): (dx, dy) = centre offset / anchor (w, h), (dw, dh) = log(gt size / anchor size),
+    da = tan(gt angle) - tan(anchor angle); each times its weight [5]."""
+    ax, ay, aw, ah, aa = _rotated_boxes(self, "npu_rotated_box_encode", "self")
+    gx, gy, gw, gh, ga = _rotated_boxes(gt_bboxes, "npu_rotated_box_encode", "gt_bboxes")
+    deltas = torch.stack([(gx - ax) / aw, (gy - ay) / ah, torch.log(gw / aw), torch.log(gh / ah),
+                          torch.tan(torch.deg2rad(ga)) - torch.tan(torch.deg2rad(aa))], 1)
+    return (deltas * weight.float().reshape(1, 5, 1)).to(self.dtype)
+
+
+@_op("npu_rotated_box_decode(Tensor self, Tensor deltas, Tensor weight) -> Tensor")
+def _npu_rotated_box_decode(self, deltas, weight):
+    """Inverse of npu_rotated_box_encode: boxes [B, 5, N] (x1, y1, x2, y2, angle in degrees) from
+    anchors and deltas (divided by weight [5]); angle = atan(tan(anchor angle) + da)."""
+    ax, ay, aw, ah, aa = _rotated_boxes(self, "npu_rotated_box_decode", "self")
+    _check(deltas.shape == self.shape, f"npu_rotated_box_decode: deltas must match the anchors' shape "
+                                       f"{list(self.shape)}, got {list(deltas.shape)}")
+    dx, dy, dw, dh, da = (deltas.float() / weight.float().reshape(1, 5, 1)).unbind(1)
+    cx, cy = ax + dx * aw, ay + dy * ah
+    w, h = aw * torch.exp(dw), ah * torch.exp(dh)
+    angle = torch.rad2deg(torch.atan(torch.tan(torch.deg2rad(aa)) + da))
+    return torch.stack([cx - w * 0.5, cy - h * 0.5, cx + w * 0.5, cy + h * 0.5, angle], 1).to(self.dtype)
+
+
+def _greedy_nms(boxes, scores, iou_threshold, limit):
+    """Indices (by descending score, ties to the lower index) of the boxes [n, 4] greedy NMS keeps:
+    each box survives unless its IoU with a kept, higher-scored box exceeds iou_threshold."""
+    order = torch.argsort(scores, descending=True, stable=True)
+    b = boxes[order]
+    lo, hi = torch.minimum(b[:, :2], b[:, 2:]), torch.maximum(b[:, :2], b[:, 2:])
+    area = (hi - lo).prod(-1)
+    inter = (torch.minimum(hi[:, None], hi[None]) - torch.maximum(lo[:, None], lo[None])).clamp(min=0).prod(-1)
+    iou = inter / (area[:, None] + area[None] - inter).clamp_min(1e-12)
+    over = (iou > iou_threshold).tolist()
+    kept = []
+    for i in range(len(over)):
+        if len(kept) == limit:
+            break
+        if not any(over[i][j] for j in kept):
+            kept.append(i)
+    return order[kept]
+
+
+@_op("npu_batch_nms(Tensor self, Tensor scores, float score_threshold, float iou_threshold, int max_size_per_class, "
+     "int max_total_size, bool change_coordinate_frame=False, bool transpose_box=False) "
+     "-> (Tensor, Tensor, Tensor, Tensor)")
+def _npu_batch_nms(self, scores, score_threshold, iou_threshold, max_size_per_class, max_total_size,
+                   change_coordinate_frame=False, transpose_box=False):
+    """Combined multi-class NMS (TensorFlow's CombinedNonMaxSuppression without a clip window):
+    boxes [B, N, q, 4] ([B, q, 4, N] with transpose_box; q = 1 shared or one per class), scores
+    [B, N, C]. Per batch and class: boxes scoring > score_threshold, greedy NMS at iou_threshold,
+    at most max_size_per_class; then the max_total_size best over the classes. Returns boxes
+    [B, max_total_size, 4], scores and classes [B, max_total_size] (zero padded) and the counts
+    [B] (int32)."""
+    name = "npu_batch_nms"
+    boxes = self.permute(0, 3, 1, 2) if transpose_box else self
+    _check(boxes.dim() == 4 and boxes.size(-1) == 4 and scores.dim() == 3 and boxes.shape[:2] == scores.shape[:2]
+           and boxes.size(2) in (1, scores.size(2)),
+           f"{name}: expected boxes [B, N, q, 4] (q = 1 or classes) and scores [B, N, classes], got "
+           f"{list(self.shape)} and {list(scores.shape)}")
+    batch, classes = scores.size(0), scores.size(2)
+    out_boxes = self.new_zeros(batch, max_total_size, 4)
+    out_scores = scores.new_zeros(batch, max_total_size)
+    out_classes = scores.new_zeros(batch, max_total_size)
+    counts = torch.zeros(batch, dtype=torch.int32, device=self.device)
+    for b in range(batch):
+        found_boxes, found_scores, found_classes = [], [], []
+        for c in range(classes):
+            cb = boxes[b, :, c if boxes.size(2) > 1 else 0].float()
+            cs = scores[b, :, c].float()
+            candidates = (cs > score_threshold).nonzero().flatten()
+            keep = candidates[_greedy_nms(cb[candidates], cs[candidates], iou_threshold, max_size_per_class)]
+            found_boxes.append(cb[keep])
+            found_scores.append(cs[keep])
+            found_classes.append(torch.full((keep.numel(),), float(c), device=self.device))
+        all_scores = torch.cat(found_scores)
+        best = torch.argsort(all_scores, descending=True, stable=True)[:max_total_size]
+        n = best.numel()
+        out_boxes[b, :n] = torch.cat(found_boxes)[best].to(self.dtype)
+        out_scores[b, :n] = all_scores[best].to(scores.dtype)
+        out_classes[b, :n] = torch.cat(found_classes)[best].to(scores.dtype)
+        counts[b] = n
+    return out_boxes, out_scores, out_classes, counts
