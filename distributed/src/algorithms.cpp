@@ -49,8 +49,13 @@ void reduce_loop(T* dst, const T* const* src, int nsrc, size_t n, F f, bool avg)
       const T* sj = src[j] + i;
       for (size_t k = 0; k < m; ++k) acc[k] = f(acc[k], static_cast<Acc>(sj[k]));
     }
-    if (avg)
-      for (size_t k = 0; k < m; ++k) acc[k] *= scale;
+    if (avg) {
+      if constexpr (std::is_integral_v<Acc>) {  // integers: the sum divided, truncated (as C)
+        for (size_t k = 0; k < m; ++k) acc[k] /= static_cast<Acc>(nsrc);
+      } else {
+        for (size_t k = 0; k < m; ++k) acc[k] *= scale;
+      }
+    }
     T* d = dst + i;
     for (size_t k = 0; k < m; ++k) d[k] = static_cast<T>(acc[k]);
   }
@@ -108,6 +113,24 @@ template <class T, class Acc>
 void scale_typed(void* data, size_t n, Acc f) {
   T* p = static_cast<T*>(data);
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(static_cast<Acc>(p[i]) * f);
+}
+
+template <class T>
+void divide_typed(void* data, size_t n, int64_t d) {
+  T* p = static_cast<T*>(data);
+  for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(d));
+}
+
+void average(void* data, size_t n, c10::ScalarType dtype, int size) {
+  using c10::ScalarType;
+  switch (dtype) {
+    case ScalarType::Int: return divide_typed<int32_t>(data, n, size);
+    case ScalarType::Long: return divide_typed<int64_t>(data, n, size);
+    case ScalarType::Short: return divide_typed<int16_t>(data, n, size);
+    case ScalarType::Char: return divide_typed<int8_t>(data, n, size);
+    case ScalarType::Byte: return divide_typed<uint8_t>(data, n, size);
+    default: return scale(data, n, dtype, 1.0 / size);
+  }
 }
 
 void scale(void* data, size_t n, c10::ScalarType dtype, double factor) {
@@ -183,7 +206,7 @@ void check_reduction(c10::ScalarType dtype, RedOp op) {
   const bool fp = c10::isFloatingType(dtype);
   const bool integral = c10::isIntegralType(dtype, /*includeBool=*/true);
   TORCH_CHECK(fp || integral, "hccl: reductions on ", dtype, " are not supported");
-  TORCH_CHECK(op != RedOp::Avg || fp, "hccl: ReduceOp.AVG needs a floating point tensor, got ", dtype);
+  TORCH_CHECK(op != RedOp::Avg || dtype != c10::kBool, "hccl: ReduceOp.AVG does not support bool tensors");
   TORCH_CHECK(!(op == RedOp::Band || op == RedOp::Bor || op == RedOp::Bxor) || integral, "hccl: ReduceOp.",
               redop_name(op), " needs an integer or bool tensor, got ", dtype);
 }

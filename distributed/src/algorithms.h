@@ -75,6 +75,8 @@ void barrier(Comm& c, const OpDesc& op);
 void reduce_into(void* dst, const void* const* src, int nsrc, size_t n, c10::ScalarType dtype, RedOp op);
 // data[i] *= factor (floating types: AVG = SUM, then this).
 void scale(void* data, size_t n, c10::ScalarType dtype, double factor);
+// AVG after a SUM over `size` ranks: data[i] / size (integers: truncated).
+void average(void* data, size_t n, c10::ScalarType dtype, int size);
 // Fills this rank's header in its slot.
 void publish(ShmComm& c, const OpDesc& op, Coll coll, c10::ScalarType dtype, int64_t count, int root, int redop);
 bool same_call(const OpHeader& a, const OpHeader& b);

@@ -196,7 +196,7 @@ void allreduce(Comm& c, const OpDesc& op, void* data, int64_t numel, c10::Scalar
       reduce_into(data, src, static_cast<int>(here.size()), numel, dtype, summing(redop));  // src[0] is data
     }
     ring_allreduce(c, op, static_cast<char*>(data), numel, dtype, summing(redop));
-    if (redop == RedOp::Avg) scale(data, numel, dtype, 1.0 / c.size());
+    if (redop == RedOp::Avg) average(data, numel, dtype, c.size());
   }
   L.barrier(op);  // the leader's buffer holds the result
   if (!c.is_leader()) std::memcpy(data, c.addr(leader, c.slot(leader).offset[0], nbytes), nbytes);
@@ -242,7 +242,7 @@ void reduce(Comm& c, const OpDesc& op, void* data, int64_t numel, c10::ScalarTyp
           reduce_into(dst + a * es, two, 2, m, dtype, summing(redop));
         }
       }
-      if (redop == RedOp::Avg) scale(dst, numel, dtype, 1.0 / c.size());
+      if (redop == RedOp::Avg) average(dst, numel, dtype, c.size());
     }
   }
   L.barrier(op);
@@ -322,7 +322,7 @@ void reduce_scatter(Comm& c, const OpDesc& op, const std::vector<const void*>& i
         if (h != c.host()) src[m++] = in_parts.data() + (x++ * n + k) * nbytes;
       char* dst = c.addr(t, c.slot(t).out_offset[0], nbytes);
       reduce_into(dst, src, m, numel, dtype, summing(redop));
-      if (redop == RedOp::Avg) scale(dst, numel, dtype, 1.0 / c.size());
+      if (redop == RedOp::Avg) average(dst, numel, dtype, c.size());
     }
   }
   L.barrier(op);

@@ -1,11 +1,14 @@
 #include "torch_npu/distributed/process_group_hccl.h"
 
 #include <ATen/core/ivalue.h>
+#include <ATen/ops/empty.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <torch/csrc/distributed/c10d/exception.h>
 
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 
 #include "algorithms.h"
 #include "comm.h"
@@ -13,6 +16,7 @@
 #include "torch_npu/core/npu_graph.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/ops/formats.h"
 #include "torch_npu/ops/zero_copy.h"
 
 namespace torch_npu::distributed {
@@ -51,8 +55,56 @@ RedOp to_redop(const c10d::ReduceOp& op) {
     case c10d::ReduceOp::BAND: return RedOp::Band;
     case c10d::ReduceOp::BOR: return RedOp::Bor;
     case c10d::ReduceOp::BXOR: return RedOp::Bxor;
+    case c10d::ReduceOp::PREMUL_SUM: return RedOp::Sum;  // inputs scaled first (premul)
     default: TORCH_CHECK(false, "hccl: this ReduceOp (", static_cast<int>(op.op_), ") is not supported");
   }
+}
+
+// ReduceOp.PREMUL_SUM (torch_npu.distributed._make_hccl_premul_sum(f)): a SUM of the inputs
+// each multiplied by f first. Returns `t` times f, in place or as a new tensor; queued on
+// the current stream, which the communication stream waits for. Other ops: `t` as is.
+at::Tensor premul(const c10d::ReduceOp& op, const at::Tensor& t, bool in_place) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+  auto* f = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(f, "hccl: ReduceOp.PREMUL_SUM has no factor; make it with torch_npu.distributed._make_hccl_premul_sum");
+  TORCH_CHECK(c10::isFloatingType(t.scalar_type()), "hccl: ReduceOp.PREMUL_SUM needs floating point tensors, got ",
+              t.scalar_type());
+  if (f->tensor_factor.defined()) {
+    TORCH_CHECK(f->tensor_factor.numel() == 1, "hccl: the PREMUL_SUM factor must be a one-element tensor, got ",
+                f->tensor_factor.sizes());
+    const at::Tensor factor = f->tensor_factor.to(t.device(), t.scalar_type()).reshape({});
+    return in_place ? t.mul_(factor) : t.mul(factor);
+  }
+  return in_place ? t.mul_(f->double_factor) : t.mul(f->double_factor);
+}
+
+// Options.hccl_config: the keys torch_npu passes to HCCL, type-checked as torch_npu does
+// (the messages are torch_npu's). Returns hccl_exec_timeout (0 when not given).
+milliseconds check_hccl_config(const ProcessGroupHCCL::Options& o) {
+  static const char* const kInts[] = {"hccl_buffer_size",       "qos_traffic_class",  "qos_service_level",
+                                      "hccl_sdma_qos",          "hccl_op_expansion_mode", "hccl_world_rank_id",
+                                      "hccl_job_id",            "hccl_exec_timeout"};
+  static const char* const kStrings[] = {"group_name", "hccl_algo", "hccl_retry_enable", "hccl_retry_params",
+                                         "hccl_buffer_name"};
+  for (const char* k : kInts) {
+    auto it = o.hccl_config.find(k);
+    if (it != o.hccl_config.end())
+      TORCH_CHECK(std::holds_alternative<int64_t>(it->second), "Value type of ", k, " should be int.");
+  }
+  for (const char* k : kStrings) {
+    auto it = o.hccl_config.find(k);
+    if (it != o.hccl_config.end())
+      TORCH_CHECK(std::holds_alternative<std::string>(it->second), "Value type of ", k, " should be string.");
+  }
+  auto it = o.hccl_config.find("hccl_exec_timeout");
+  if (it == o.hccl_config.end()) return milliseconds(0);
+  const int64_t secs = std::get<int64_t>(it->second);
+  TORCH_CHECK(secs <= INT32_MAX, "Value type of hccl_exec_timeout exceeds INT32_MAX(2147483647).");
+  if (secs <= 0) {
+    TORCH_WARN_ONCE("hccl: hccl_exec_timeout ", secs, " is not positive; ignored");
+    return milliseconds(0);
+  }
+  return milliseconds(secs * 1000);
 }
 
 struct Outcome {
@@ -125,6 +177,9 @@ void check_tensor(const at::Tensor& t, const char* name, int rank) {
               t.device(), ". Move it with .npu(), or use a gloo group for CPU tensors "
               "(init_process_group(backend=\"cpu:gloo,npu:hccl\")).");
   TORCH_CHECK(t.layout() == c10::kStrided, "hccl: ", name, " does not support sparse tensors");
+  // A storage in a tiled format (FRACTAL_NZ, NC1HWC0, ...): torch_npu's rule and message.
+  TORCH_CHECK(!ops::tiled_storage(t) || t.storage_offset() == 0,
+              "For a tensor of internal format, it's storage_offset must be 0 (hccl: ", name, ")");
   TORCH_CHECK(t.is_contiguous(), "hccl: ", name, " on rank ", rank, " expects contiguous tensors (call .contiguous())");
 }
 
@@ -139,8 +194,82 @@ void check_rank(int r, int size, const char* name, const char* what) {
   TORCH_CHECK(r >= 0 && r < size, "hccl: ", name, ": invalid ", what, " ", r, " for a group of size ", size);
 }
 
+// Elements a collective moves: as torch_npu, a tensor in a tiled format is its whole
+// physical storage (the same format on every rank; the zero padding reduces to zero).
+int64_t hccl_numel(const at::Tensor& t) {
+  return ops::tiled_storage(t) ? static_cast<int64_t>(t.storage().nbytes() / t.element_size()) : t.numel();
+}
+
+// Collectives that place parts of tensors (gather, scatter, all-to-all) need plain layouts.
+void check_plain(const std::vector<at::Tensor>& ts, const char* name) {
+  for (const auto& t : ts)
+    TORCH_CHECK(!t.defined() || !ops::tiled_storage(t), "hccl: ", name, " does not support tensors in the internal "
+                "format ", ops::format_name(ops::npu_format_of(t)), "; cast them with torch_npu.npu_format_cast(t, 2)");
+}
+
+// Tiled tensors in collectives that place parts of tensors: as torch_npu, they run on
+// plain (ND) stand-ins. Inputs are cast (copies, in stream order); outputs get ND
+// temporaries whose values tile_back() copies in after the collective.
+bool any_tiled(const std::vector<at::Tensor>& ts) {
+  bool any = false;
+  for (const auto& t : ts) {
+    if (!t.defined() || !ops::tiled_storage(t)) continue;
+    TORCH_CHECK(t.storage_offset() == 0, "For a tensor of internal format, it's storage_offset must be 0");
+    any = true;
+  }
+  return any;
+}
+bool any_tiled(const std::vector<std::vector<at::Tensor>>& tss) {
+  bool any = false;
+  for (const auto& ts : tss) any = any_tiled(ts) || any;
+  return any;
+}
+std::vector<at::Tensor> plain_inputs(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : ts) out.push_back(t.defined() && ops::tiled_storage(t) ? ops::format_cast(t, ops::kFormatND) : t);
+  return out;
+}
+std::vector<std::vector<at::Tensor>> plain_inputs(const std::vector<std::vector<at::Tensor>>& tss) {
+  std::vector<std::vector<at::Tensor>> out;
+  for (const auto& ts : tss) out.push_back(plain_inputs(ts));
+  return out;
+}
+std::vector<at::Tensor> plain_outputs(const std::vector<at::Tensor>& ts) {
+  std::vector<at::Tensor> out;
+  for (const auto& t : ts)
+    out.push_back(t.defined() && ops::tiled_storage(t) ? at::empty(t.sizes(), t.options()) : t);
+  return out;
+}
+std::vector<std::vector<at::Tensor>> plain_outputs(const std::vector<std::vector<at::Tensor>>& tss) {
+  std::vector<std::vector<at::Tensor>> out;
+  for (const auto& ts : tss) out.push_back(plain_outputs(ts));
+  return out;
+}
+// The current stream waits for `work`, then the results are tiled into the outputs.
+c10::intrusive_ptr<c10d::Work> tile_back(c10::intrusive_ptr<c10d::Work> work, const std::vector<at::Tensor>& outs,
+                                         const std::vector<at::Tensor>& plain) {
+  bool waited = false;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (outs[i].is_same(plain[i])) continue;
+    if (!waited) work->wait();
+    waited = true;
+    outs[i].copy_(plain[i]);
+  }
+  return work;
+}
+c10::intrusive_ptr<c10d::Work> tile_back(c10::intrusive_ptr<c10d::Work> work,
+                                         const std::vector<std::vector<at::Tensor>>& outs,
+                                         const std::vector<std::vector<at::Tensor>>& plain) {
+  std::vector<at::Tensor> o, p;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    o.insert(o.end(), outs[i].begin(), outs[i].end());
+    p.insert(p.end(), plain[i].begin(), plain[i].end());
+  }
+  return tile_back(std::move(work), o, p);
+}
+
 void* ptr(const at::Tensor& t) { return t.data_ptr(); }
-size_t bytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
+size_t bytes(const at::Tensor& t) { return hccl_numel(t) * t.element_size(); }
 
 // After a failure: make local peers and the other hosts fail now, not at their timeout;
 // the Work and every later call of the group raise `e`.
@@ -187,7 +316,9 @@ ProcessGroupHCCL::ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store,
     : Backend(rank, size), options_(std::move(options)), state_(std::make_shared<CommState>()) {
   Timeouts t;
   t.connect = env_seconds("HCCL_CONNECT_TIMEOUT", milliseconds(120000));
+  const milliseconds config_exec = check_hccl_config(*options_);
   t.exec = options_->op_timeout.count() > 0 ? options_->op_timeout
+           : config_exec.count() > 0        ? config_exec
                                             : env_seconds("HCCL_EXEC_TIMEOUT", options_->timeout);
   std::string group = options_->group_name.empty() ? options_->group_id : options_->group_name;
   comm_ = std::make_shared<Comm>(store, rank, size, group.empty() ? "default" : group, t);
@@ -344,7 +475,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::broadcast(std::vector<at::Tenso
   const int root = static_cast<int>(opts.rootRank + opts.rootTensor);
   check_rank(root, size_, "broadcast", "root");
   void* p = ptr(tensors[0]);
-  const int64_t n = tensors[0].numel();
+  const int64_t n = hccl_numel(tensors[0]);
   const auto dt = tensors[0].scalar_type();
   return enqueue("hccl:broadcast", Lane::Collective, dev, tensors, tensors,
                  [=](Comm& c, uint64_t seq) { distributed::broadcast(c, {"broadcast", seq}, p, n, dt, root); });
@@ -368,7 +499,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allreduce_coalesced(std::vector
   std::vector<Item> items;
   for (const auto& t : tensors) {
     check_reduction(t.scalar_type(), op);
-    items.push_back({ptr(t), t.numel(), t.scalar_type()});
+    premul(opts.reduceOp, t, /*in_place=*/true);
+    items.push_back({ptr(t), hccl_numel(t), t.scalar_type()});
   }
   return enqueue("hccl:allreduce", Lane::Collective, dev, tensors, tensors, [=](Comm& c, uint64_t seq) {
     for (const auto& it : items) distributed::allreduce(c, {"allreduce", seq}, it.p, it.n, it.dt, op);
@@ -383,17 +515,24 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce(std::vector<at::Tensor>&
   check_rank(root, size_, "reduce", "root");
   const RedOp op = to_redop(opts.reduceOp);
   check_reduction(tensors[0].scalar_type(), op);
-  void* p = ptr(tensors[0]);
-  const int64_t n = tensors[0].numel();
+  // PREMUL_SUM: the root scales its tensor (the result) in place, the others a copy.
+  const std::vector<at::Tensor> bufs{premul(opts.reduceOp, tensors[0], /*in_place=*/rank_ == root)};
+  void* p = ptr(bufs[0]);
+  const int64_t n = hccl_numel(tensors[0]);
   const auto dt = tensors[0].scalar_type();
-  return enqueue("hccl:reduce", Lane::Collective, dev, tensors, tensors,
+  return enqueue("hccl:reduce", Lane::Collective, dev, bufs, tensors,
                  [=](Comm& c, uint64_t seq) { distributed::reduce(c, {"reduce", seq}, p, n, dt, op, root); });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                            std::vector<at::Tensor>& inputs,
-                                                           const c10d::AllgatherOptions&) {
+                                                           const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(inputs.size() == 1 && outputs.size() == 1, "hccl: allgather takes one tensor per process");
+  if (any_tiled(inputs) || any_tiled(outputs)) {
+    auto ins = plain_inputs(inputs);
+    auto outs = plain_outputs(outputs);
+    return tile_back(allgather(outs, ins, opts), outputs, outs);
+  }
   TORCH_CHECK(static_cast<int>(outputs[0].size()) == size_, "hccl: allgather needs ", size_,
               " output tensors (one per rank), got ", outputs[0].size());
   std::vector<at::Tensor> all = inputs;
@@ -402,6 +541,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather(std::vector<std::vect
     all.push_back(o);
   }
   const auto dev = device_of(all, "allgather");
+  check_plain(all, "allgather");
   std::vector<void*> outs;
   for (const auto& o : outputs[0]) outs.push_back(ptr(o));
   const void* in = ptr(inputs[0]);
@@ -442,6 +582,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather_coalesced(std::vector
     items.push_back(std::move(it));
   }
   const auto dev = device_of(all, "allgather_coalesced");
+  check_plain(all, "allgather_coalesced");
   return enqueue("hccl:allgather_coalesced", Lane::Collective, dev, all, results, [=](Comm& c, uint64_t seq) {
     for (const auto& it : items) distributed::allgather(c, {"allgather_coalesced", seq}, it.in, it.n, it.dt, it.outs);
   });
@@ -455,12 +596,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::_allgather_base(at::Tensor& out
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                  std::vector<at::Tensor>& inputs,
-                                                                                 const c10d::AllgatherOptions&) {
+                                                                                 const c10d::AllgatherOptions& opts) {
+  if (any_tiled(inputs) || any_tiled(outputs)) {
+    auto ins = plain_inputs(inputs);
+    auto outs = plain_outputs(outputs);
+    return tile_back(allgather_into_tensor_coalesced(outs, ins, opts), outputs, outs);
+  }
   TORCH_CHECK(outputs.size() == inputs.size(), "hccl: allgather_into_tensor: ", inputs.size(), " inputs but ",
               outputs.size(), " outputs");
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
   const auto dev = device_of(all, "allgather_into_tensor");
+  check_plain(all, "allgather_into_tensor");
   std::vector<GatherItem> items;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& in = inputs[i];
@@ -482,6 +629,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter(std::vector<at::
                                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                                 const c10d::ReduceScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == 1 && inputs.size() == 1, "hccl: reduce_scatter takes one tensor per process");
+  if (any_tiled(inputs) || any_tiled(outputs)) {
+    auto ins = plain_inputs(inputs);
+    auto outs = plain_outputs(outputs);
+    return tile_back(reduce_scatter(outs, ins, opts), outputs, outs);
+  }
   TORCH_CHECK(static_cast<int>(inputs[0].size()) == size_, "hccl: reduce_scatter needs ", size_,
               " input tensors (one per rank), got ", inputs[0].size());
   std::vector<at::Tensor> all = outputs;
@@ -490,10 +642,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter(std::vector<at::
     all.push_back(i);
   }
   const auto dev = device_of(all, "reduce_scatter");
+  check_plain(all, "reduce_scatter");
   const RedOp op = to_redop(opts.reduceOp);
   check_reduction(outputs[0].scalar_type(), op);
   std::vector<const void*> ins;
-  for (const auto& i : inputs[0]) ins.push_back(ptr(i));
+  for (const auto& i : inputs[0]) {
+    all.push_back(premul(opts.reduceOp, i, /*in_place=*/false));  // PREMUL_SUM: scaled copies
+    ins.push_back(ptr(all.back()));
+  }
   void* out = ptr(outputs[0]);
   const int64_t n = outputs[0].numel();
   const auto dt = outputs[0].scalar_type();
@@ -510,11 +666,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::_reduce_scatter_base(at::Tensor
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  if (any_tiled(inputs) || any_tiled(outputs)) {
+    auto ins = plain_inputs(inputs);
+    auto outs = plain_outputs(outputs);
+    return tile_back(reduce_scatter_tensor_coalesced(outs, ins, opts), outputs, outs);
+  }
   TORCH_CHECK(outputs.size() == inputs.size(), "hccl: reduce_scatter_tensor: ", inputs.size(), " inputs but ",
               outputs.size(), " outputs");
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
   const auto dev = device_of(all, "reduce_scatter_tensor");
+  check_plain(all, "reduce_scatter_tensor");
   const RedOp op = to_redop(opts.reduceOp);
   struct Item {
     std::vector<const void*> ins;
@@ -531,8 +693,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter_tensor_coalesced
     TORCH_CHECK(in.numel() == out.numel() * size_, "hccl: reduce_scatter_tensor: the input must have world_size (",
                 size_, ") times the output's elements: got ", in.numel(), " for an output of ", out.numel());
     check_reduction(out.scalar_type(), op);
+    const at::Tensor src = premul(opts.reduceOp, in, /*in_place=*/false);  // PREMUL_SUM: a scaled copy
+    if (!src.is_same(in)) all.push_back(src);
     Item it{{}, ptr(out), out.numel(), out.scalar_type()};
-    for (int r = 0; r < size_; ++r) it.ins.push_back(static_cast<char*>(ptr(in)) + r * bytes(out));
+    for (int r = 0; r < size_; ++r) it.ins.push_back(static_cast<char*>(ptr(src)) + r * bytes(out));
     items.push_back(std::move(it));
   }
   return enqueue("hccl:reduce_scatter_tensor", Lane::Collective, dev, all, outputs, [=](Comm& c, uint64_t seq) {
@@ -544,8 +708,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter_tensor_coalesced
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                std::vector<int64_t>& output_split_sizes,
                                                                std::vector<int64_t>& input_split_sizes,
-                                                               const c10d::AllToAllOptions&) {
+                                                               const c10d::AllToAllOptions& opts) {
+  if (any_tiled({output, input})) {
+    at::Tensor in = plain_inputs({input})[0];
+    at::Tensor out = plain_outputs({output})[0];
+    return tile_back(alltoall_base(out, in, output_split_sizes, input_split_sizes, opts), {output}, {out});
+  }
   const auto dev = device_of({output, input}, "alltoall_base");
+  check_plain({output, input}, "all_to_all_single");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "hccl: all_to_all_single: output dtype ",
               output.scalar_type(), " differs from input dtype ", input.scalar_type());
   // Splits count rows (dim 0); empty splits: equal parts.
@@ -590,13 +760,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::alltoall_base(at::Tensor& outpu
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
-                                                          const c10d::AllToAllOptions&) {
+                                                          const c10d::AllToAllOptions& opts) {
+  if (any_tiled(inputs) || any_tiled(outputs)) {
+    auto ins = plain_inputs(inputs);
+    auto outs = plain_outputs(outputs);
+    return tile_back(alltoall(outs, ins, opts), outputs, outs);
+  }
   TORCH_CHECK(static_cast<int>(outputs.size()) == size_ && static_cast<int>(inputs.size()) == size_,
               "hccl: all_to_all needs ", size_, " input and output tensors, got ", inputs.size(), " and ",
               outputs.size());
   std::vector<at::Tensor> all = inputs;
   all.insert(all.end(), outputs.begin(), outputs.end());
   const auto dev = device_of(all, "all_to_all");
+  check_plain(all, "all_to_all");
   std::vector<const void*> ins;
   std::vector<void*> outs;
   std::vector<uint64_t> send_bytes, recv_bytes;
@@ -619,6 +795,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::gather(std::vector<std::vector<
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::GatherOptions& opts) {
   TORCH_CHECK(inputs.size() == 1, "hccl: gather takes one tensor per process");
+  if (any_tiled(inputs) || any_tiled(outputs)) {
+    auto ins = plain_inputs(inputs);
+    auto outs = plain_outputs(outputs);
+    return tile_back(gather(outs, ins, opts), outputs, outs);
+  }
   const int root = static_cast<int>(opts.rootRank);
   check_rank(root, size_, "gather", "root");
   std::vector<at::Tensor> all = inputs;
@@ -638,6 +819,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::gather(std::vector<std::vector<
                 ") takes output tensors");
   }
   const auto dev = device_of(all, "gather");
+  check_plain(all, "gather");
   const void* in = ptr(inputs[0]);
   const int64_t n = inputs[0].numel();
   const auto dt = inputs[0].scalar_type();
@@ -649,6 +831,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::scatter(std::vector<at::Tensor>
                                                          std::vector<std::vector<at::Tensor>>& inputs,
                                                          const c10d::ScatterOptions& opts) {
   TORCH_CHECK(outputs.size() == 1, "hccl: scatter takes one tensor per process");
+  if (any_tiled(inputs) || any_tiled(outputs)) {
+    auto ins = plain_inputs(inputs);
+    auto outs = plain_outputs(outputs);
+    return tile_back(scatter(outs, ins, opts), outputs, outs);
+  }
   const int root = static_cast<int>(opts.rootRank);
   check_rank(root, size_, "scatter", "root");
   std::vector<at::Tensor> all = outputs;
@@ -665,6 +852,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::scatter(std::vector<at::Tensor>
     TORCH_CHECK(inputs.empty() || inputs[0].empty(), "hccl: scatter: only the root (", root, ") takes input tensors");
   }
   const auto dev = device_of(all, "scatter");
+  check_plain(all, "scatter");
   void* out = ptr(outputs[0]);
   const int64_t n = outputs[0].numel();
   const auto dt = outputs[0].scalar_type();
@@ -685,27 +873,167 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::barrier(const c10d::BarrierOpti
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::send(std::vector<at::Tensor>& tensors, int dst, int) {
   TORCH_CHECK(tensors.size() == 1, "hccl: send takes one tensor");
-  check_rank(dst, size_, "send", "destination rank");
-  TORCH_CHECK(dst != rank_, "hccl: send: rank ", rank_, " cannot send to itself");
+  check_rank(dst, size_, "send", "destination rank");  // itself too: a receive on the recv stream pulls it
   const auto dev = device_of(tensors, "send");
-  const void* p = ptr(tensors[0]);
-  const uint64_t nbytes = bytes(tensors[0]);
+  // A tensor in a tiled format travels in its logical layout (as torch_npu casts it to its
+  // origin format): the receiver's tensor may have another format.
+  const std::vector<at::Tensor> bufs{ops::tiled_storage(tensors[0]) ? ops::format_cast(tensors[0], ops::kFormatND)
+                                                                    : tensors[0]};
+  const void* p = ptr(bufs[0]);
+  const uint64_t nbytes = bytes(bufs[0]);
   if (nbytes) comm_->offset_of(p, nbytes);  // in the device's shared arena (checked before queuing)
   const int32_t dt = static_cast<int32_t>(tensors[0].scalar_type());
-  return enqueue("hccl:send", Lane::Send, dev, tensors, tensors,
+  return enqueue("hccl:send", Lane::Send, dev, bufs, tensors,
                  [=](Comm& c, uint64_t seq) { c.send(dst, p, nbytes, dt, {"send", seq}); });
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recv(std::vector<at::Tensor>& tensors, int src, int) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   TORCH_CHECK(tensors.size() == 1, "hccl: recv takes one tensor");
   check_rank(src, size_, "recv", "source rank");
-  TORCH_CHECK(src != rank_, "hccl: recv: rank ", rank_, " cannot receive from itself");
   const auto dev = device_of(tensors, "recv");
+  if (ops::tiled_storage(tensors[0])) {
+    // Into a tiled tensor: receive the logical values, then tile them in, in stream order.
+    std::vector<at::Tensor> nd{at::empty(tensors[0].sizes(), tensors[0].options())};
+    auto work = recv(nd, src, tag);
+    work->wait();  // the current stream waits for the receive (the host does not)
+    tensors[0].copy_(nd[0]);
+    return work;
+  }
   void* p = ptr(tensors[0]);
   const uint64_t nbytes = bytes(tensors[0]);
   const int32_t dt = static_cast<int32_t>(tensors[0].scalar_type());
   return enqueue("hccl:recv", Lane::Recv, dev, tensors, tensors,
                  [=](Comm& c, uint64_t seq) { c.recv(src, p, nbytes, dt, {"recv", seq}); });
+}
+
+}  // namespace torch_npu::distributed
+
+namespace torch_npu::distributed {
+
+std::string ProcessGroupHCCL::hccl_comm_name(int rankid, bool init_comm) {
+  TORCH_CHECK(rankid >= 0, "hccl: get_hccl_comm_name: invalid rank ", rankid);
+  if (comm_->device() < 0) {
+    if (!init_comm) return "";
+    comm_->bind(current_device());  // what torch_npu's communicator creation does
+  }
+  return comm_->group();
+}
+
+int64_t ProcessGroupHCCL::coll_stream_id(const c10::Device& device) {
+  TORCH_CHECK(device.type() == kNPU, "hccl: get_coll_stream_id expects an npu device, got ", device);
+  return stream_for(device.has_index() ? device.index() : current_device(), Lane::Collective).id();
+}
+
+int64_t ProcessGroupHCCL::p2p_stream_id(const c10::Device& device, int peer, bool /*is_batched*/) {
+  TORCH_CHECK(device.type() == kNPU, "hccl: get_p2p_stream_id expects an npu device, got ", device);
+  check_rank(peer, size_, "get_p2p_stream_id", "peer");
+  // One send stream per device (not per peer): the p2p stream, once a send was issued.
+  std::lock_guard<std::mutex> lock(mu_);
+  const int d = device.has_index() ? device.index() : current_device();
+  auto it = streams_.find({d, static_cast<int>(Lane::Send)});
+  return it == streams_.end() ? -1 : it->second.id();
+}
+
+int64_t ProcessGroupHCCL::stream_id(bool p2p, int peer) {
+  if (p2p) TORCH_CHECK(peer >= 0, "hccl: _get_stream_id: in p2p mode the peer rank must be >= 0, got ", peer);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = streams_.find({current_device(), static_cast<int>(p2p ? Lane::Send : Lane::Collective)});
+  return it == streams_.end() ? -1 : it->second.id();
+}
+
+void ProcessGroupHCCL::group_start() { ++group_depth_; }
+
+void ProcessGroupHCCL::group_end() {
+  TORCH_CHECK(group_depth_ > 0, "hccl: _group_end called without _group_start");
+  --group_depth_;
+}
+
+namespace {
+// Rows of each rank's part along dim 0 (empty: equal parts), checked against `t`.
+std::vector<int64_t> row_splits(const at::Tensor& t, std::vector<int64_t> splits, int size, const char* name) {
+  TORCH_CHECK(t.dim() > 0, "hccl: ", name, ": expects a tensor of at least one dimension");
+  const int64_t rows = t.size(0);
+  if (splits.empty()) {
+    TORCH_CHECK(rows % size == 0, "hccl: ", name, ": ", rows, " rows are not divisible by the world size ", size,
+                "; pass split sizes");
+    splits.assign(size, rows / size);
+  }
+  TORCH_CHECK(static_cast<int>(splits.size()) == size, "hccl: ", name, ": split sizes have ", splits.size(),
+              " entries, expected one per rank (", size, ")");
+  int64_t sum = 0;
+  for (int64_t x : splits) {
+    TORCH_CHECK(x >= 0, "hccl: ", name, ": negative split size ", x);
+    sum += x;
+  }
+  TORCH_CHECK(sum == rows, "hccl: ", name, ": split sizes sum to ", sum, " but the tensor has ", rows, " rows");
+  return splits;
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::all_gather_into_tensor_uneven(at::Tensor& output, at::Tensor& input,
+                                                                              std::vector<int64_t> output_split_sizes,
+                                                                              const c10d::AllgatherOptions&) {
+  const char* name = "all_gather_into_tensor_uneven";
+  const auto dev = device_of({output, input}, name);
+  check_plain({output, input}, name);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "hccl: ", name, ": output dtype ", output.scalar_type(),
+              " differs from input dtype ", input.scalar_type());
+  const auto splits = row_splits(output, std::move(output_split_sizes), size_, name);
+  const size_t row_bytes = output.size(0) ? bytes(output) / output.size(0) : 0;
+  TORCH_CHECK(bytes(input) == splits[rank_] * row_bytes, "hccl: ", name, ": rank ", rank_, "'s input has ",
+              input.numel(), " elements, but its part of the output has ", splits[rank_], " rows of ",
+              row_bytes / output.element_size(), " elements");
+  // An all-to-all that sends the same input to every rank: zero-copy, sizes checked across ranks.
+  std::vector<const void*> ins(size_, ptr(input));
+  std::vector<uint64_t> send_bytes(size_, bytes(input)), recv_bytes;
+  std::vector<void*> outs;
+  char* p = static_cast<char*>(ptr(output));
+  for (int64_t x : splits) {
+    outs.push_back(p);
+    recv_bytes.push_back(x * row_bytes);
+    p += x * row_bytes;
+  }
+  const auto dt = input.scalar_type();
+  return enqueue("hccl:all_gather_into_tensor_uneven", Lane::Collective, dev, {output, input}, {output},
+                 [=](Comm& c, uint64_t seq) {
+                   distributed::alltoall(c, {"all_gather_into_tensor_uneven", seq}, dt, ins, send_bytes, outs,
+                                         recv_bytes);
+                 });
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::reduce_scatter_tensor_uneven(at::Tensor& output, at::Tensor& input,
+                                                                             std::vector<int64_t> input_split_sizes,
+                                                                             const c10d::ReduceScatterOptions& opts) {
+  const char* name = "reduce_scatter_tensor_uneven";
+  const auto dev = device_of({output, input}, name);
+  check_plain({output, input}, name);
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "hccl: ", name, ": output dtype ", output.scalar_type(),
+              " differs from input dtype ", input.scalar_type());
+  const RedOp op = to_redop(opts.reduceOp);
+  check_reduction(input.scalar_type(), op);
+  const auto splits = row_splits(input, std::move(input_split_sizes), size_, name);
+  const int64_t row = input.size(0) ? input.numel() / input.size(0) : 0;
+  TORCH_CHECK(output.numel() == splits[rank_] * row, "hccl: ", name, ": rank ", rank_, "'s output has ",
+              output.numel(), " elements, but its part of the input has ", splits[rank_], " rows of ", row,
+              " elements");
+  // One reduce per rank's part into a scratch copy of the input (the input is left as is),
+  // then the own part is copied out.
+  const at::Tensor scratch = premul(opts.reduceOp, input, /*in_place=*/false);
+  const at::Tensor work_buf = scratch.is_same(input) ? input.clone() : scratch;
+  char* base = static_cast<char*>(ptr(work_buf));
+  const size_t esize = input.element_size();
+  std::vector<int64_t> first(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) first[r + 1] = first[r] + splits[r] * row;
+  void* out = ptr(output);
+  const auto dt = input.scalar_type();
+  const int me = rank_;
+  return enqueue("hccl:reduce_scatter_tensor_uneven", Lane::Collective, dev, {output, input, work_buf}, {output},
+                 [=](Comm& c, uint64_t seq) {
+                   for (int r = 0; r < static_cast<int>(first.size()) - 1; ++r)
+                     distributed::reduce(c, {"reduce_scatter_tensor_uneven", seq}, base + first[r] * esize,
+                                         first[r + 1] - first[r], dt, op, r);
+                   std::memcpy(out, base + first[me] * esize, (first[me + 1] - first[me]) * esize);
+                 });
 }
 
 }  // namespace torch_npu::distributed

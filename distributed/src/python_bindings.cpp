@@ -29,6 +29,20 @@ void init_python_bindings(PyObject* module) {
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("options"),
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("options", &PG::options)
+      // torch_npu's extensions.
+      .def("get_hccl_comm_name", &PG::hccl_comm_name, py::arg("rankid"), py::arg("init_comm") = true,
+           py::call_guard<py::gil_scoped_release>())
+      .def("get_coll_stream_id", &PG::coll_stream_id, py::arg("device"))
+      .def("get_p2p_stream_id", &PG::p2p_stream_id, py::arg("device"), py::arg("peer"), py::arg("is_batched"))
+      .def("_get_stream_id", &PG::stream_id, py::arg("p2p") = false, py::arg("peer") = -1)
+      .def("reduce_scatter_tensor_uneven", &PG::reduce_scatter_tensor_uneven, py::arg("output"), py::arg("input"),
+           py::arg("input_split_sizes") = std::vector<int64_t>{}, py::arg("opts") = c10d::ReduceScatterOptions(),
+           py::call_guard<py::gil_scoped_release>())
+      .def("all_gather_into_tensor_uneven", &PG::all_gather_into_tensor_uneven, py::arg("output"), py::arg("input"),
+           py::arg("output_split_sizes") = std::vector<int64_t>{}, py::arg("opts") = c10d::AllgatherOptions(),
+           py::call_guard<py::gil_scoped_release>())
+      .def("_group_start", &PG::group_start)
+      .def("_group_end", &PG::group_end)
       // Simulator introspection (not torch_npu API): the transport to a peer, TCP counters.
       .def("_transport", &PG::transport, py::arg("peer"))
       .def("_tcp_stats", &PG::tcp_stats)

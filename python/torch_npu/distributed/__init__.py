@@ -9,7 +9,8 @@ import os
 import torch
 import torch.distributed as dist
 
-__all__ = ["ProcessGroupHCCL"]
+__all__ = ["ProcessGroupHCCL", "is_hccl_available", "reduce_scatter_tensor_uneven",
+           "all_gather_into_tensor_uneven"]
 
 _logger = logging.getLogger("torch_npu.distributed")
 # Intra-op threads as the process started with (torch.set_num_threads not yet called).
@@ -39,9 +40,12 @@ if dist.is_available():
 
     def _create_process_group_hccl(dist_backend_opts, backend_options):
         """Creator for ``Backend.register_backend(..., extended_api=True)``."""
-        options = backend_options
-        if not isinstance(options, ProcessGroupHCCL.Options):
-            options = ProcessGroupHCCL.Options()
+        # A copy: changing the user's Options later must not reach this group (torch_npu's rule).
+        options = ProcessGroupHCCL.Options()
+        if isinstance(backend_options, ProcessGroupHCCL.Options):
+            options.is_high_priority_stream = backend_options.is_high_priority_stream
+            options.op_timeout = backend_options.op_timeout
+            options.hccl_config = dict(backend_options.hccl_config)
         options._timeout = dist_backend_opts.timeout
         options.global_ranks_in_group = list(dist_backend_opts.global_ranks_in_group)
         options.group_id = dist_backend_opts.group_id
@@ -55,3 +59,51 @@ if dist.is_available():
         dist.Backend.register_backend("hccl", _create_process_group_hccl, extended_api=True,
                                       devices=["npu"])
     dist.ProcessGroupHCCL = ProcessGroupHCCL
+
+
+def is_hccl_available() -> bool:
+    """True when the ``hccl`` backend can be used (torch_npu's name)."""
+    return dist.is_available()
+
+
+if dist.is_available():
+    # ReduceOp.PREMUL_SUM with a factor, as torch_npu exports it (torch's NCCL helper).
+    from torch.distributed import _make_nccl_premul_sum as _make_hccl_premul_sum
+
+    def _hccl_backend(group, name):
+        from torch.distributed.distributed_c10d import _get_default_group, _rank_not_in_group
+        if _rank_not_in_group(group):
+            return None
+        pg = group if group is not None and group is not dist.GroupMember.WORLD else _get_default_group()
+        backend = pg._get_backend(torch.device("npu"))
+        if not isinstance(backend, ProcessGroupHCCL):
+            raise RuntimeError(f"torch_npu.distributed.{name} needs a group with the hccl backend, "
+                               f"got {type(backend).__name__}")
+        return backend
+
+    def _finish(work, async_op):
+        if async_op:
+            return work
+        work.wait()
+        return None
+
+    def reduce_scatter_tensor_uneven(output, input, input_split_sizes=None, op=dist.ReduceOp.SUM,
+                                     group=None, async_op=False):
+        """Reduce-scatter where rank r receives ``input_split_sizes[r]`` rows (dim 0) of the
+        reduced ``input`` into ``output``; without split sizes the parts are equal."""
+        backend = _hccl_backend(group, "reduce_scatter_tensor_uneven")
+        if backend is None:
+            return None
+        opts = dist.ReduceScatterOptions()
+        opts.reduceOp = op
+        work = backend.reduce_scatter_tensor_uneven(output, input, list(input_split_sizes or []), opts)
+        return _finish(work, async_op)
+
+    def all_gather_into_tensor_uneven(output, input, output_split_sizes=None, group=None, async_op=False):
+        """All-gather where rank r contributes ``output_split_sizes[r]`` rows (dim 0) of ``output``;
+        without split sizes the parts are equal."""
+        backend = _hccl_backend(group, "all_gather_into_tensor_uneven")
+        if backend is None:
+            return None
+        work = backend.all_gather_into_tensor_uneven(output, input, list(output_split_sizes or []))
+        return _finish(work, async_op)

@@ -91,6 +91,26 @@ class ProcessGroupHCCL : public c10d::Backend {
   std::vector<int> tcp_peers() const;
   std::string tcp_address() const;  // "ip:port" of this rank's listener ("" on one host)
 
+  // torch_npu's extensions of ProcessGroupHCCL.
+  // The communicator's name (the group's name, the same on every rank); with
+  // init_comm=false "" while the communicator is not set up yet (no collective so far).
+  std::string hccl_comm_name(int rankid, bool init_comm);
+  // Id of the stream collectives run on (made now if need be); -1 for p2p streams not made yet.
+  int64_t coll_stream_id(const c10::Device& device);
+  int64_t p2p_stream_id(const c10::Device& device, int peer, bool is_batched);
+  int64_t stream_id(bool p2p, int peer);
+  // Uneven variants: rank r's part has split_sizes[r] rows (dim 0); empty: equal parts.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_uneven(at::Tensor& output, at::Tensor& input,
+                                                              std::vector<int64_t> input_split_sizes,
+                                                              const c10d::ReduceScatterOptions& opts);
+  c10::intrusive_ptr<c10d::Work> all_gather_into_tensor_uneven(at::Tensor& output, at::Tensor& input,
+                                                               std::vector<int64_t> output_split_sizes,
+                                                               const c10d::AllgatherOptions& opts);
+  // HcclGroupStart/End: operations are issued eagerly on their streams anyway, so a group
+  // only has to be well nested.
+  void group_start();
+  void group_end();
+
   // Coalescing (`dist._coalescing_manager(group, device)`, batch_isend_irecv): the
   // operations issued between start and end run as usual, in order on their streams; the
   // Work endCoalescing() returns completes when all of them have.
@@ -121,6 +141,7 @@ class ProcessGroupHCCL : public c10d::Backend {
   std::mutex mu_;
   std::map<std::pair<int, int>, c10::Stream> streams_;  // (device, lane)
   bool coalescing_ = false;
+  int group_depth_ = 0;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;  // Works issued since startCoalescing
 };
 

@@ -1,0 +1,296 @@
+"""torch_npu's own distributed API on the hccl backend, as Huawei's test/distributed uses it.
+
+Gaps found by running Huawei's test/distributed files: integer ReduceOp.AVG, PREMUL_SUM
+(torch_npu.distributed._make_hccl_premul_sum), get_hccl_comm_name, the stream-id queries,
+hccl_config checks, the uneven all-gather / reduce-scatter, _group_start/_group_end.
+Multi-process, with test_hccl.py's helpers; every expected value is computed here.
+"""
+import pytest
+import torch
+import torch.distributed as dist
+
+import torch_npu  # noqa: F401
+from test_hccl import _init, _spawn
+
+pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
+
+
+def _ints(rank, n, dtype):
+    """Values whose sum over the ranks is not a multiple of the world size (so truncation shows)."""
+    base = torch.arange(n, dtype=torch.int64) % 7 + rank * 3
+    if dtype != torch.uint8:
+        base = base - 5  # negative values too: AVG truncates toward zero, as C division does
+    return base.to(dtype)
+
+
+def _w_avg_premul(rank, world, port):
+    dev = _init(rank, world, port)
+    ranks = range(world)
+    for dtype in (torch.int32, torch.int64, torch.uint8, torch.int8):
+        for n in (5, 70_001):  # one-shot and two-shot all-reduce
+            t = _ints(rank, n, dtype).to(dev)
+            dist.all_reduce(t, op=dist.ReduceOp.AVG)
+            total = sum(_ints(r, n, dtype).long() for r in ranks)
+            want = torch.div(total, world, rounding_mode="trunc").to(dtype)
+            assert torch.equal(t.cpu(), want), (dtype, n)
+    out = torch.empty(4, dtype=torch.int32, device=dev)
+    dist.reduce_scatter_tensor(out, _ints(rank, 4 * world, torch.int32).to(dev), op=dist.ReduceOp.AVG)
+    total = sum(_ints(r, 4 * world, torch.int64) for r in ranks)
+    want = torch.div(total, world, rounding_mode="trunc").to(torch.int32)
+    assert torch.equal(out.cpu(), want[4 * rank:4 * rank + 4])
+
+    def vals(r, n):
+        return torch.arange(n, dtype=torch.float32) * 0.5 + r
+
+    total = sum(vals(r, 6 * world) for r in ranks)
+    for factor in (2.5, torch.tensor([0.25], device=dev)):
+        op = torch_npu.distributed._make_hccl_premul_sum(factor)
+        f = float(factor) if isinstance(factor, float) else factor.item()
+        for dtype in (torch.float32, torch.bfloat16):
+            t = vals(rank, 6 * world).to(dtype).to(dev)
+            dist.all_reduce(t, op=op)
+            ref = (sum(vals(r, 6 * world).to(dtype).float() * f for r in ranks)).to(dtype)
+            torch.testing.assert_close(t.cpu(), ref, rtol=1e-2, atol=1e-2)
+        src = vals(rank, 6 * world).to(dev)
+        out = torch.empty(6, device=dev)
+        dist.reduce_scatter_tensor(out, src, op=op)
+        torch.testing.assert_close(out.cpu(), (total * f)[6 * rank:6 * rank + 6])
+        assert torch.equal(src.cpu(), vals(rank, 6 * world)), "PREMUL_SUM must not change the input"
+        outs = torch.empty(6, device=dev)
+        dist.reduce_scatter(outs, list(src.chunk(world)), op=op)
+        torch.testing.assert_close(outs.cpu(), (total * f)[6 * rank:6 * rank + 6])
+        t = vals(rank, 6 * world).to(dev)
+        dist.reduce(t, dst=1, op=op)
+        if rank == 1:
+            torch.testing.assert_close(t.cpu(), total * f)
+        else:
+            assert torch.equal(t.cpu(), vals(rank, 6 * world)), "a non-root's tensor must stay as it was"
+    # Tensors in a tiled format (FRACTAL_NZ: padded, permuted storage): all-reduce and
+    # broadcast run on the whole storage, as torch_npu; a view at an offset is refused.
+    def nz_vals(r):
+        return torch.arange(2 * 3 * 17, dtype=torch.float32).reshape(2, 3, 17) * 0.5 + r
+
+    t = torch_npu.npu_format_cast(nz_vals(rank).to(dev), 29)
+    assert torch_npu.get_npu_format(t) == 29
+    assert t.untyped_storage().nbytes() > t.numel() * 4  # really padded
+    dist.all_reduce(t)
+    torch.testing.assert_close(t.cpu(), sum(nz_vals(r) for r in ranks))
+    t = torch_npu.npu_format_cast(nz_vals(rank).to(dev), 29)
+    dist.broadcast(t, src=1)
+    torch.testing.assert_close(t.cpu(), nz_vals(1))
+    # Collectives placing parts (all-gather, reduce-scatter, all-to-all) see logical values.
+    nz_in = torch_npu.npu_format_cast(nz_vals(rank).to(dev), 29)
+    gathered = torch_npu.npu_format_cast(torch.zeros(2 * world, 3, 17, device=dev), 29)
+    dist.all_gather_into_tensor(gathered, nz_in)
+    assert torch_npu.get_npu_format(gathered) == 29
+    torch.testing.assert_close(gathered.cpu(), torch.cat([nz_vals(r) for r in ranks]))
+    outs = [torch.zeros(2, 3, 17, device=dev) for _ in ranks]
+    dist.all_gather(outs, nz_in)
+    for r in ranks:
+        torch.testing.assert_close(outs[r].cpu(), nz_vals(r))
+    part = torch_npu.npu_format_cast(torch.zeros(2, 3, 17, device=dev), 29)
+    dist.reduce_scatter_tensor(part, torch.cat([nz_vals(rank)] * world).to(dev))
+    torch.testing.assert_close(part.cpu(), sum(nz_vals(r) for r in ranks))
+    big = torch_npu.npu_format_cast(torch.ones(4, 16, 16, device=dev), 29)
+    for fn in (lambda: dist.all_reduce(big[2:]),
+               lambda: dist.all_gather_into_tensor(torch.empty(4, 16, 16, device=dev), big[2:])):
+        try:
+            fn()
+        except RuntimeError as e:
+            assert "storage_offset must be 0" in str(e), str(e)
+        else:
+            raise AssertionError("a view at an offset of a tiled storage must be refused")
+
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.int32, device=dev),
+                        op=torch_npu.distributed._make_hccl_premul_sum(2.0))
+    except RuntimeError as e:
+        assert "PREMUL_SUM needs floating point" in str(e), str(e)
+    else:
+        raise AssertionError("PREMUL_SUM on an int tensor must raise")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_integer_avg_and_premul_sum():
+    _spawn(_w_avg_premul, 2)
+
+
+def _w_comm_name_streams(rank, world, port):
+    dev = _init(rank, world, port)
+    backend = dist.group.WORLD._get_backend(torch.device("npu"))
+    assert backend._get_stream_id(False, -1) == -1  # nothing made yet
+    sid = backend.get_coll_stream_id(dev)
+    assert sid != -1 and backend.get_coll_stream_id(dev) == sid
+    stream = torch.npu.Stream(stream_id=sid, device_type=20, device_index=dev.index)
+    t = torch.full((3,), float(rank + 1), device=dev)
+    dist.all_reduce(t)
+    stream.synchronize()  # the collective ran on that stream
+    assert t.cpu().tolist() == [3.0] * 3
+    assert backend._get_stream_id(False, -1) == sid
+
+    assert backend.get_p2p_stream_id(dev, 1 - rank, False) == -1
+    x = torch.full((4,), float(rank), device=dev)
+    if rank == 0:
+        dist.send(x, 1)
+        assert backend.get_p2p_stream_id(dev, 1, False) not in (-1, sid)
+    else:
+        dist.recv(x, 0)
+        assert x.cpu().tolist() == [0.0] * 4
+
+    # batch_isend_irecv with every rank, itself included (receive listed before the send),
+    # and p2p between tensors of different storage formats (values travel in logical layout).
+    ops, recvs = [], []
+    for peer in range(world):
+        recvs.append(torch.full((peer + 1, 3), -1.0, device=dev))
+        ops.append(dist.P2POp(dist.irecv, recvs[-1], peer))
+        ops.append(dist.P2POp(dist.isend, torch.full((rank + 1, 3), float(10 * rank + peer), device=dev), peer))
+    for req in dist.batch_isend_irecv(ops):
+        req.wait()
+    for peer in range(world):
+        assert torch.equal(recvs[peer].cpu(), torch.full((peer + 1, 3), float(10 * peer + rank))), peer
+    vals = torch.arange(3 * 20, dtype=torch.float32).reshape(3, 20)
+    if rank == 0:
+        dist.send(vals.to(dev), 1)  # ND into FRACTAL_NZ
+        dist.send(torch_npu.npu_format_cast(vals.to(dev), 29), 1)  # FRACTAL_NZ into ND
+    else:
+        nz = torch_npu.npu_format_cast(torch.zeros(3, 20, device=dev), 29)
+        dist.recv(nz, 0)
+        assert torch_npu.get_npu_format(nz) == 29 and torch.equal(nz.cpu(), vals)
+        nd = torch.zeros(3, 20, device=dev)
+        dist.recv(nd, 0)
+        assert torch.equal(nd.cpu(), vals)
+
+    names = []
+    for _ in range(2):
+        g = dist.new_group()
+        b = g._get_backend(torch.device("npu"))
+        assert b.get_hccl_comm_name(rank, init_comm=False) == ""  # no collective yet
+        name = b.get_hccl_comm_name(rank)
+        assert name and b.get_hccl_comm_name(rank, init_comm=False) == name
+        names.append(name)
+        t = torch.ones(2, device=dev)
+        dist.all_reduce(t, group=g)
+        assert t.cpu().tolist() == [2.0, 2.0]
+    assert names[0] != names[1]
+    gathered = [None] * world
+    dist.all_gather_object(gathered, names)
+    assert gathered == [names] * world, gathered  # one communicator, one name on every rank
+
+    backend._group_start()
+    a = torch.full((5,), float(rank), device=dev)
+    b = torch.full((5,), float(rank * 10), device=dev)
+    wa = dist.all_reduce(a, async_op=True)
+    wb = dist.all_reduce(b, async_op=True)
+    backend._group_end()
+    wa.wait()
+    wb.wait()
+    assert a.cpu().tolist() == [1.0] * 5 and b.cpu().tolist() == [10.0] * 5
+    try:
+        backend._group_end()
+    except RuntimeError as e:
+        assert "_group_start" in str(e)
+    else:
+        raise AssertionError("_group_end without _group_start must raise")
+    dist.destroy_process_group()
+
+
+def test_comm_name_stream_ids_and_groups():
+    _spawn(_w_comm_name_streams, 2)
+
+
+def _w_hccl_config(rank, world, port):
+    import datetime
+    dev = _init(rank, world, port)
+    store = dist.distributed_c10d._get_default_store()
+    good = {"hccl_buffer_size": 300, "group_name": "custom", "hccl_exec_timeout": 500,
+            "hccl_algo": "allreduce=level0:NA;level1:ring"}
+    opts = torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options()
+    opts.hccl_config = good
+    g = dist.new_group(ranks=list(range(world)), pg_options=opts)
+    opts.hccl_config = {"hccl_buffer_size": 1}  # later changes do not reach the group
+    assert g._get_backend(torch.device("npu")).options.hccl_config == good
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t, group=g)
+    assert t.cpu().tolist() == [2.0, 2.0]
+    PG = torch_npu._C._distributed_c10d.ProcessGroupHCCL
+    for config, text in (({"group_name": 123}, "Value type of group_name should be string"),
+                         ({"hccl_exec_timeout": "1"}, "Value type of hccl_exec_timeout should be int."),
+                         ({"qos_traffic_class": "1"}, "Value type of qos_traffic_class should be int."),
+                         ({"hccl_exec_timeout": 2 ** 31}, "exceeds INT32_MAX(2147483647)")):
+        bad = PG.Options()
+        bad.hccl_config = config
+        try:
+            PG(dist.PrefixStore("bad", store), rank, world, bad)
+        except RuntimeError as e:
+            assert text in str(e), str(e)
+        else:
+            raise AssertionError(f"{config} must raise")
+
+    # hccl_exec_timeout bounds a collective a peer never joins (1 s, not the group's 60 s).
+    short = PG.Options()
+    short.hccl_config = {"hccl_exec_timeout": 1}
+    short._timeout = datetime.timedelta(seconds=60)
+    pg = PG(dist.PrefixStore("short", store), rank, world, short)
+    if rank == 0:
+        t = torch.ones(2, device=dev)
+        w = pg.allreduce([t])
+        try:
+            w.wait()
+            torch.npu.synchronize()
+        except RuntimeError as e:
+            assert "allreduce" in str(e) and "1" in str(e), str(e)
+        else:
+            raise AssertionError("a collective whose peer never comes must time out")
+    store.set(f"done{rank}", "1")
+    store.wait([f"done{r}" for r in range(world)])
+    dist.destroy_process_group()
+
+
+def test_hccl_config_checks_and_exec_timeout():
+    _spawn(_w_hccl_config, 2)
+
+
+def _w_uneven(rank, world, port):
+    dev = _init(rank, world, port)
+    splits = [1, 3, 2][:world]
+    rows = sum(splits)
+
+    def part(r):
+        return torch.arange(splits[r] * 4, dtype=torch.float32).reshape(splits[r], 4) + 100 * r
+
+    out = torch.empty(rows, 4, device=dev)
+    torch_npu.distributed.all_gather_into_tensor_uneven(out, part(rank).to(dev), output_split_sizes=splits)
+    assert torch.equal(out.cpu(), torch.cat([part(r) for r in range(world)]))
+    even = torch.empty(2 * world, 4, device=dev)
+    torch_npu.distributed.all_gather_into_tensor_uneven(even, torch.full((2, 4), float(rank), device=dev))
+    assert torch.equal(even.cpu(), torch.arange(world).float().repeat_interleave(2)[:, None].expand(-1, 4))
+
+    def full(r):
+        return torch.arange(rows * 4, dtype=torch.float32).reshape(rows, 4) * (r + 1)
+
+    total = sum(full(r) for r in range(world))
+    first = sum(splits[:rank])
+    for op, ref in ((dist.ReduceOp.SUM, total), (dist.ReduceOp.AVG, total / world),
+                    (dist.ReduceOp.MAX, full(world - 1))):
+        src = full(rank).to(dev)
+        mine = torch.empty(splits[rank], 4, device=dev)
+        work = torch_npu.distributed.reduce_scatter_tensor_uneven(mine, src, input_split_sizes=splits, op=op,
+                                                                  async_op=True)
+        work.wait()
+        torch.testing.assert_close(mine.cpu(), ref[first:first + splits[rank]])
+        assert torch.equal(src.cpu(), full(rank)), "the input must stay as it was"
+    try:
+        torch_npu.distributed.all_gather_into_tensor_uneven(out, part(rank).to(dev),
+                                                            output_split_sizes=[1] * world)
+    except RuntimeError as e:
+        assert "split sizes sum to" in str(e), str(e)
+    else:
+        raise AssertionError("split sizes that do not cover the output must raise")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_uneven_all_gather_and_reduce_scatter(world):
+    _spawn(_w_uneven, world)
