@@ -54,8 +54,12 @@ def test_history_records_alloc_free_with_frames():
     torch.npu.synchronize()
     gc.collect()
     torch.npu.empty_cache()  # the next allocation needs a new segment
+    # Larger than any cached free block (tensors that earlier tests keep alive can pin
+    # segments empty_cache cannot release): the allocation needs a segment of its own.
+    free_blocks = [b["size"] for seg in npu_memory._snapshot()["segments"] for b in seg["blocks"]
+                   if b["state"] == "inactive"]
+    n = max(3 << 20, max(free_blocks, default=0) // 4 + (1 << 20))
     npu_memory._record_memory_history("all", context="all", stacks="python")
-    n = 3 << 20  # 12 MiB: a segment of its own (empty_cache released the cached ones)
     x = _allocate_here(n)
     addr = x.data_ptr()
     assert torch.equal(x.cpu(), torch.full((n,), 3.0))
