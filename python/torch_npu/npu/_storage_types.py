@@ -9,17 +9,11 @@ import torch
 from torch.storage import _LegacyStorage, _warn_typed_storage_removal
 from torch._utils import classproperty
 
-__all__ = ["ByteStorage", "CharStorage", "ShortStorage", "IntStorage", "LongStorage", "HalfStorage",
-           "FloatStorage", "DoubleStorage", "BoolStorage", "BFloat16Storage",
-           "ComplexFloatStorage", "ComplexDoubleStorage"]
+from ._tensor_types import _DTYPES as _TENSOR_DTYPES
 
-_DTYPES = {
-    "ByteStorage": torch.uint8, "CharStorage": torch.int8, "ShortStorage": torch.int16,
-    "IntStorage": torch.int32, "LongStorage": torch.int64, "HalfStorage": torch.float16,
-    "FloatStorage": torch.float32, "DoubleStorage": torch.float64, "BoolStorage": torch.bool,
-    "BFloat16Storage": torch.bfloat16, "ComplexFloatStorage": torch.complex64,
-    "ComplexDoubleStorage": torch.complex128,
-}
+# The storage of each legacy tensor type: torch.npu.FloatStorage next to torch.npu.FloatTensor.
+_DTYPES = {name[:-len("Tensor")] + "Storage": dtype for name, dtype in _TENSOR_DTYPES.items()}
+__all__ = list(_DTYPES)
 
 
 class _NpuLegacyStorage(_LegacyStorage):
