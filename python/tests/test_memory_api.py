@@ -4,7 +4,6 @@ import gc
 import os
 import pickle
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -13,6 +12,8 @@ import torch_npu  # noqa: F401
 from torch.cuda import _memory_viz
 
 from torch_npu.npu import memory as npu_memory
+
+from conftest import run_python
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -43,6 +44,12 @@ def _block_at(snapshot, addr):
     return None, None
 
 
+def _largest_free_block():
+    """Bytes of the largest cached free block (what an allocation could get without a new segment)."""
+    return max((b["size"] for seg in npu_memory._snapshot()["segments"] for b in seg["blocks"]
+                if b["state"] == "inactive"), default=0)
+
+
 def _allocate_here(n):
     """A named frame that the recorded stacks must show."""
     return torch.full((n,), 3.0, device="npu")
@@ -56,9 +63,7 @@ def test_history_records_alloc_free_with_frames():
     torch.npu.empty_cache()  # the next allocation needs a new segment
     # Larger than any cached free block (tensors that earlier tests keep alive can pin
     # segments empty_cache cannot release): the allocation needs a segment of its own.
-    free_blocks = [b["size"] for seg in npu_memory._snapshot()["segments"] for b in seg["blocks"]
-                   if b["state"] == "inactive"]
-    n = max(3 << 20, max(free_blocks, default=0) // 4 + (1 << 20))
+    n = max(3 << 20, _largest_free_block() // 4 + (1 << 20))
     npu_memory._record_memory_history("all", context="all", stacks="python")
     x = _allocate_here(n)
     addr = x.data_ptr()
@@ -285,21 +290,23 @@ def test_mem_pool_no_split_and_use_on_oom():
     assert len(seg["blocks"]) == 1 and seg["blocks"][0]["size"] == seg["total_size"]
     del x
 
+    # Larger than any cached free block outside the pool (earlier tests may leave some).
+    size = max(4 << 20, _largest_free_block() + (1 << 20))
     oom_pool = torch.npu.MemPool(use_on_oom=True)
     with torch.npu.use_mem_pool(oom_pool):
-        y = torch.empty(4 << 20, dtype=torch.uint8, device="npu")
+        y = torch.empty(size, dtype=torch.uint8, device="npu")
     y_addr = y.data_ptr()
     del y
     torch.npu.synchronize()
     # With no device memory left, an allocation outside the pool takes the pool's block.
     torch.npu.set_per_process_memory_fraction(0.0)
     try:
-        z = torch.empty(4 << 20, dtype=torch.uint8, device="npu")
+        z = torch.empty(size, dtype=torch.uint8, device="npu")
     finally:
         torch.npu.set_per_process_memory_fraction(1.0)
     assert z.data_ptr() == y_addr
     z.fill_(1)
-    assert int(z.sum().item()) == 4 << 20
+    assert int(z.sum().item()) == size
     del z
 
 
@@ -388,10 +395,7 @@ def allocator_so(tmp_path_factory):
 
 
 def _run(code):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python"),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                       env=env, timeout=300)
+    r = run_python(textwrap.dedent(code))  # the torch_npu under test (the wheel in CI)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
