@@ -104,8 +104,28 @@ def _gather_out(tensors: Sequence[torch.Tensor], out: torch.Tensor, dim: int) ->
     return torch.cat([t.to(out.device) for t in tensors], dim, out=out)
 
 
+def _on_npu(values) -> bool:
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.device.type == "npu":
+            return True
+        if isinstance(v, (list, tuple)) and _on_npu(v):
+            return True
+    return False
+
+
+def _npu_or_original(ours, original):
+    """A CUDA build of torch has these primitives for CUDA tensors: keep them for CUDA work
+    and use ours for npu tensors (or when no CUDA device exists)."""
+    def primitive(*args, **kwargs):
+        if not torch.cuda.is_available() or _on_npu(args) or _on_npu(kwargs.values()):
+            return ours(*args, **kwargs)
+        return original(*args, **kwargs)
+    primitive.__name__ = ours.__name__
+    return primitive
+
+
 def install() -> None:
-    """Define the primitives on ``torch._C`` where this torch build lacks them."""
+    """Define the primitives on ``torch._C`` (CPU builds lack them; CUDA builds' serve CUDA only)."""
     for fn in (_broadcast, _broadcast_out, _broadcast_coalesced, _scatter, _scatter_out, _gather, _gather_out):
-        if not hasattr(torch._C, fn.__name__):
-            setattr(torch._C, fn.__name__, fn)
+        original = getattr(torch._C, fn.__name__, None)
+        setattr(torch._C, fn.__name__, fn if original is None else _npu_or_original(fn, original))
