@@ -702,3 +702,45 @@ def test_fallback_list_allfallback_and_bad_names(monkeypatch):
     monkeypatch.setenv(compiler.FALLBACK_LIST_ENV, "aten.div,aten.no_such_op")
     with pytest.raises(Exception, match="NPU_INDUCTOR_FALLBACK_LIST: cannot resolve the operator 'aten.no_such_op'"):
         torch.compile(fn, options=MLIR)(x.npu())
+
+
+# ---- matmuls in the op library --------------------------------------------------------------
+
+@needs_iree
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_large_matmuls_run_in_the_op_library(monkeypatch, dynamic):
+    """Linear layers from LIBRARY_MATMUL_MIN_MACS multiply-adds up run as aten::mm on npu, with
+    the transposed weight passed as a view (no copy: no IREE piece reads the weight); bias, GELU
+    and the residual add stay in IREE. A threshold above the matmuls keeps them in IREE."""
+    from torch_npu._inductor.mlir import compiler
+
+    torch.manual_seed(0)
+    m = MLP(128, 512).npu().eval()  # 128 x 512 x 128 = 8M multiply-adds per matmul
+    x = torch.randn(128, 128).npu()
+    with torch.no_grad():
+        ref = m(x)
+        for threshold, in_library in ((None, True), (str(1 << 40), False)):
+            if threshold is None:
+                monkeypatch.delenv(compiler.LIBRARY_MATMUL_ENV, raising=False)
+            else:
+                monkeypatch.setenv(compiler.LIBRARY_MATMUL_ENV, threshold)
+            torch._dynamo.reset()
+            c = torch.compile(m, options=MLIR, dynamic=dynamic)
+            before = _stats()
+            _assert_close(c(x), ref)  # compiles
+            got, seen = _aten_ops_run(c, x)
+            _assert_close(got, ref)
+            assert ("aten::mm" in seen) == in_library, (threshold, seen)
+            assert not {"aten::gelu", "aten::add", "aten::clone", "aten::contiguous", "aten::copy_"} & seen, seen
+            d = _delta(before)
+            # two IREE pieces around the library matmuls (bias + GELU; bias + residual), else one module
+            assert d["compiled"] + d["cache_hits"] == (2 if in_library else 1) and d["fallbacks"] == 0, d
+
+
+@needs_iree
+def test_library_matmul_threshold_must_be_a_count(monkeypatch):
+    from torch_npu._inductor.mlir import compiler
+
+    monkeypatch.setenv(compiler.LIBRARY_MATMUL_ENV, "lots")
+    with pytest.raises(Exception, match="TORCH_NPU_MLIR_LIBRARY_MATMUL_MIN_MACS: expected a number of multiply-adds"):
+        torch.compile(lambda x: x @ x, options=MLIR)(torch.randn(4, 4).npu())

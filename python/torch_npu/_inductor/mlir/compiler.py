@@ -46,6 +46,13 @@ EXTRA_FLAGS_ENV = "TORCH_NPU_MLIR_EXTRA_FLAGS"
 # ("aten.div,aten.add.Tensor": a packet names all its overloads), or "allfallback" (every op).
 # Listed ops run as ATen calls on npu; the rest of the graph is compiled by IREE in pieces.
 FALLBACK_LIST_ENV = "NPU_INDUCTOR_FALLBACK_LIST"
+# Matmuls of at least this many multiply-adds (M*N*K, times the batch) run in torch_npu's
+# op library, as Inductor's extern kernels and XLA:CPU's runtime calls do: IREE 3.13's
+# llvm-cpu matmuls took 2-3x the op library's (MKL) time from 64x1024x256 up, ~1.15x even
+# with operands pre-packed for its mmt4d ukernel (docs/BENCHMARKS.md). Smaller ones stay in
+# IREE, fused with their epilogues. The environment variable overrides the default.
+LIBRARY_MATMUL_ENV = "TORCH_NPU_MLIR_LIBRARY_MATMUL_MIN_MACS"
+LIBRARY_MATMUL_MIN_MACS = 1 << 20
 
 # Counters the tests and benchmarks read: graphs compiled by iree-compile, loaded from the
 # disk cache, and sent to the default backend.
@@ -58,7 +65,8 @@ class Unsupported(RuntimeError):
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs, config_patches=None):
     """torch.compile's Inductor entry with npu_backend="mlir": returns the compiled callable."""
-    fallback_ops()  # a bad NPU_INDUCTOR_FALLBACK_LIST is the user's error, not a reason to fall back
+    fallback_ops()  # a bad setting is the user's error, not a reason to fall back
+    library_matmul_min_macs()
     try:
         return _compile_through_iree(gm, example_inputs)
     except Exception as err:  # noqa: BLE001 — any rejection means: use the default backend
@@ -204,9 +212,9 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs):
         if not isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt, int)):
             raise Unsupported(f"graph input {n.name} is a {type(n.meta.get('val')).__name__}, "
                               f"not a tensor or an integer size")
-    listed = fallback_ops()
-    if listed is not None and any(_is_listed(n, listed) for n in gm.graph.nodes):
-        return _compile_around(gm, listed)
+    in_library = _library_nodes(gm)
+    if in_library:
+        return _compile_around(gm, in_library)
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     _devices_to_cpu(gm)
@@ -250,9 +258,70 @@ def _is_listed(node, listed) -> bool:
     return listed == "all" or node.target in listed or node.target.overloadpacket in listed
 
 
-def _compile_around(gm, listed):
-    """The graph with its listed ops run as ATen calls and each maximal group of other ops
-    compiled by IREE (torch.fx's capability-based partitioner); the rest runs as Python."""
+def library_matmul_min_macs() -> int:
+    """TORCH_NPU_MLIR_LIBRARY_MATMUL_MIN_MACS (read at compile time), else the default."""
+    value = os.environ.get(LIBRARY_MATMUL_ENV, "").strip()
+    if not value:
+        return LIBRARY_MATMUL_MIN_MACS
+    try:
+        macs = int(value)
+    except ValueError:
+        macs = -1
+    if macs < 0:
+        raise ValueError(f"{LIBRARY_MATMUL_ENV}: expected a number of multiply-adds (an integer >= 0; "
+                         f"0 sends every matmul to the op library), got {value!r}")
+    return macs
+
+
+_MATMULS = {  # op -> indices of its two matrix (or batch of matrices) operands
+    torch.ops.aten.mm.default: (0, 1), torch.ops.aten.bmm.default: (0, 1),
+    torch.ops.aten.addmm.default: (1, 2), torch.ops.aten.baddbmm.default: (1, 2),
+}
+# Ops that only re-view their input: kept next to a library matmul they feed, so that a
+# transposed weight reaches it as a view, not as a copy IREE made.
+_VIEWS = {torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int,
+          torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default, torch.ops.aten.expand.default,
+          torch.ops.aten.unsqueeze.default, torch.ops.aten.squeeze.dim, torch.ops.aten.alias.default}
+
+
+def _macs(node) -> int:
+    """Multiply-adds of a matmul node (symbolic sizes at their hints)."""
+    a, b = (node.args[i].meta.get("val") for i in _MATMULS[node.target])
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return 0
+    macs = 1
+    for d in (*a.shape, b.shape[-1]):
+        if isinstance(d, torch.SymInt):
+            hint = d.node.hint if d.node.has_hint() else None
+            if hint is None:
+                return 1 << 62  # unknown: assume large
+            d = hint
+        macs *= int(d)
+    return macs
+
+
+def _library_nodes(gm) -> set:
+    """The nodes that run as ATen calls on npu (torch_npu's op library) instead of in IREE:
+    those NPU_INDUCTOR_FALLBACK_LIST names, matmuls from library_matmul_min_macs() up, and
+    views whose every user is one of them."""
+    listed = fallback_ops()
+    min_macs = library_matmul_min_macs()
+    chosen = set()
+    for n in gm.graph.nodes:
+        if listed is not None and _is_listed(n, listed):
+            chosen.add(n)
+        elif n.op == "call_function" and n.target in _MATMULS and _macs(n) >= min_macs:
+            chosen.add(n)
+    if chosen:
+        for n in reversed(gm.graph.nodes):
+            if n.op == "call_function" and n.target in _VIEWS and n.users and all(u in chosen for u in n.users):
+                chosen.add(n)
+    return chosen
+
+
+def _compile_around(gm, in_library: set):
+    """The graph with the ``in_library`` nodes run as ATen calls and each maximal group of
+    other ops compiled by IREE (torch.fx's capability-based partitioner); the rest runs as Python."""
     import operator
 
     from torch._functorch.aot_autograd import make_boxed_func
@@ -261,7 +330,7 @@ def _compile_around(gm, listed):
 
     class Support(OperatorSupportBase):
         def is_node_supported(self, submodules, node):
-            if node.op != "call_function" or _is_listed(node, listed):
+            if node.op != "call_function" or node in in_library:
                 return False
             if node.target is operator.getitem:  # an element of a supported op's result
                 return self.is_node_supported(submodules, node.args[0])
