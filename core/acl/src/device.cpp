@@ -237,6 +237,7 @@ Device* FindDevice(const void* ptr, size_t len) {
     if (d->arena.InMapping(ptr)) return d->arena.InAllocation(ptr, len) ? d.get() : nullptr;
   }
   int v = VmmDevice(ptr, len);
+  if (v < 0) v = IpcDevice(ptr, len);
   return v >= 0 ? rt.devices[v].get() : nullptr;
 }
 

@@ -303,4 +303,9 @@ int VmmDevice(const void* p, size_t len);
 // True when p lies in a reserved virtual range (mapped or not).
 bool VmmReserved(const void* p);
 
+// ---- inter-process sharing (ipc.cpp) ----------------------------------------------------
+// Device of the imported memory (aclrtIpcMemImportByKey) spanning all of [p, p+len), or -1.
+// Lock-free when nothing was ever imported.
+int IpcDevice(const void* p, size_t len);
+
 }  // namespace aclsim

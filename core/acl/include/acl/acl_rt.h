@@ -190,6 +190,24 @@ aclError aclrtMapMem(void* virPtr, size_t size, size_t offset, aclrtDrvMemHandle
 // virPtr: the start of a mapping. Does not synchronise (like aclrtFree).
 aclError aclrtUnmapMem(void* virPtr);
 
+// ---- inter-process memory sharing --------------------------------------------------
+// The exporter names [devPtr, devPtr+size) of one aclrtMalloc allocation with a key (a
+// NUL-terminated string of at most ACL_IPC_HANDLE_SIZE bytes); another process of the same
+// user imports the key and gets its own device pointer to the same memory (the simulator
+// maps the exporter's device memory file), valid until it calls aclrtIpcMemClose. With
+// ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT only processes named by aclrtIpcMemSetImportPid may
+// import; ..._DISABLE_PID_VALIDATION lets any process import. The exporter must keep the
+// allocation alive while importers use it. aclrtIpcMemClose in the exporter withdraws the key.
+#define ACL_IPC_HANDLE_SIZE 65
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT 0x0UL
+#define ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS 0x1UL
+aclError aclrtIpcMemGetExportKey(void* devPtr, size_t size, char* key, size_t len, uint64_t flag);
+aclError aclrtIpcMemSetImportPid(const char* key, int32_t* pid, size_t num);
+aclError aclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t flag);
+aclError aclrtIpcMemClose(const char* key);
+
 // ---- streams -------------------------------------------------------------------
 // A stream is an ordered task queue executed by its own worker thread. Each device
 // has a default stream, obtained by passing stream == NULL to any stream API
