@@ -24,6 +24,7 @@ namespace py = pybind11;
 namespace torch_npu {
 void init_graph_bindings(py::module& m);  // graph_bindings.cpp
 void init_memory_bindings(py::module& m);  // memory_bindings.cpp
+void init_ipc_bindings(py::module& m);  // ipc_bindings.cpp
 
 namespace {
 
@@ -96,6 +97,7 @@ PYBIND11_MODULE(_C, m) {
   m.attr("__cann_version__") = NPU_CANN_VERSION;
   init_graph_bindings(m);
   init_memory_bindings(m);
+  init_ipc_bindings(m);
 
   m.def("_npu_init", [] {
     ops::install_kernel_allocator();

@@ -49,6 +49,7 @@ std::string AllowListPath(const Key& k) {
 
 struct Import {
   size_t size;
+  size_t lead;  // bytes mapped before the imported range (to its page boundary)
   int device;  // logical id in this process
   std::string key;
   int refs;
@@ -198,18 +199,21 @@ aclError aclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t flag) {
     close(fd);
     return Fail(ACL_ERROR_INVALID_PARAM, "%s: the key names memory beyond the exporter's device", api);
   }
-  void* p = mmap(nullptr, k.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd,
-                 static_cast<off_t>(k.offset));
+  // mmap takes page-aligned offsets; small allocations share pages with their neighbours.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t lead = k.offset % page;
+  void* p = mmap(nullptr, lead + k.size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd,
+                 static_cast<off_t>(k.offset - lead));
   int e = errno;
   close(fd);
   if (p == MAP_FAILED)
     return Fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: mapping %s failed: %s", api, FormatBytes(k.size).c_str(),
                 strerror(e));
-  uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  r.imports[a] = Import{k.size, device, key, 1};
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) + lead;
+  r.imports[a] = Import{k.size, lead, device, key, 1};
   r.by_key[key] = a;
   r.import_count.fetch_add(1, std::memory_order_release);
-  *devPtr = p;
+  *devPtr = reinterpret_cast<void*>(a);
   return ACL_SUCCESS;
 }
 
@@ -223,7 +227,7 @@ aclError aclrtIpcMemClose(const char* key) {
   if (known != r.by_key.end()) {
     auto it = r.imports.find(known->second);
     if (--it->second.refs == 0) {
-      munmap(reinterpret_cast<void*>(it->first), it->second.size);
+      munmap(reinterpret_cast<void*>(it->first - it->second.lead), it->second.lead + it->second.size);
       r.imports.erase(it);
       r.by_key.erase(known);
       r.import_count.fetch_sub(1, std::memory_order_release);

@@ -98,6 +98,20 @@ static void TestSameProcessAndErrors() {
   CHECK(memcmp(mem, "imported memory", 16) == 0);
   CHECK_RC(aclrtMemcpy(static_cast<char*>(a) + 2 * kMiB - 8, 16, "0123456789abcdef", 16,
                        ACL_MEMCPY_HOST_TO_DEVICE), ACL_ERROR_INVALID_PARAM);  // past its end
+  // A range that does not start on a page (a small block of the caching allocator).
+  char inner[ACL_IPC_HANDLE_SIZE];
+  char* unaligned = static_cast<char*>(mem) + 1000;
+  CHECK_OK(aclrtIpcMemGetExportKey(unaligned, 100, inner, sizeof inner,
+                                   ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION));
+  void* c = nullptr;
+  CHECK_OK(aclrtIpcMemImportByKey(&c, inner, 0));
+  CHECK_EQ(static_cast<char*>(c)[0], 7);
+  CHECK_OK(aclrtMemcpy(c, 6, "inner", 6, ACL_MEMCPY_HOST_TO_DEVICE));
+  CHECK(memcmp(unaligned, "inner", 6) == 0);
+  CHECK_RC(aclrtMemcpy(static_cast<char*>(c) + 96, 8, "01234567", 8, ACL_MEMCPY_HOST_TO_DEVICE),
+           ACL_ERROR_INVALID_PARAM);  // past its end, though inside the mapped page
+  CHECK_OK(aclrtIpcMemClose(inner));  // unmapped
+  CHECK_OK(aclrtIpcMemClose(inner));  // withdrawn
   int32_t pid = 1;
   CHECK_RC(aclrtIpcMemSetImportPid(key, &pid, 1), ACL_ERROR_INVALID_PARAM);  // no validation to configure
   CHECK_OK(aclrtIpcMemClose(key));

@@ -132,7 +132,7 @@ __all__ = [
     "Stream", "Event", "ExternalStream", "StreamContext", "stream", "set_stream",
     "current_stream", "default_stream", "set_sync_debug_mode", "get_sync_debug_mode",
     # memory
-    "OutOfMemoryError", "caching_allocator_alloc", "caching_allocator_delete", "empty_cache",
+    "OutOfMemoryError", "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "ipc_collect",
     "memory_stats", "memory_stats_as_nested_dict", "reset_accumulated_memory_stats",
     "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
     "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved",
@@ -290,6 +290,14 @@ if hasattr(os, "register_at_fork"):
 
 # ----------------------------------------------------------------------------------
 # AMP hooks used by torch.autocast("npu") and torch.npu.amp.
+
+
+def ipc_collect() -> None:
+    """Frees the npu memory this process sent to others (torch.multiprocessing) that no
+    receiving process uses any more (torch.cuda.ipc_collect's counterpart)."""
+    from torch_npu.multiprocessing.reductions import ipc_collect as collect
+
+    collect()
 
 
 def get_amp_supported_dtype() -> List[torch.dtype]:
