@@ -451,22 +451,48 @@ def test_compile_flags_are_part_of_the_cache_key(tmp_path, monkeypatch):
 @needs_iree
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores")
 def test_iree_workers_follow_the_intra_op_threads(tmp_path):
-    # One IREE worker per intra-op thread (torch.set_num_threads, as the stream workers),
-    # each pinned to one core.
+    # A small graph runs on the calling thread (local-sync: no workers); a large one on one
+    # IREE worker per intra-op thread (torch.set_num_threads, as the stream workers), each
+    # pinned to one core.
     code = textwrap.dedent("""
         import os, torch, torch_npu
+        from torch_npu._inductor.mlir import runtime
         torch.set_num_threads(int(os.environ["THREADS"]))
-        x = torch.randn(8, 8).npu()
-        y = torch.compile(lambda a: torch.tanh(a) + 1, options={"npu_backend": "mlir"})(x)
-        torch.testing.assert_close(y.cpu(), torch.tanh(x.cpu()) + 1)
-        tids = [t for t in os.listdir("/proc/self/task")
-                if open(f"/proc/self/task/{t}/comm").read().startswith("iree-worker")]
-        print("WORKERS", len(tids), sorted(len(os.sched_getaffinity(int(t))) for t in tids))
+        def workers():
+            tids = [t for t in os.listdir("/proc/self/task")
+                    if open(f"/proc/self/task/{t}/comm").read().startswith("iree-worker")]
+            return len(tids), sorted(len(os.sched_getaffinity(int(t))) for t in tids)
+        f = torch.compile(lambda a: torch.tanh(a) + 1, options={"npu_backend": "mlir"}, dynamic=False)
+        small = torch.randn(8, 8).npu()
+        torch.testing.assert_close(f(small).cpu(), torch.tanh(small.cpu()) + 1)
+        print("SMALL", sorted(runtime._devices), workers())
+        large = torch.randn(runtime.SMALL_GRAPH_ELEMENTS // 256 + 1, 256).npu()
+        torch.testing.assert_close(f(large).cpu(), torch.tanh(large.cpu()) + 1)
+        print("LARGE", sorted(runtime._devices), workers())
     """)
-    for threads, expected in (("1", "WORKERS 1 [1]"), ("2", "WORKERS 2 [1, 1]")):
+    for threads, expected in (("1", "LARGE ['local-sync', 'local-task'] (1, [1])"),
+                              ("2", "LARGE ['local-sync', 'local-task'] (2, [1, 1])")):
         out = run_python(code, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path), "THREADS": threads})
         assert out.returncode == 0, out.stderr[-3000:]
+        assert "SMALL ['local-sync'] (0, [])" in out.stdout, out.stdout
         assert expected in out.stdout, out.stdout
+
+
+@needs_iree
+def test_iree_driver_follows_the_work():
+    from torch_npu._inductor.mlir import compiler, runtime
+
+    assert runtime.driver_for(runtime.SMALL_GRAPH_ELEMENTS) == "local-sync"
+    assert runtime.driver_for(runtime.SMALL_GRAPH_ELEMENTS + 1) == "local-task"
+    assert runtime.driver_for(None) == "local-task"
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(lambda a, b: torch.mm(a, b) + 1, tracing_mode="fake")(torch.empty(64, 1024), torch.empty(1024, 4096))
+    out = torch.empty(64, 4096)
+    # 262144 result elements alone would be small; the matmul's 2^28 multiply-adds are not
+    assert compiler._work(gm, [out]) == 64 * 4096 + 64 * 1024 * 4096
+    conv = make_fx(lambda x, w: torch.conv2d(x, w), tracing_mode="fake")(torch.empty(1, 3, 8, 8), torch.empty(4, 3, 3, 3))
+    assert compiler._work(conv, [torch.empty(1, 4, 6, 6)]) is None
 
 
 # ---- dynamic shapes ------------------------------------------------------------------------

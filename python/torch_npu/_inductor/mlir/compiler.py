@@ -221,8 +221,33 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs):
     plan = _split_outputs(gm, placeholders)
     with unset_fake_temporarily():  # AOTAutograd calls us in fake mode; constants are real
         vmfb = _vmfb_for(gm, placeholders)
-    module = runtime.load(vmfb)
+    module = runtime.load(vmfb, runtime.driver_for(_work(gm, plan.results)))
     return runtime.make_callable(module, plan)
+
+
+def _hint(n):
+    """An int, or a SymInt at its hint; None without a hint."""
+    if isinstance(n, torch.SymInt):
+        return n.node.hint if n.node.has_hint() else None
+    return int(n)
+
+
+def _work(gm, results):
+    """What the graph computes, for the choice of IREE driver: its results' elements plus its
+    matmuls' multiply-adds (symbolic sizes at their hints); None if unknown (a convolution,
+    a size without a hint)."""
+    total = 0
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target in _MATMULS:
+            total += _macs(n)
+        elif n.op == "call_function" and n.target in _CONVOLUTIONS:
+            return None
+    for r in results:
+        elements = _hint(r.numel())
+        if elements is None:
+            return None
+        total += elements
+    return total
 
 
 def fallback_ops():
@@ -277,6 +302,7 @@ _MATMULS = {  # op -> indices of its two matrix (or batch of matrices) operands
     torch.ops.aten.mm.default: (0, 1), torch.ops.aten.bmm.default: (0, 1),
     torch.ops.aten.addmm.default: (1, 2), torch.ops.aten.baddbmm.default: (1, 2),
 }
+_CONVOLUTIONS = {torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default}
 # Ops that only re-view their input: kept next to a library matmul they feed, so that a
 # transposed weight reaches it as a view, not as a copy IREE made.
 _VIEWS = {torch.ops.aten.permute.default, torch.ops.aten.t.default, torch.ops.aten.transpose.int,
@@ -291,12 +317,10 @@ def _macs(node) -> int:
         return 0
     macs = 1
     for d in (*a.shape, b.shape[-1]):
-        if isinstance(d, torch.SymInt):
-            hint = d.node.hint if d.node.has_hint() else None
-            if hint is None:
-                return 1 << 62  # unknown: assume large
-            d = hint
-        macs *= int(d)
+        d = _hint(d)
+        if d is None:
+            return 1 << 62  # unknown: assume large
+        macs *= d
     return macs
 
 

@@ -24,30 +24,49 @@ from typing import List, NamedTuple, Sequence
 import torch
 
 _lock = threading.Lock()
-_state = None  # (VmInstance, HalDevice, hal VmModule), created on first use
+_instance = None  # the VmInstance, created on first use
+_devices = {}  # driver name -> (HalDevice, hal VmModule), created on first use
 _DLPACK_CPU = 1  # kDLCPU
 
+# Graphs computing at most this many result elements run on IREE's local-sync driver, on the
+# calling thread; larger ones on local-task's worker threads. Waking the workers costs more
+# than it saves on small graphs: bias + GELU on [64, 4096] took 0.25 ms on the caller's
+# thread against 0.32-0.42 ms with two workers ([64, 16]: 0.07 against 0.20-0.28 ms); at
+# [128, 4096] the two were even, at [2048, 1024] the workers took 1.6-1.9 ms against 2.4-2.8.
+# The small pieces between library matmuls (the MLP's bias + GELU) are such graphs, and
+# workers left spinning after them took cores from the matmul that followed.
+SMALL_GRAPH_ELEMENTS = 1 << 18
 
-def _runtime():
-    global _state
+
+def _runtime(driver: str):
+    """(VmInstance, HalDevice, hal VmModule) of ``driver`` ("local-task" or "local-sync")."""
+    global _instance
     with _lock:
-        if _state is None:
+        if driver not in _devices:
             import iree.runtime as rt
 
-            # IREE's default topology: one worker per physical core, pinned to it. Unpinned
-            # workers (--task_topology_group_count) were slower: the [2048, 1024] LayerNorm
-            # block took 2.4-2.8 ms at best instead of 1.2-1.5 ms, and no less in the median
-            # under load; probably a woken worker starts on its waker's core (wake-affine
-            # placement), so a short dispatch often ran both workers on one core. Pinned
-            # workers still share their cores; IREE's work stealing lets the other one
-            # take a busy worker's tiles. At most
-            # torch.get_num_threads() workers (as the npu stream workers follow
-            # torch.set_num_threads), read once, when the first module is loaded: ranks
-            # sharing a host each get their share of its cores.
-            rt.flags.parse_flags(f"--task_topology_max_group_count={max(1, torch.get_num_threads())}")
-            config = rt.Config("local-task")
-            _state = (config.vm_instance, config.device, rt.create_hal_module(config.vm_instance, config.device))
-        return _state
+            if _instance is None:
+                # IREE's default topology: one worker per physical core, pinned to it. Unpinned
+                # workers (--task_topology_group_count) were slower: the [2048, 1024] LayerNorm
+                # block took 2.4-2.8 ms at best instead of 1.2-1.5 ms, and no less in the median
+                # under load; probably a woken worker starts on its waker's core (wake-affine
+                # placement), so a short dispatch often ran both workers on one core. Pinned
+                # workers still share their cores; IREE's work stealing lets the other one
+                # take a busy worker's tiles. At most
+                # torch.get_num_threads() workers (as the npu stream workers follow
+                # torch.set_num_threads), read once, when the first module is loaded: ranks
+                # sharing a host each get their share of its cores.
+                rt.flags.parse_flags(f"--task_topology_max_group_count={max(1, torch.get_num_threads())}")
+                _instance = rt.VmInstance()
+            device = rt.get_device(driver)  # as rt.Config does (create_device_by_uri)
+            _devices[driver] = (device, rt.create_hal_module(_instance, device))
+        return (_instance, *_devices[driver])
+
+
+def driver_for(result_elements) -> str:
+    """The IREE driver for a graph computing ``result_elements`` elements (None: unknown)."""
+    small = result_elements is not None and result_elements <= SMALL_GRAPH_ELEMENTS
+    return "local-sync" if small else "local-task"
 
 
 class Module(NamedTuple):
@@ -57,10 +76,10 @@ class Module(NamedTuple):
     device: object     # HalDevice
 
 
-def load(vmfb_path: str) -> Module:
+def load(vmfb_path: str, driver: str = "local-task") -> Module:
     import iree.runtime as rt
 
-    instance, device, hal = _runtime()
+    instance, device, hal = _runtime(driver)
     vm_module = rt.VmModule.mmap(instance, vmfb_path)
     context = rt.VmContext(instance, modules=[hal, vm_module])
     return Module(context, vm_module.lookup_function("main"), vm_module.lookup_function("graph"), device)
