@@ -10,6 +10,7 @@
 // send) is above zero; the consumer's storage decrements it when freed, after the work
 // queued on the device's stream is done.
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
@@ -28,10 +29,6 @@ namespace py = pybind11;
 namespace torch_npu {
 
 namespace {
-
-void check_acl(aclError rc, const char* what) {
-  TORCH_CHECK(rc == ACL_SUCCESS, what, " failed (error ", rc, "): ", aclGetRecentErrMsg());
-}
 
 std::tuple<int, py::bytes, int64_t> ipc_share(const at::Tensor& tensor) {
   TORCH_CHECK(tensor.device().type() == c10::DeviceType::PrivateUse1, "_share_npu_: only available on NPU, got a ",
@@ -52,7 +49,7 @@ std::tuple<int, py::bytes, int64_t> ipc_share(const at::Tensor& tensor) {
               "_share_npu_: the storage's memory was not allocated by the NPU caching allocator "
               "(only its memory can be shared with other processes)");
   char key[ACL_IPC_HANDLE_SIZE] = {0};
-  check_acl(aclrtSetDevice(device), "aclrtSetDevice");
+  const c10::DeviceGuard guard(tensor.device());  // the caller's current device stays as it was
   aclError rc = aclrtIpcMemGetExportKey(base, base_size, key, sizeof(key),
                                         ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION);
   TORCH_CHECK(rc == ACL_SUCCESS, "_share_npu_: cannot share this storage (error ", rc, "): ", aclGetRecentErrMsg(),
@@ -69,10 +66,9 @@ std::shared_ptr<void> import_allocation(int device, const std::string& handle) {
   auto it = g_imports.find(handle);
   if (it != g_imports.end())
     if (auto alive = it->second.lock()) return alive;
-  check_acl(aclrtSetDevice(device), "aclrtSetDevice");
+  const c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
   void* ptr = nullptr;
-  check_acl(aclrtIpcMemImportByKey(&ptr, handle.c_str(), ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS),
-            "_new_shared_npu: aclrtIpcMemImportByKey");
+  NPU_CHECK(aclrtIpcMemImportByKey(&ptr, handle.c_str(), ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS));
   std::shared_ptr<void> mapping(ptr, [handle](void*) {
     {
       std::lock_guard<std::mutex> lk(g_imports_mu);

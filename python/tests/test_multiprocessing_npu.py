@@ -126,3 +126,13 @@ def test_pipe_within_one_process():
     sent.add_(1)
     torch.npu.synchronize()
     assert got.tolist() == [2.0, 2.0]
+
+
+def test_sharing_keeps_the_current_device():
+    if torch.npu.device_count() < 2:
+        pytest.skip("needs 2 npu devices")
+    t = torch.ones(4, device="npu:1")
+    before = torch.npu.current_device()
+    back = pickle.loads(ForkingPickler.dumps(t))  # share, then import within this process
+    assert torch.npu.current_device() == before
+    assert back.device == t.device and back.tolist() == [1.0] * 4

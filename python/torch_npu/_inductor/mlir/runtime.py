@@ -28,13 +28,13 @@ _instance = None  # the VmInstance, created on first use
 _devices = {}  # driver name -> (HalDevice, hal VmModule), created on first use
 _DLPACK_CPU = 1  # kDLCPU
 
-# Graphs computing at most this many result elements run on IREE's local-sync driver, on the
-# calling thread; larger ones on local-task's worker threads. Waking the workers costs more
-# than it saves on small graphs: bias + GELU on [64, 4096] took 0.25 ms on the caller's
-# thread against 0.32-0.42 ms with two workers ([64, 16]: 0.07 against 0.20-0.28 ms); at
-# [128, 4096] the two were even, at [2048, 1024] the workers took 1.6-1.9 ms against 2.4-2.8.
-# The small pieces between library matmuls (the MLP's bias + GELU) are such graphs, and
-# workers left spinning after them took cores from the matmul that followed.
+# Graphs whose work (result elements plus matmul multiply-adds, compiler._work) is at most
+# this run on IREE's local-sync driver, on the calling thread; larger ones on local-task's
+# worker threads. Waking the workers costs more than it saves on small graphs: bias + GELU on
+# [64, 4096] took 0.25 ms on the caller's thread against 0.32-0.42 ms with two workers
+# ([64, 16]: 0.07 against 0.20-0.28 ms); at [128, 4096] the two were even, at [2048, 1024] the
+# workers took 1.6-1.9 ms against 2.4-2.8. The small pieces between library matmuls (the
+# MLP's bias + GELU) are such graphs.
 SMALL_GRAPH_ELEMENTS = 1 << 18
 
 
@@ -63,9 +63,9 @@ def _runtime(driver: str):
         return (_instance, *_devices[driver])
 
 
-def driver_for(result_elements) -> str:
-    """The IREE driver for a graph computing ``result_elements`` elements (None: unknown)."""
-    small = result_elements is not None and result_elements <= SMALL_GRAPH_ELEMENTS
+def driver_for(work) -> str:
+    """The IREE driver for a graph of ``work`` elements (compiler._work; None: unknown)."""
+    small = work is not None and work <= SMALL_GRAPH_ELEMENTS
     return "local-sync" if small else "local-task"
 
 
