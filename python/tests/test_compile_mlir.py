@@ -376,6 +376,36 @@ def test_cache_hit_in_a_fresh_process(tmp_path):
 # ---- fusion ------------------------------------------------------------------------------
 
 @needs_iree
+def test_interpreter_exit_releases_iree_quietly(tmp_path):
+    """A function compiled for two shapes keeps both modules in Dynamo's cache until the end
+    of finalization; without the runtime's exit hook IREE's nanobind bindings printed a
+    "leaked instances" report there. After the hook, a compiled graph refuses to run."""
+    code = textwrap.dedent("""
+        import atexit, sys, torch, torch_npu
+        assert "torch_npu._inductor.mlir.runtime" not in sys.modules
+        def after_release():  # registered first, so it runs after the runtime's own hook
+            try:
+                c(x, w)
+            except RuntimeError as err:
+                print("AFTER", err, flush=True)
+        atexit.register(after_release)
+        from torch_npu._inductor.mlir import runtime
+        def f(x, w):
+            return x @ w.t()
+        c = torch.compile(f, options={"npu_backend": "mlir"}, dynamic=False)
+        for n in (8, 16):
+            x, w = torch.randn(n, 32).npu(), torch.randn(32, 32).npu()
+            torch.testing.assert_close(c(x, w).cpu(), (x.cpu() @ w.cpu().t()), atol=1e-4, rtol=1e-4)
+        print("LOADED", len(runtime._loaded), flush=True)
+    """)
+    out = run_python(code, env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "LOADED 2" in out.stdout
+    assert "released at interpreter exit" in out.stdout
+    assert "leaked" not in out.stderr, out.stderr[-3000:]
+
+
+@needs_iree
 def test_dispatch_fuses_matmul_with_its_epilogue(tmp_path, monkeypatch):
     """IREE's dumped dispatch sources: the first Linear's matmul and GELU are one kernel."""
     from torch_npu._inductor.mlir import compiler

@@ -18,7 +18,9 @@ it reads npu memory the current stream is queried and, if it has pending work,
 synchronized (work queued there may still be producing the inputs). The results are
 complete when the call returns.
 """
+import atexit
 import threading
+import weakref
 from typing import List, NamedTuple, Sequence
 
 import torch
@@ -69,11 +71,39 @@ def driver_for(work) -> str:
     return "local-sync" if small else "local-task"
 
 
-class Module(NamedTuple):
-    context: object    # iree VmContext
-    function: object   # VmFunction "main": results written into buffers passed after the inputs
-    returning: object  # VmFunction "graph": the same computation, returning its results
-    device: object     # HalDevice
+class Module:
+    """A loaded .vmfb: its VmContext, its two entry points and the HalDevice it runs on."""
+
+    __slots__ = ("context", "function", "returning", "device", "__weakref__")
+
+    def __init__(self, context, function, returning, device):
+        self.context = context      # iree VmContext
+        self.function = function    # VmFunction "main": results written into buffers passed after the inputs
+        self.returning = returning  # VmFunction "graph": the same computation, returning its results
+        self.device = device        # HalDevice
+
+    def released(self) -> bool:
+        return self.context is None
+
+
+# Every loaded module, to release its IREE objects at interpreter exit (below).
+_loaded = weakref.WeakSet()
+
+
+@atexit.register
+def _release_at_exit():
+    """Drop every IREE object torch_npu holds while the interpreter is still whole.
+
+    Compiled graphs live in Dynamo's caches (on code objects) until the very end of
+    finalization, after IREE's nanobind module has torn down; nanobind then prints its
+    "leaked instances" report (seen with a function compiled for two shapes). Releasing
+    the contexts, functions and devices here frees them in order instead."""
+    global _instance
+    for module in list(_loaded):
+        module.context = module.function = module.returning = module.device = None
+    with _lock:
+        _devices.clear()
+        _instance = None
 
 
 def load(vmfb_path: str, driver: str = "local-task") -> Module:
@@ -82,7 +112,9 @@ def load(vmfb_path: str, driver: str = "local-task") -> Module:
     instance, device, hal = _runtime(driver)
     vm_module = rt.VmModule.mmap(instance, vmfb_path)
     context = rt.VmContext(instance, modules=[hal, vm_module])
-    return Module(context, vm_module.lookup_function("main"), vm_module.lookup_function("graph"), device)
+    module = Module(context, vm_module.lookup_function("main"), vm_module.lookup_function("graph"), device)
+    _loaded.add(module)
+    return module
 
 
 class OutputPlan(NamedTuple):
@@ -166,12 +198,12 @@ def _to_iree(t):
 def make_callable(module: Module, plan: OutputPlan):
     import iree.runtime as rt
 
-    context, function, returning, device = module
     n_results = len(plan.results)
     result_types = [(r.dtype, r.device) for r in plan.results]  # device as traced: npu for npu graphs
     writes_in_place = [True]
 
     def push(arg_list, iree_args):
+        device = module.device
         for a in iree_args:
             if isinstance(a, int):  # a symbolic size: an i64 argument
                 arg_list.push_int(a)
@@ -186,7 +218,7 @@ def make_callable(module: Module, plan: OutputPlan):
             arg_list = rt.VmVariantList(len(iree_args) + n_results)
             push(arg_list, iree_args + [_to_iree(r) for r in results])
             try:
-                context.invoke(function, arg_list, rt.VmVariantList(0))
+                module.context.invoke(module.function, arg_list, rt.VmVariantList(0))
                 return results
             except RuntimeError as err:
                 # IREE fills a result that is a pure constant with a discard-write transfer,
@@ -197,15 +229,18 @@ def make_callable(module: Module, plan: OutputPlan):
         arg_list = rt.VmVariantList(len(iree_args))
         push(arg_list, iree_args)
         ret_list = rt.VmVariantList(n_results)
-        context.invoke(returning, arg_list, ret_list)
+        module.context.invoke(module.returning, arg_list, ret_list)
         results = []
         for j, (dtype, dev) in enumerate(result_types):
             view = ret_list.get_as_object(j, rt.HalBufferView)
-            value = torch.from_dlpack(device.create_dlpack_capsule(view, _DLPACK_CPU, 0))
+            value = torch.from_dlpack(module.device.create_dlpack_capsule(view, _DLPACK_CPU, 0))
             results.append(torch.empty(value.shape, dtype=dtype, device=dev).copy_(value))
         return results
 
     def run(args):
+        if module.released():
+            raise RuntimeError("torch_npu: the MLIR backend's IREE runtime was released at interpreter exit; "
+                               "compiled graphs cannot run after that")
         npu_device = next((t.device for t in list(args) + plan.results
                            if isinstance(t, torch.Tensor) and t.device.type == "npu"), None)
         shapes, sizes = plan.shapes(args)
