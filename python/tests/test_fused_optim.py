@@ -200,7 +200,7 @@ def _compare(ref_model, fused_model, ref_opt, fused_opt, rtol, atol):
 
 
 def _run(ref_factory, fused_factory, steps=STEPS, dtype=torch.float32, rtol=2e-5, atol=2e-6, groups=None,
-         clip=None):
+         clip=None, module_zero_grad=False):
     ref_model = _model(dtype)
     fused_model = copy.deepcopy(ref_model)
     if groups is None:
@@ -209,8 +209,12 @@ def _run(ref_factory, fused_factory, steps=STEPS, dtype=torch.float32, rtol=2e-5
         ref_opt, fused_opt = ref_factory(_groups(ref_model, *groups)), fused_factory(_groups(fused_model, *groups))
     for step in range(steps):
         x, y = _batch(step, dtype)
-        ref_opt.zero_grad()
-        fused_opt.zero_grad()
+        if module_zero_grad:  # Module.zero_grad(): set_to_none=True, as transformers' Trainer calls it
+            ref_model.zero_grad()
+            fused_model.zero_grad()
+        else:
+            ref_opt.zero_grad()
+            fused_opt.zero_grad()
         _loss(ref_model, x, y).backward()
         _loss(fused_model, x, y).backward()
         if clip is not None:
@@ -361,6 +365,32 @@ def test_params_keep_identity_and_live_in_the_combined_buffers():
     _loss(model, x, y).backward()
     assert float(combined_grads.abs().sum()) > 0
     assert all(p.grad is g for p, g in zip(params, grads))
+
+
+@pytest.mark.parametrize("name,ref_cls,fused_cls,kw", TORCH_CASES[::2], ids=[c[0] for c in TORCH_CASES[::2]])
+def test_module_zero_grad_sets_grads_to_none(name, ref_cls, fused_cls, kw):
+    """model.zero_grad() drops the combined grads; the new ones must still be stepped on
+    (they used to be ignored: every step after the first reused the first step's grads)."""
+    _run(_torch(ref_cls, **kw), _fused(fused_cls, **kw), module_zero_grad=True)
+    _run(_torch(ref_cls, **kw), _fused(fused_cls, **kw), module_zero_grad=True, clip=0.05)
+
+
+def test_parameter_left_without_a_grad_steps_with_zero_grad():
+    model = _model()
+    opt = NpuFusedSGD(model.parameters(), lr=0.1)
+    x, y = _batch(0)
+    _loss(model, x, y).backward()
+    opt.step()
+    combined = opt.get_combined_grads()[0]
+    model.zero_grad()
+    first = next(model.parameters())
+    _loss(model, x, y).backward()
+    first.grad = None  # not used by this step's loss
+    before = first.detach().clone()
+    opt.step()
+    torch.testing.assert_close(first.detach(), before)  # plain SGD: a zero grad leaves it
+    assert first.grad is not None and float(first.grad.abs().sum()) == 0
+    assert first.grad.data_ptr() == combined.data_ptr()  # the first slice of the buffer again
 
 
 def test_zero_grad():

@@ -30,7 +30,11 @@ class NpuFusedOptimizerBase(Optimizer):
       a module's parameter): such a tensor leaves the combined buffer and is no longer
       updated;
     * parameters without a grad at the first step are not combined and never updated;
-    * ``zero_grad(set_to_none=True)`` is not supported (it would drop the combined grads);
+    * ``zero_grad(set_to_none=True)`` on the optimizer is not supported (a ValueError).
+      A module's ``zero_grad()`` (set_to_none=True by default, as Hugging Face's Trainer
+      calls it) is: the grads backward then creates are copied into the combined buffer at
+      the next step, and a combined parameter left without a grad steps with a zero grad,
+      as after this optimizer's own ``zero_grad()``;
     * parameters must be float32 or float16.
     """
 
@@ -43,6 +47,7 @@ class NpuFusedOptimizerBase(Optimizer):
         self.params_all_group = [[] for _ in _DTYPES]
         self.params_all_group_combined = [None] * len(_DTYPES)
         self.grads_all_group_combined = [None] * len(_DTYPES)
+        self._combined_grads = [[] for _ in _DTYPES]  # per dtype, parallel to params_all_group
         self.is_params_grads_combined = False
         self.is_states_combined = False
         self.is_fused_optimizer = True
@@ -81,6 +86,7 @@ class NpuFusedOptimizerBase(Optimizer):
 
         self.params_lists_indexed_by_group = lists_each_group
         self.params_all_group = params_all
+        self._combined_grads = grads_all
         for d in range(len(_DTYPES)):
             self.params_all_group_combined[d] = npu_combine_tensors(params_all[d])
             self.grads_all_group_combined[d] = npu_combine_tensors(grads_all[d])
@@ -98,6 +104,23 @@ class NpuFusedOptimizerBase(Optimizer):
             self.combined_grads_indexed_by_group.append(group_grads)
         if any(c is not None for c in self.params_all_group_combined):
             self.is_params_grads_combined = True
+
+    @torch.no_grad()
+    def _adopt_replaced_grads(self):
+        """Grads that are no longer the combined ones (``p.grad = None``, as a module's
+        ``zero_grad()`` does, then a new grad from backward; or an out-of-place accumulation)
+        are copied into their slice of the combined buffer, which becomes ``p.grad`` again; a
+        missing grad is a zero one. Without this a step would silently reuse stale grads."""
+        for params, grads in zip(self.params_all_group, self._combined_grads):
+            for p, combined in zip(params, grads):
+                g = p.grad
+                if g is combined:
+                    continue
+                if g is None:
+                    combined.zero_()
+                else:
+                    combined.copy_(g)
+                p.grad = combined
 
     # Subclasses: the tensor states of a parameter (names, in order) and how to create them.
     def _state_keys(self, group):
@@ -173,6 +196,7 @@ class NpuFusedOptimizerBase(Optimizer):
         self._maybe_init_combined_params_and_grads()
         if not self.is_params_grads_combined:
             return loss
+        self._adopt_replaced_grads()
         self._maybe_init_combined_states()
         self._before_group_steps()
         for i in range(len(self.param_groups)):
@@ -191,6 +215,7 @@ class NpuFusedOptimizerBase(Optimizer):
             if not self.is_params_grads_combined:
                 super().zero_grad(set_to_none=False)
                 return
+        self._adopt_replaced_grads()
         for grads in self.grads_all_group_combined:
             if grads is not None:
                 grads.zero_()
@@ -219,6 +244,8 @@ class NpuFusedOptimizerBase(Optimizer):
         r"""``torch.nn.utils.clip_grad_norm_`` over all parameters of the optimizer, computed on
         the combined grad buffers. Returns the total norm (a float32 tensor)."""
         self._maybe_init_combined_params_and_grads()
+        if self.is_params_grads_combined:
+            self._adopt_replaced_grads()
         grads = [g for g in self.get_combined_grads() if g is not None]
         if not grads:
             return torch.tensor(0.)
