@@ -5,8 +5,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/op_registration/op_registration.h>
 #include <c10/core/CPUAllocator.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/add_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <ATen/ops/div_compositeexplicitautogradnonfunctional_dispatch.h>
+#include <ATen/ops/histc.h>
 #include <ATen/ops/mul_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <ATen/ops/sub_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <torch/library.h>
@@ -856,12 +858,44 @@ at::Tensor div_tensor(const at::Tensor& self, const at::Tensor& other) {
   return at::compositeexplicitautogradnonfunctional::div(self, other);
 }
 
+
+// torch_npu's histc (aclnnHistc) also counts integer tensors, into a result of the input's
+// dtype, as CUDA's does (transformers' MoE routing passes int32 expert ids on every device
+// but cpu and mps); ATen's CPU kernel takes floating types only. Integers are counted as
+// doubles (exact up to 2^53), the counts cast back; floating inputs take the CPU kernel.
+void histc_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const size_t n_args = op.schema().arguments().size();  // histc: 4, histc.out: 5
+  const size_t first = stack->size() - n_args;
+  const at::Tensor self = (*stack)[first].toTensor();
+  if (!at::isIntegralType(self.scalar_type(), /*includeBool=*/false)) {
+    npu_fallback(op, keys, stack);
+    return;
+  }
+  const int64_t bins = (*stack)[first + 1].toInt();
+  const at::Scalar min = (*stack)[first + 2].toScalar(), max = (*stack)[first + 3].toScalar();
+  at::Tensor counts = at::histc(self.to(at::kDouble), bins, min, max);
+  at::Tensor result;
+  if (n_args == 5) {
+    result = (*stack)[first + 4].toTensor();
+    TORCH_CHECK(result.scalar_type() == self.scalar_type(), "histc.out: expected out of dtype ", self.scalar_type(),
+                " (the input's), got ", result.scalar_type());
+    at::native::resize_output(result, counts.sizes());
+    result.copy_(counts);
+  } else {
+    result = counts.to(self.scalar_type());
+  }
+  torch::jit::drop(*stack, n_args);
+  torch::jit::push(*stack, std::move(result));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Through PyTorch's generic structured wrapper, mse_loss(reduction="mean") would call
   // mse_loss.out with a 0-dim output that the CPU kernel resizes, warning on every call.
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+  m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
+  m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   // These have a CPU kernel and also a CompositeExplicitAutograd one (math_*), which the
   // generator leaves to PyTorch, so on npu they ran decomposed: other rounding, and
   // layer/group norm's mean and rstd in the input dtype where the CPU gives float32.

@@ -350,6 +350,23 @@ def test_graph_break_falls_back_to_eager():
     assert counter.frame_count == 2
 
 
+def test_compiled_flex_attention_takes_the_cpp_template():
+    """Inductor sent npu's flex_attention to its Triton templates ("Torch not compiled with
+    CUDA enabled"); it takes the C++ template, as cpu does, inference only as there."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, 1, 1, 128, 128, device="npu")
+    compiled = torch.compile(flex_attention)
+    with torch.no_grad():
+        out = compiled(q.npu(), k.npu(), v.npu(), block_mask=mask)
+    assert out.device.type == "npu"
+    _close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    with pytest.raises(Exception, match="only supports inference"):
+        compiled(q.npu().requires_grad_(), k.npu(), v.npu(), block_mask=mask)
+
+
 # ---- random numbers in compiled kernels ---------------------------------------------------------
 def _philox_uniform(seed: int, offsets):
     """Reference for Inductor's ``normalized_rand_cpu(seed, offset)`` (cpp_prefix.h) in numpy:

@@ -159,6 +159,23 @@ def test_one_hot_takes_integer_labels_of_any_dtype(dtype):
     torch.testing.assert_close(out.cpu(), torch.nn.functional.one_hot(labels, 7).to(dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_histc_counts_integer_tensors(dtype):
+    """As aclnnHistc and CUDA (transformers' MoE routing counts int32 expert ids with it):
+    the counts in the input's dtype; CPU's kernel takes floating types only."""
+    ids = torch.tensor([0, 0, 1, 3, 3, 3, 7], dtype=dtype)
+    counts = torch.histc(ids.npu(), bins=4, min=0, max=3)
+    assert counts.dtype == dtype and counts.device.type == "npu"
+    assert counts.cpu().tolist() == [2, 1, 0, 3]  # 7 is outside [min, max]
+    out = torch.empty(0, dtype=dtype, device="npu")
+    assert torch.histc(ids.npu(), bins=4, min=0, max=3, out=out) is out
+    assert out.cpu().tolist() == [2, 1, 0, 3]
+    with pytest.raises(RuntimeError, match="expected out of dtype"):
+        torch.histc(ids.npu(), bins=4, out=torch.empty(0, device="npu"))
+    floats = torch.histc(ids.float().npu(), bins=4, min=0, max=3)
+    assert floats.dtype == torch.float32 and floats.cpu().tolist() == [2, 1, 0, 3]
+
+
 def test_one_hot_rejects_what_pytorch_rejects():
     f = torch.nn.functional.one_hot
     with pytest.raises(RuntimeError, match="integer type"):

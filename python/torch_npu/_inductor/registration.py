@@ -240,6 +240,32 @@ def _vectorized_rand_in_npu_kernels() -> None:
     overrides.rand = staticmethod(rand)
 
 
+def _flex_attention_lowers_as_on_cpu() -> None:
+    """FlexAttention in npu graphs takes Inductor's C++ template, as on cpu.
+
+    Inductor's flex_attention lowering picks the C++ template for "cpu", Metal for "mps"
+    and the Triton templates for every other device: a compiled flex_attention on npu
+    tensors (transformers' ``attn_implementation="flex_attention"``) failed with "Torch not
+    compiled with CUDA enabled". The C++ template is inference-only: a graph needing the
+    backward fails in it with "torch.compile on CPU only supports inference", as a cpu one
+    does. Uncompiled, flex_attention on npu runs forward and backward.
+    """
+    lowerings = _private("torch._inductor.lowering", "lowerings")
+    hop = torch.ops.higher_order
+    forward = lowerings[hop.flex_attention]
+    if getattr(forward, "_npu_cpu_template", False):
+        return
+    lower_cpu = _private("torch._inductor.kernel.flex.flex_cpu", "lower_cpu")
+
+    def flex_attention(query, *args, **kwargs):
+        if query.get_device().type == DEVICE:
+            return lower_cpu(query, *args, **kwargs)
+        return forward(query, *args, **kwargs)
+
+    flex_attention._npu_cpu_template = True
+    lowerings[hop.flex_attention] = flex_attention
+
+
 def _empty_tensors_keep_their_size_when_moved_to_npu() -> None:
     """``torch.empty(...).npu()`` in a graph is an empty npu buffer of the right size.
 
@@ -299,3 +325,4 @@ def register_inductor() -> None:
     _no_layout_optimization_around_npu_convolutions()
     _vectorized_rand_in_npu_kernels()
     _empty_tensors_keep_their_size_when_moved_to_npu()
+    _flex_attention_lowers_as_on_cpu()
