@@ -5,6 +5,8 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/ConvUtils.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/record_function.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -45,6 +47,14 @@ c10::DeviceIndex target_device(std::optional<c10::Device> device) {
 }
 
 // ---- allocation ----------------------------------------------------------------
+// torch.use_deterministic_algorithms(True) with torch.utils.deterministic.
+// fill_uninitialized_memory (its default): new memory reads NaN, or the largest integer,
+// as ATen's CPU and CUDA empty and resize_ make it.
+bool fill_uninitialized_memory() {
+  const auto& ctx = at::globalContext();
+  return ctx.deterministicAlgorithms() && ctx.deterministicFillUninitializedMemory();
+}
+
 at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
@@ -52,8 +62,10 @@ at::Tensor empty_memory_format(c10::SymIntArrayRef size, std::optional<at::Scala
               *layout);
   const auto d = target_device(device);
   c10::DeviceGuard guard(c10::Device(kNPU, d));
-  return at::detail::empty_generic(C10_AS_INTARRAYREF_SLOW(size), NPUCachingAllocator::get(), kNPUKeys,
-                                   c10::dtype_or_default(dtype), memory_format);
+  at::Tensor t = at::detail::empty_generic(C10_AS_INTARRAYREF_SLOW(size), NPUCachingAllocator::get(), kNPUKeys,
+                                           c10::dtype_or_default(dtype), memory_format);
+  if (C10_UNLIKELY(fill_uninitialized_memory())) at::native::fill_empty_deterministic_(t);
+  return t;
 }
 
 at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride, std::optional<at::ScalarType> dtype,
@@ -63,8 +75,10 @@ at::Tensor empty_strided(c10::SymIntArrayRef size, c10::SymIntArrayRef stride, s
               *layout);
   const auto d = target_device(device);
   c10::DeviceGuard guard(c10::Device(kNPU, d));
-  return at::detail::empty_strided_generic(C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
-                                           NPUCachingAllocator::get(), kNPUKeys, c10::dtype_or_default(dtype));
+  at::Tensor t = at::detail::empty_strided_generic(C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                                                   NPUCachingAllocator::get(), kNPUKeys, c10::dtype_or_default(dtype));
+  if (C10_UNLIKELY(fill_uninitialized_memory())) at::native::fill_empty_deterministic_(t);
+  return t;
 }
 
 // ---- copies --------------------------------------------------------------------
@@ -219,7 +233,9 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   }
   const size_t nbytes = at::detail::computeStorageNbytes(sizes, impl->strides(), self.itemsize(),
                                                          impl->storage_offset());
+  const int64_t old_nbytes = static_cast<int64_t>(self.storage().nbytes());
   ensure_storage_bytes(self, nbytes);
+  if (C10_UNLIKELY(fill_uninitialized_memory())) at::native::fill_resize_deterministic_(self, old_nbytes);
   return self;
 }
 

@@ -1,5 +1,6 @@
 // torch_npu._C: the Python bindings of the runtime (see torch_npu/_C.pyi).
 // The only translation unit that includes Python and pybind11 headers.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/utils/pybind.h>
@@ -130,11 +131,12 @@ PYBIND11_MODULE(_C, m) {
   });
 
   m.def("_npu_eventElapsedTime", [](uintptr_t start, uintptr_t end, int device) {
-    check_device_index(static_cast<c10::DeviceIndex>(device));
     TORCH_CHECK(start && end, "Both events must be recorded before calculating elapsed time.");
-    float ms = 0;
-    NPU_CHECK(aclrtEventElapsedTime(&ms, reinterpret_cast<aclrtEvent>(start), reinterpret_cast<aclrtEvent>(end)));
-    return static_cast<double>(ms);
+    check_device_index(static_cast<c10::DeviceIndex>(device));
+    pybind11::gil_scoped_release no_gil;  // it waits for both events
+    return c10::impl::getDeviceGuardImpl(kNPU)->elapsedTime(reinterpret_cast<void*>(start),
+                                                            reinterpret_cast<void*>(end),
+                                                            static_cast<c10::DeviceIndex>(device));
   });
 
   m.def("_npu_memoryStats", [](int d) { return memory_stats(static_cast<c10::DeviceIndex>(d)); });

@@ -258,3 +258,22 @@ def test_expandable_segments_avoid_fragmentation():
     for seg in segments:
         assert sum(b["size"] for b in seg["blocks"]) == seg["total_size"]
     assert report["reserved_after_empty_cache"] == 120 * MiB
+
+
+def test_deterministic_mode_fills_uninitialized_memory():
+    """torch.use_deterministic_algorithms(True) (fill_uninitialized_memory on by default):
+    new npu memory reads NaN or the largest integer, as ATen's CPU and CUDA allocations."""
+    from torch.testing._internal.common_utils import DeterministicGuard
+
+    with DeterministicGuard(True, fill_uninitialized_memory=True):
+        assert bool(torch.empty(10, 9, device="npu").isnan().all())
+        assert bool(torch.empty_strided((3, 4), (1, 3), device="npu").isnan().all())
+        assert bool(torch.empty_like(torch.zeros(5, device="npu"), dtype=torch.half).isnan().all())
+        ints = torch.empty(5, dtype=torch.int32, device="npu")
+        assert (ints.cpu() == torch.iinfo(torch.int32).max).all()
+        grown = torch.zeros(4, device="npu")
+        grown.resize_(64)
+        assert (grown[:4].cpu() == 0).all() and bool(grown[4:].isnan().all())
+    with DeterministicGuard(True, fill_uninitialized_memory=False):
+        torch.empty(1 << 20, device="npu")  # no fill: nothing to check but that it runs
+

@@ -154,6 +154,24 @@ def test_event_elapsed_time_around_matmul():
         start.elapsed_time(1.0)
 
 
+@pytest.mark.parametrize("end_type", ["npu", "native"])
+def test_elapsed_time_waits_for_both_events(end_type):
+    """As torch_npu's NPUEvent::elapsed_time: no synchronize needed before timing (it failed
+    with 107009 "end event has not completed yet" while the timed work was queued)."""
+    start = torch.npu.Event(enable_timing=True)
+    end = torch.npu.Event(enable_timing=True) if end_type == "npu" else torch.Event("npu", enable_timing=True)
+    a = torch.randn(768, 768, device="npu")
+    start.record()
+    for _ in range(6):
+        a = (a @ a).clamp_(-1, 1)
+    end.record()
+    assert start.elapsed_time(end) > 0
+    assert end.query()
+    # (PyTorch's generic Event raises ValueError here, torch_npu's RuntimeError)
+    with pytest.raises((RuntimeError, ValueError), match="Both events must be recorded"):
+        torch.npu.Event(enable_timing=True).elapsed_time(end)
+
+
 def test_event_record_on_explicit_stream_and_device():
     s = torch.npu.Stream(device=1)
     e = torch.npu.Event(enable_timing=True)

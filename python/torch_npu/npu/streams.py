@@ -177,12 +177,16 @@ class Event(torch.Event):
     def elapsed_time(self, end_event) -> float:
         r"""Return the milliseconds between this event and ``end_event``.
 
-        Both events need ``enable_timing=True`` and must have completed.
+        Both events need ``enable_timing=True`` and must have been recorded; as in torch_npu,
+        this waits for both to complete.
         """
         if not isinstance(end_event, torch.Event):
             raise TypeError("Event.elapsed_time(): argument 'end_event' must be a "
                             f"torch.npu.Event, got {type(end_event).__name__}")
         if type(end_event) is torch.Event:
+            # torch_npu's events wait for both ends; PyTorch's generic Event requires them done.
+            self.synchronize()
+            end_event.synchronize()
             return super().elapsed_time(end_event)
         # torch.Event.elapsed_time() rejects subclasses of torch.Event as its argument
         # (exact type check in torch/csrc/Event.cpp): time the raw events instead.
