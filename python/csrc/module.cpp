@@ -3,6 +3,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "torch_npu/core/npu_caching_allocator.h"
@@ -32,6 +33,9 @@ namespace {
 constexpr auto kNPU = c10::DeviceType::PrivateUse1;
 
 // Blocking waits release the GIL so that nothing queued can deadlock on it.
+// Set in a child forked after torch.npu's initialisation (torch.npu._is_in_bad_fork()).
+bool in_bad_fork = false;
+
 void release_gil_while(void (*fn)(void*), void* arg) {
   if (PyGILState_Check()) {
     py::gil_scoped_release no_gil;
@@ -116,7 +120,14 @@ PYBIND11_MODULE(_C, m) {
     check_device_index(static_cast<c10::DeviceIndex>(d));
     return static_cast<uint64_t>(aclsimDeviceCapacity(d));
   });
-  m.def("_npu_isInBadFork", [] { return false; });
+  m.def("_npu_isInBadFork", [] { return in_bad_fork; });
+  // Called in a child forked after initialisation: its next npu tensor op then calls
+  // torch.npu._lazy_init() again (PyTorch's lazy-init flag came over from the parent),
+  // which raises as CUDA does.
+  m.def("_npu_markBadFork", [] {
+    in_bad_fork = true;
+    torch::utils::set_requires_device_init(kNPU, true);
+  });
 
   m.def("_npu_getCurrentStream", [](int d) { return stream_tuple(getCurrentNPUStream(static_cast<c10::DeviceIndex>(d))); });
   m.def("_npu_getDefaultStream", [](int d) { return stream_tuple(getDefaultNPUStream(static_cast<c10::DeviceIndex>(d))); });

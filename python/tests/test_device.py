@@ -253,3 +253,33 @@ def test_forked_child_cannot_use_npu():
     result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
     assert result.returncode == 0, result.stderr
     assert "CHILD 0" in result.stdout
+
+
+def test_forked_child_raises_instead_of_hanging():
+    """New npu tensors in a child forked after initialisation raise torch_npu's error, and
+    the parent's tensors (with work still queued at fork time) raise the runtime's instead
+    of waiting forever for stream workers the child does not have; the child exits cleanly."""
+    code = textwrap.dedent("""
+        import os, sys, torch, torch_npu
+        x = torch.ones(2000, 2000, device="npu")
+        for _ in range(3):
+            x = x @ x  # queued on the stream worker when the fork happens
+        pid = os.fork()
+        if pid == 0:
+            errors = []
+            for use in (lambda: torch.tensor([2]).to("npu"), lambda: x.cpu(), lambda: x + 1,
+                        lambda: torch.npu.synchronize()):
+                try:
+                    use()
+                    errors.append("no error")
+                except RuntimeError as err:
+                    errors.append("spawn" in str(err) and ("forked" in str(err)))
+            print("CHILD", errors, flush=True)
+            sys.exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("EXIT", os.waitstatus_to_exitcode(status), bool(x[0, 0].item() > 0))
+    """)
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "CHILD [True, True, True, True]" in result.stdout, result.stdout + result.stderr
+    assert "EXIT 0 True" in result.stdout

@@ -51,6 +51,7 @@ aclError ReportTaskError(std::string msg) {
 }
 
 aclError SyncStream(Stream* s, const char* api) {
+  if (s->Orphaned()) return ForkedChildFail(api);
   if (s->IsCurrentWorker()) return WorkerSelfWait(api, s->device);
   s->WaitIdle();
   std::string msg;
@@ -62,6 +63,8 @@ aclError SyncDevice(Device* d, const char* api) {
   Stream* own = CurrentWorkerStream();
   if (own && own->device == d->id) return WorkerSelfWait(api, d->id);
   auto streams = d->Snapshot();
+  for (auto& s : streams)
+    if (s->Orphaned()) return ForkedChildFail(api);
   for (auto& s : streams) s->WaitIdle();
   std::string first, msg;
   int extra = 0;
@@ -210,7 +213,10 @@ aclError aclrtResetDevice(int32_t deviceId) {
   Stream* own = CurrentWorkerStream();
   if (own && own->device == d->id) return WorkerSelfWait("aclrtResetDevice", d->id);
   if ((err = CheckDeviceNotCapturing(d, "aclrtResetDevice")) != ACL_SUCCESS) return err;
-  for (auto& s : d->Snapshot()) s->WaitIdle();
+  auto streams = d->Snapshot();
+  for (auto& s : streams)
+    if (s->Orphaned()) return ForkedChildFail("aclrtResetDevice");
+  for (auto& s : streams) s->WaitIdle();
   return ACL_SUCCESS;
 }
 
@@ -499,6 +505,7 @@ aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
   t.kind = kTaskEventRecord;
   t.a = e;
   e->Ref();
+  e->record_pid.store(getpid(), std::memory_order_relaxed);
   t.n = e->recorded.fetch_add(1, std::memory_order_acq_rel) + 1;
   if ((err = s->Enqueue(t)) != ACL_SUCCESS) {
     e->Complete(t.n);  // keep queries from hanging on a record that never ran
@@ -527,6 +534,9 @@ aclError aclrtSynchronizeEvent(aclrtEvent event) {
   Event* e = ResolveEvent(event, "aclrtSynchronizeEvent", &err);
   if (!e) return err;
   if ((err = CheckEventNotCaptured(e, "aclrtSynchronizeEvent")) != ACL_SUCCESS) return err;
+  if (RT().forked_child && !e->Done(e->recorded.load(std::memory_order_acquire)) &&
+      e->record_pid.load(std::memory_order_relaxed) != getpid())
+    return ForkedChildFail("aclrtSynchronizeEvent");  // recorded by the parent: never completes here
   e->WaitFor(e->recorded.load(std::memory_order_acquire));
   return ACL_SUCCESS;
 }

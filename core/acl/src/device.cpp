@@ -123,6 +123,18 @@ void AtExit() {
 
 void AtForkChild() { RT().forked_child = true; }
 
+}  // namespace
+
+// The parent's stream workers do not exist in a forked child: waiting for or launching
+// work would block forever. Real AscendCL has no usable context there either.
+aclError ForkedChildFail(const char* api) {
+  return Fail(ACL_ERROR_RT_CONTEXT_NULL,
+              "%s: the NPU runtime was initialised before this process was forked; a forked child "
+              "cannot use it (start NPU subprocesses with the 'spawn' start method)", api);
+}
+
+namespace {
+
 Runtime* CreateRuntime() {
   auto* rt = new Runtime();  // never destroyed: usable from any static destructor
   const Profile* prof = &kProfiles[0];

@@ -163,6 +163,9 @@ struct Stream {
   // inline on the calling thread, after anything still queued.
   void Shutdown(bool restartable);
   bool IsCurrentWorker() const;
+  // In a child forked after its worker started: the worker does not exist here, so the
+  // stream's tasks would never run (ForkedChildFail instead of waiting for them).
+  bool Orphaned() const;
   // Runs one task on the calling thread (the worker; also for a model's tasks).
   void Run(Task& t, char* errbuf, size_t errlen);
   // A small number naming the stream (in its worker's name npu<device>-s<serial>, and in
@@ -190,6 +193,7 @@ struct Stream {
   bool inline_ = false;  // worker gone for good (process exit)
   std::thread worker_;
   std::thread::id worker_id_;
+  std::atomic<int> worker_pid_{0};  // the process that started the worker
 
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> completed_{0};
@@ -212,6 +216,7 @@ struct Event {
   std::atomic<uint64_t> completed{0};       // latest generation executed
   std::atomic<int64_t> stamp_ns{-1};        // steady clock at the latest completion
   std::atomic<uint64_t> capture_id{0};      // capture holding the latest record (0: none)
+  std::atomic<int> record_pid{0};           // the process of the latest record call
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<int> waiters{0};
@@ -266,6 +271,8 @@ struct Runtime {
 
 // Initialises on first use (reads the environment once).
 Runtime& RT();
+// The error of a call that needs stream workers in a child forked after initialisation.
+aclError ForkedChildFail(const char* api);
 // Per-thread current device (default 0; stream workers: their stream's device).
 int& CurrentDevice();
 // nullptr and sets an ACL_ERROR_RT_INVALID_DEVICEID message when invalid.

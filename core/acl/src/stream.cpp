@@ -16,6 +16,8 @@
 #include <initializer_list>
 #include <new>
 
+#include <unistd.h>
+
 #include "internal.h"
 
 namespace aclsim {
@@ -55,8 +57,15 @@ int64_t NowNs() {
 // ---- Stream ------------------------------------------------------------------------------
 bool Stream::IsCurrentWorker() const { return tl_worker_stream == this; }
 
+bool Stream::Orphaned() const {
+  if (!RT().forked_child) return false;
+  const int pid = worker_pid_.load(std::memory_order_relaxed);
+  return pid != 0 && pid != getpid();
+}
+
 aclError Stream::Enqueue(const Task& t) {
   if (capture.load(std::memory_order_acquire) != nullptr) return CaptureTask(this, t);
+  if (Orphaned()) return ForkedChildFail("launching a task");
   std::unique_lock<std::mutex> lk(mu_);
   if (inline_) {
     // Process exit: the worker is gone; run in the caller (after anything still queued).
@@ -107,6 +116,7 @@ aclError Stream::Enqueue(const Task& t) {
 
 aclError Stream::StartWorkerLocked() {
   try {
+    worker_pid_.store(getpid(), std::memory_order_relaxed);
     worker_ = std::thread([this] { WorkerMain(); });
   } catch (const std::exception& e) {
     return Fail(ACL_ERROR_RT_INTERNAL_ERROR,

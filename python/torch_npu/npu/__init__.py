@@ -282,6 +282,7 @@ def _after_fork_in_child() -> None:
     if _initialized and _original_pid != os.getpid():
         _initialized = False
         _in_bad_fork = True
+        _C._npu_markBadFork()
 
 
 if hasattr(os, "register_at_fork"):
