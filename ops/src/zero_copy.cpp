@@ -858,7 +858,6 @@ at::Tensor div_tensor(const at::Tensor& self, const at::Tensor& other) {
   return at::compositeexplicitautogradnonfunctional::div(self, other);
 }
 
-
 // torch_npu's histc (aclnnHistc) also counts integer tensors, into a result of the input's
 // dtype, as CUDA's does (transformers' MoE routing passes int32 expert ids on every device
 // but cpu and mps); ATen's CPU kernel takes floating types only. Integers are counted as

@@ -32,10 +32,10 @@ namespace {
 
 constexpr auto kNPU = c10::DeviceType::PrivateUse1;
 
-// Blocking waits release the GIL so that nothing queued can deadlock on it.
 // Set in a child forked after torch.npu's initialisation (torch.npu._is_in_bad_fork()).
 bool in_bad_fork = false;
 
+// Blocking waits release the GIL so that nothing queued can deadlock on it.
 void release_gil_while(void (*fn)(void*), void* arg) {
   if (PyGILState_Check()) {
     py::gil_scoped_release no_gil;

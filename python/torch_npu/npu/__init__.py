@@ -164,7 +164,6 @@ __all__ = [
 default_generators: Tuple[torch.Generator, ...] = ()
 
 _initialized = False
-_in_bad_fork = False
 _original_pid = None
 _tls = threading.local()
 _initialization_lock = threading.Lock()
@@ -183,7 +182,7 @@ def is_initialized() -> bool:
 
 
 def _is_in_bad_fork() -> bool:
-    return _in_bad_fork or bool(_C._npu_isInBadFork())
+    return bool(_C._npu_isInBadFork())
 
 
 def _lazy_call(cb: Callable[[], None], seed: bool = False, seed_all: bool = False) -> None:
@@ -278,10 +277,9 @@ atexit.register(_drain_autograd_threads_at_exit)
 
 
 def _after_fork_in_child() -> None:
-    global _initialized, _in_bad_fork
+    global _initialized
     if _initialized and _original_pid != os.getpid():
         _initialized = False
-        _in_bad_fork = True
         _C._npu_markBadFork()
 
 
