@@ -2,6 +2,8 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
+#include <c10/core/AutogradState.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
 #include <atomic>
@@ -17,15 +19,49 @@ namespace {
 thread_local int tls_kernel_depth = 0;
 BlockingHook g_blocking_hook = nullptr;
 
+// What a kernel sees of the thread that launched it, as if it ran there: the dispatch
+// keys included and excluded (a kernel launched from an npu op runs below autograd and
+// autocast, so the ops it calls must too), grad and inference mode, and the intra-op
+// thread count (torch.set_num_threads: OpenMP and MKL keep it per thread, so the worker
+// would otherwise use every core whatever the user chose, and ranks sharing a host would
+// oversubscribe it). Python state (dispatch modes, hooks) stays behind: workers never
+// take the GIL.
+c10::impl::LocalDispatchKeySet launch_keys() {
+  // Keys whose kernels need Python state of the launching thread (torch.compile's Python
+  // dispatcher, dispatch modes, functorch layers) never apply to a worker.
+  static const c10::DispatchKeySet python_keys{
+      c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::PythonDispatcher,
+      c10::DispatchKey::PreDispatch, c10::DispatchKey::FuncTorchDynamicLayerFrontMode,
+      c10::DispatchKey::FuncTorchDynamicLayerBackMode};
+  c10::impl::LocalDispatchKeySet keys = c10::impl::tls_local_dispatch_key_set();
+  keys.included_ = keys.included_ - python_keys;
+  return keys;
+}
+
+struct LaunchState {
+  c10::impl::LocalDispatchKeySet keys = launch_keys();
+  c10::AutogradState autograd = c10::AutogradState::get_tls_state();
+  int threads = at::get_num_threads();
+};
+
 struct Task {
   std::function<void()> fn;
   c10::Stream stream;
-  // The launching thread's intra-op thread count (torch.set_num_threads): OpenMP and
-  // MKL keep it per thread, so the worker would otherwise use every core whatever the
-  // user chose, and ranks sharing a host would oversubscribe it.
-  int threads;
+  LaunchState state;
   Task* next = nullptr;
 };
+
+// Runs a task's function in its launcher's state, restoring the worker's afterwards.
+void run_in_launch_state(const Task& task) {
+  c10::impl::ForceDispatchKeyGuard keys(task.state.keys);
+  const c10::AutogradState worker_autograd = c10::AutogradState::get_tls_state();
+  c10::AutogradState::set_tls_state(task.state.autograd);
+  struct Restore {
+    c10::AutogradState autograd;
+    ~Restore() { c10::AutogradState::set_tls_state(autograd); }
+  } restore{worker_autograd};
+  task.fn();
+}
 
 // Sets the worker's intra-op thread count to the launcher's when it differs.
 void adopt_threads(int threads) {
@@ -53,9 +89,9 @@ int run_fn(Task* task, char* err, size_t err_len) {
     NPUStream s(task->stream);
     aclrtSetDevice(s.device_index());
     setCurrentNPUStream(s);
-    adopt_threads(task->threads);
+    adopt_threads(task->state.threads);
     ++tls_kernel_depth;
-    task->fn();
+    run_in_launch_state(*task);
     --tls_kernel_depth;
     return 0;
   } catch (const c10::Error& e) {
@@ -122,7 +158,7 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     aclmdlRI model = nullptr;
     NPU_CHECK(aclmdlRICaptureGetInfo(stream.stream(), &status, &model));
     if (status != ACL_MODEL_RI_CAPTURE_STATUS_NONE) {
-      auto* task = new Task{std::move(fn), stream.unwrap(), at::get_num_threads()};
+      auto* task = new Task{std::move(fn), stream.unwrap()};
       aclError err = aclsimLaunchKernel(stream.stream(), run_captured_task, task, name);
       if (err != ACL_SUCCESS) {
         delete task;
@@ -155,7 +191,7 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     return;
   }
   collect_finished_kernels();
-  auto* task = new Task{std::move(fn), stream.unwrap(), at::get_num_threads()};
+  auto* task = new Task{std::move(fn), stream.unwrap()};
   aclError err = aclsimLaunchKernel(stream.stream(), run_task, task, name);
   if (err != ACL_SUCCESS) {
     delete task;

@@ -8,6 +8,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/add_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <ATen/ops/div_compositeexplicitautogradnonfunctional_dispatch.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/histc.h>
 #include <ATen/ops/mul_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <ATen/ops/sub_compositeexplicitautogradnonfunctional_dispatch.h>
@@ -16,6 +17,7 @@
 #include <ATen/core/enum_tag.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <exception>
 #include <unordered_map>
@@ -231,8 +233,7 @@ void AliasMap::sync_back(const WrittenArg& w) {
   // Only a change the kernel made (out= resized) goes to the caller's tensor; comparing
   // with the tensor itself would undo what the caller did meanwhile (set_, resize_).
   const at::Tensor& a = w.alias;
-  const bool reshaped = a.sizes() != c10::IntArrayRef(w.sizes) || a.strides() != c10::IntArrayRef(w.strides) ||
-                        a.storage_offset() != w.storage_offset;
+  const bool reshaped = w.reshaped();
   // Written through an untiled copy (made by this map)?
   FormattedStorage* tiled = nullptr;
   size_t untiled_nbytes = 0;
@@ -262,6 +263,23 @@ void AliasMap::sync_back(const WrittenArg& w) {
   }
 }
 
+namespace {
+
+// The warnings a kernel gives on a stream's worker while the caller waits for it, given
+// again on the caller's thread (where Python's warning handler is) when it is done.
+class WarningCollector final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { warnings_.push_back(warning); }
+  void reissue() {
+    for (const c10::Warning& w : warnings_) c10::warn(w);
+  }
+
+ private:
+  std::vector<c10::Warning> warnings_;
+};
+
+}  // namespace
+
 void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel) {
   NPUStream stream = getCurrentNPUStream(device);
   if (!in_kernel() && isStreamCapturing(stream)) {
@@ -279,8 +297,10 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
     return;
   }
   std::exception_ptr error;
-  launch(stream, name, [&kernel, device, &error, max_numel] {
+  WarningCollector warnings;
+  launch(stream, name, [&kernel, device, &error, &warnings, max_numel] {
     try {
+      c10::WarningUtils::WarningHandlerGuard collect(&warnings);
       KernelScope scope(device);
       SerialBlasScope blas(max_numel);
       kernel();
@@ -289,6 +309,7 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
     }
   });
   wait_stream(stream);
+  warnings.reissue();
   if (error) std::rethrow_exception(error);
 }
 
@@ -378,9 +399,12 @@ struct OpTraits {
   static constexpr uint8_t kWritten = 1;                // Tensor(a!) / Tensor(a!)[]
   static constexpr uint8_t kOptionalTensorList = 2;     // Tensor?[]
   static constexpr uint8_t kOptionalGenerator = 4;      // Generator?
+  static constexpr uint8_t kOut = 8;                    // a written keyword argument (out=)
   c10::SmallVector<uint8_t, 8> arg;                     // flags per argument
   c10::SmallVector<int, 4> return_arg;                  // per return: the written argument, or -1
   uint64_t dtypes = kAnyDtype;                          // what the op table allows
+  bool has_out = false;                                 // any kOut argument
+  bool has_meta = false;                                // a Meta kernel predicts its out= geometry
 };
 
 const OpTraits& traits_of(const c10::FunctionSchema& schema) {
@@ -393,10 +417,16 @@ const OpTraits& traits_of(const c10::FunctionSchema& schema) {
     if (arg.alias_info() && arg.alias_info()->isWrite()) f |= OpTraits::kWritten;
     if (is_optional_tensor_list(arg)) f |= OpTraits::kOptionalTensorList;
     if (is_optional_generator(arg)) f |= OpTraits::kOptionalGenerator;
+    if ((f & OpTraits::kWritten) && arg.kwarg_only()) f |= OpTraits::kOut;
+    t.has_out |= (f & OpTraits::kOut) != 0;
     t.arg.push_back(f);
   }
   for (const auto& ret : schema.returns()) t.return_arg.push_back(written_argument(schema, ret));
   t.dtypes = allowed_dtypes(schema.operator_name());
+  if (t.has_out) {
+    const auto handle = c10::Dispatcher::singleton().findOp(schema.operator_name());
+    t.has_meta = handle && handle->hasKernelForDispatchKey(c10::DispatchKey::Meta);
+  }
   return cache.insert_or_assign(&schema, std::move(t)).first->second;
 }
 
@@ -497,6 +527,173 @@ void check_dtypes(const OpTraits& traits, const c10::FunctionSchema& schema, con
       for (const at::Tensor& t : stack[i].toTensorList()) check(t);
     }
   }
+}
+
+// A twin of npu tensor `t` on the meta device, sharing a meta storage with the other
+// twins of the call whose npu storage is the same (so overlap checks see the aliasing).
+at::Tensor meta_twin(const at::Tensor& t,
+                     c10::SmallVectorImpl<std::pair<const c10::StorageImpl*, c10::Storage>>& storages) {
+  if (!is_npu(t)) return t;
+  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  for (const auto& [from, meta] : storages) {
+    if (from == impl) return tensor_over(meta, c10::DispatchKey::Meta, t);
+  }
+  c10::Storage meta(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), impl->nbytes(), c10::DataPtr(nullptr, c10::Device(c10::DeviceType::Meta)),
+      c10::GetAllocator(c10::DeviceType::Meta), /*resizable=*/true));
+  storages.emplace_back(impl, meta);
+  return tensor_over(std::move(meta), c10::DispatchKey::Meta, t);
+}
+
+// An empty meta tensor of `t`'s dtype: resized by a Meta kernel without the warning a
+// non-empty out= tensor gives (the real kernel gives it).
+at::Tensor empty_meta_like(const at::Tensor& t) {
+  if (!is_npu(t)) return t;
+  return at::empty({0}, t.options().device(c10::DeviceType::Meta));
+}
+
+// Runs the op's Meta kernel on meta twins of the arguments, empty ones for the out=
+// arguments, and tells whether the shape it gave an out= argument differs from the
+// caller's tensor's (resize_output changes an out tensor's geometry only then); yes when
+// it raises (the real kernel will raise the user's error).
+bool meta_resizes_outs(const c10::OperatorHandle& op, const OpTraits& traits, const torch::jit::Stack& stack,
+                       size_t begin) {
+  c10::SmallVector<std::pair<const c10::StorageImpl*, c10::Storage>, 8> storages;
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> outs;  // (meta tensor, npu tensor)
+  torch::jit::Stack meta;
+  meta.reserve(traits.arg.size());
+  for (size_t i = 0; i < traits.arg.size(); ++i) {
+    const c10::IValue& v = stack[begin + i];
+    const bool out = traits.arg[i] & OpTraits::kOut;
+    if (v.isTensor()) {
+      meta.emplace_back(out ? empty_meta_like(v.toTensor()) : meta_twin(v.toTensor(), storages));
+      if (out) outs.emplace_back(meta.back().toTensor(), v.toTensor());
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& t : v.toTensorList()) {
+        list.push_back(out ? empty_meta_like(t) : meta_twin(t, storages));
+        if (out) outs.emplace_back(list.get(list.size() - 1), t);
+      }
+      meta.emplace_back(std::move(list));
+    } else if (v.isList() && (traits.arg[i] & OpTraits::kOptionalTensorList)) {
+      c10::List<std::optional<at::Tensor>> list;
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) {
+          list.push_back(meta_twin(e.toTensor(), storages));
+        } else {
+          list.push_back(std::nullopt);
+        }
+      }
+      meta.emplace_back(std::move(list));
+    } else if (v.isDevice() && v.toDevice().type() == kNPU) {
+      meta.emplace_back(c10::Device(c10::DeviceType::Meta));
+    } else {
+      meta.push_back(v);
+    }
+  }
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const std::exception&) {
+    return true;
+  }
+  for (const auto& [predicted, npu] : outs) {
+    if (predicted.sizes() != npu.sizes()) return true;
+  }
+  return false;
+}
+
+// What determines the geometry an op's Meta kernel computes, as integers: per argument,
+// the geometry, dtype and storage (by order of appearance) of tensors, and the values of
+// the others. False for an argument of a kind it does not encode.
+bool encode_call(const OpTraits& traits, const torch::jit::Stack& stack, size_t begin,
+                 c10::SmallVectorImpl<int64_t>& key) {
+  c10::SmallVector<const c10::StorageImpl*, 8> storages;
+  auto tensor = [&](const at::Tensor& t) {
+    if (!t.defined()) {
+      key.push_back(-1);
+      return;
+    }
+    const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+    const auto found = std::find(storages.begin(), storages.end(), impl);
+    key.push_back(found - storages.begin());
+    if (found == storages.end()) storages.push_back(impl);
+    key.push_back(static_cast<int64_t>(t.device().type()));
+    key.push_back(static_cast<int64_t>(t.scalar_type()));
+    key.push_back(t.is_conj() | t.is_neg() << 1 | t._is_zerotensor() << 2 |
+                  t.unsafeGetTensorImpl()->is_wrapped_number() << 3);
+    key.push_back(t.dim());
+    key.append(t.sizes().begin(), t.sizes().end());
+    key.append(t.strides().begin(), t.strides().end());
+    key.push_back(t.storage_offset());
+  };
+  auto number = [&](const c10::IValue& v) {
+    if (v.isInt()) {
+      key.append({1, v.toInt()});
+    } else if (v.isDouble()) {
+      key.append({2, std::bit_cast<int64_t>(v.toDouble())});
+    } else if (v.isBool()) {
+      key.append({3, v.toBool()});
+    } else if (v.isComplexDouble()) {
+      const auto z = v.toComplexDouble();
+      key.append({4, std::bit_cast<int64_t>(z.real()), std::bit_cast<int64_t>(z.imag())});
+    } else if (v.isNone()) {
+      key.push_back(5);
+    } else {
+      return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < traits.arg.size(); ++i) {
+    const c10::IValue& v = stack[begin + i];
+    if (v.isTensor()) {
+      key.push_back(10);
+      tensor(v.toTensor());
+    } else if (v.isTensorList()) {
+      key.append({11, static_cast<int64_t>(v.toTensorList().size())});
+      for (const at::Tensor& t : v.toTensorList()) tensor(t);
+    } else if (v.isList() && (traits.arg[i] & OpTraits::kOptionalTensorList)) {
+      key.append({12, static_cast<int64_t>(v.toListRef().size())});
+      for (const c10::IValue& e : v.toListRef()) tensor(e.isTensor() ? e.toTensor() : at::Tensor());
+    } else if (v.isIntList() || v.isDoubleList() || v.isBoolList()) {
+      key.append({13, static_cast<int64_t>(v.toListRef().size())});
+      for (const c10::IValue& e : v.toListRef()) number(e);
+    } else if (v.isDevice()) {
+      key.append({14, static_cast<int64_t>(v.toDevice().type()), v.toDevice().index()});
+    } else if (!number(v)) {
+      return false;  // strings, generators, symbolic values, ...: not kept
+    }
+  }
+  return true;
+}
+
+// Whether the kernel of an out= form may change the geometry of an out= argument
+// (ATen's resize_output: an out tensor of the wrong shape). Such a change must reach the
+// caller's tensor before the call returns, as when the kernel runs synchronously, so the
+// call cannot be queued. The op's Meta kernel tells (yes without one). Many are Python
+// functions (torch._meta_registrations): the answers are kept per thread, for each
+// operator and encode_call of its arguments, so a loop asks once per shape.
+bool may_resize_outs(const c10::OperatorHandle& op, const OpTraits& traits, const torch::jit::Stack& stack,
+                     size_t begin) {
+  if (!traits.has_meta) return true;
+  struct Answer {
+    std::vector<int64_t> key;
+    bool resizes;
+  };
+  thread_local std::unordered_multimap<uint64_t, Answer> answers;
+  constexpr size_t kMaxAnswers = 8192;
+  c10::SmallVector<int64_t, 64> key;
+  key.push_back(reinterpret_cast<intptr_t>(&op.schema()));
+  if (!encode_call(traits, stack, begin, key)) return meta_resizes_outs(op, traits, stack, begin);
+  uint64_t hash = 14695981039346656037ull;
+  for (int64_t k : key) hash = (hash ^ static_cast<uint64_t>(k)) * 1099511628211ull;
+  const auto [first, last] = answers.equal_range(hash);
+  for (auto it = first; it != last; ++it) {
+    if (std::equal(key.begin(), key.end(), it->second.key.begin(), it->second.key.end())) return it->second.resizes;
+  }
+  const bool resizes = meta_resizes_outs(op, traits, stack, begin);
+  if (answers.size() >= kMaxAnswers) answers.clear();
+  answers.emplace(hash, Answer{std::vector<int64_t>(key.begin(), key.end()), resizes});
+  return resizes;
 }
 
 // The arguments of a recorded kernel, copied for one replay (the call consumes its
@@ -714,6 +911,9 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   // A small kernel on an idle stream costs less run right here than handed to the
   // worker and back; the result is the same (nothing is queued before it).
   if (async && !capture && scan.max_numel <= kInlineNumel && stream.query()) async = false;
+  // An out= argument the kernel resizes: synchronously (while capturing, run once to learn
+  // the new geometry, as a functional op).
+  if (async && traits.has_out && may_resize_outs(op, traits, *stack, args_begin)) async = false;
 
   if (async || capture) {
     for (size_t i = args_begin; i < stack->size(); ++i) clone_cpu_tensors((*stack)[i]);
@@ -740,8 +940,14 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       } else {
         queued->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &queued->stack);
       }
-      AliasMap aliases(queued->device);
-      for (const auto& w : queued->written) aliases.sync_back(w);
+      // may_resize_outs said no written argument changes shape: the caller's tensors
+      // keep theirs (changing them here would race with the host, which already uses them).
+      for (const auto& w : queued->written) {
+        TORCH_CHECK(!w.reshaped(), queued->op.schema().name(), " changed the shape of a written argument from ",
+                    c10::IntArrayRef(w.sizes), " to ", w.alias.sizes(),
+                    " on the stream, after the call returned (a torch_npu defect: please report it; "
+                    "TASK_QUEUE_ENABLE=0 avoids it)");
+      }
     });
     for (auto& r : results) stack->push_back(std::move(r));
     return;

@@ -133,8 +133,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getDefaultStream", [](int d) { return stream_tuple(getDefaultNPUStream(static_cast<c10::DeviceIndex>(d))); });
   m.def("_npu_setStream", [](int64_t id, int64_t device, int64_t type) {
     TORCH_CHECK(type == static_cast<int64_t>(kNPU), "expected an npu stream, got device type ", type);
-    setCurrentNPUStream(NPUStream(c10::Stream(c10::Stream::UNSAFE,
-                                              c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id)));
+    NPUStream stream(c10::Stream(c10::Stream::UNSAFE, c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id));
+    // As torch_npu's (and CUDA's): the stream's device becomes the current device, so that
+    // `with torch.npu.stream(s)` runs the block's work on s's device.
+    if (current_device() != stream.device_index()) set_device(stream.device_index());
+    setCurrentNPUStream(stream);
   });
   m.def("_npu_streamRawHandle", [](int64_t id, int64_t device) {
     NPUStream s(c10::Stream(c10::Stream::UNSAFE, c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id));

@@ -20,9 +20,9 @@ def _restore_npu_state():
     torch.npu.set_device(0)
     yield
     torch.npu.synchronize()
-    torch.npu.set_device(0)
     for idx in range(torch.npu.device_count()):
-        torch.npu.set_stream(torch.npu.default_stream(idx))
+        torch.npu.set_stream(torch.npu.default_stream(idx))  # makes idx the current device
+    torch.npu.set_device(0)
 
 
 def run_python(code: str, env=None, timeout: float = 300):

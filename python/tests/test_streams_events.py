@@ -45,11 +45,12 @@ def test_stream_context_manager():
     assert torch.npu.current_stream() == torch.npu.default_stream()
 
 
-def test_stream_context_on_other_device_keeps_current_device():
+def test_stream_context_on_other_device_switches_device_and_restores_it():
     s2 = torch.npu.Stream(device=2)
     with torch.npu.stream(s2):
-        assert torch.npu.current_device() == 0
+        assert torch.npu.current_device() == 2  # as torch_npu's and CUDA's set_stream
         assert torch.npu.current_stream(2) == s2
+    assert torch.npu.current_device() == 0
     assert torch.npu.current_stream(2) == torch.npu.default_stream(2)
 
 

@@ -40,6 +40,11 @@ struct WrittenArg {
       : alias(std::move(alias)), npu_storage(std::move(npu_storage)),
         original(original.getIntrusivePtr()), sizes(this->alias.sizes()), strides(this->alias.strides()),
         storage_offset(this->alias.storage_offset()) {}
+  // The kernel changed the alias's geometry (an out= argument resized).
+  bool reshaped() const {
+    return alias.sizes() != c10::IntArrayRef(sizes) || alias.strides() != c10::IntArrayRef(strides) ||
+           alias.storage_offset() != storage_offset;
+  }
   at::Tensor alias;
   c10::Storage npu_storage;
   c10::weak_intrusive_ptr<c10::TensorImpl> original;
