@@ -126,6 +126,14 @@ _reductions.install()  # npu tensors through torch.multiprocessing share device 
 from torch_npu import profiler  # noqa: E402,F401
 import torch_npu._inductor  # noqa: E402,F401  (torch.compile on npu, Inductor and MLIR; registers lazily)
 
+# The submodules Huawei's `import torch_npu` makes available without an explicit import
+# (its _init/core/module_loader.py): optim, _afd (above), npu.aclnn (through torch_npu.npu),
+# contrib (its monkey patches: torch.nn.functional.dropout_with_byte_mask, ...) and
+# utils.syncbatchnorm. About 25 ms together.
+import torch_npu.optim  # noqa: E402,F401
+import torch_npu.contrib  # noqa: E402,F401
+import torch_npu.utils.syncbatchnorm  # noqa: E402,F401
+
 
 def _transfer_to_npu_if_requested() -> None:
     """``TORCH_TRANSFER_TO_NPU=1``: apply ``torch_npu.contrib.transfer_to_npu`` (CUDA -> NPU)."""

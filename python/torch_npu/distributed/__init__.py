@@ -61,7 +61,7 @@ if dist.is_available():
     dist.ProcessGroupHCCL = ProcessGroupHCCL
 
 
-def is_hccl_available() -> bool:
+def is_hccl_available():
     """True when the ``hccl`` backend can be used (torch_npu's name)."""
     return dist.is_available()
 

@@ -11,6 +11,7 @@ import glob
 import os
 import threading
 import traceback
+import warnings
 from typing import Callable, List, Tuple
 
 import torch
@@ -104,6 +105,9 @@ from .config import (
     set_option,
 )
 from . import amp
+from . import autocast_utils
+from .autocast_utils import (get_amp_supported_dtype, is_autocast_enabled, set_autocast_enabled,
+                             get_autocast_dtype, set_autocast_dtype)
 from . import op_support
 from .op_support import get_cpu_fallback, is_op_supported, set_cpu_fallback
 from . import graphs
@@ -176,7 +180,7 @@ class _DeferredNpuCallError(Exception):
     pass
 
 
-def is_initialized() -> bool:
+def is_initialized():
     r"""Return whether the NPU runtime of this process has been initialised."""
     return _initialized and not _is_in_bad_fork()
 
@@ -200,7 +204,7 @@ def _lazy_call(cb: Callable[[], None], seed: bool = False, seed_all: bool = Fals
         _queued_calls.append((cb, stack))
 
 
-def init() -> None:
+def init():
     r"""Initialise the NPU runtime of this process (done on demand by every NPU API)."""
     _lazy_init()
 
@@ -291,7 +295,7 @@ if hasattr(os, "register_at_fork"):
 # AMP hooks used by torch.autocast("npu") and torch.npu.amp.
 
 
-def ipc_collect() -> None:
+def ipc_collect():
     """Frees the npu memory this process sent to others (torch.multiprocessing) that no
     receiving process uses any more (torch.cuda.ipc_collect's counterpart)."""
     from torch_npu.multiprocessing.reductions import ipc_collect as collect
@@ -299,29 +303,65 @@ def ipc_collect() -> None:
     collect()
 
 
-def get_amp_supported_dtype() -> List[torch.dtype]:
-    r"""Return the dtypes ``torch.autocast("npu")`` accepts."""
-    return [torch.float16, torch.bfloat16, torch.float32]
+_deterministic_level = 0
 
 
-def is_autocast_enabled() -> bool:
-    r"""Return whether NPU autocast is enabled in this thread."""
-    return torch.is_autocast_enabled("npu")
+def set_deterministic_level(level):
+    r"""Deterministic computation level: 0 off, 1 deterministic operators, 2 deterministic
+    operators and collective communication. Levels >= 1 turn on
+    ``torch.use_deterministic_algorithms`` (0 turns it off), with torch_npu's warnings. The
+    simulator's kernels (ATen CPU kernels run in order) and its hccl reductions (rank order)
+    are deterministic at every level."""
+    global _deterministic_level
+    if isinstance(level, bool) or not isinstance(level, int) or level not in (0, 1, 2):
+        raise ValueError(f"set_deterministic_level(): level must be 0, 1 or 2, got {level!r}")
+    enabled = torch.are_deterministic_algorithms_enabled()
+    if level == 0 and enabled:
+        warnings.warn("The current configuration value of 'torch_npu.npu.set_deterministic_level' "
+                      "conflicts with 'torch.use_deterministic_algorithms'. "
+                      "'torch.use_deterministic_algorithms' has been configured to 'False'.")
+        torch.use_deterministic_algorithms(False)
+    elif level >= 1 and not enabled:
+        warnings.warn("The current configuration value of 'torch_npu.npu.set_deterministic_level' "
+                      "conflicts with 'torch.use_deterministic_algorithms'. "
+                      "'torch.use_deterministic_algorithms' has been configured to 'True'.")
+        torch.use_deterministic_algorithms(True)
+    _deterministic_level = level
+    warnings.warn("After using 'torch_npu.npu.set_deterministic_level', please do not use "
+                  "'torch.use_deterministic_algorithms' anymore, as it may cause unknown errors.")
 
 
-def set_autocast_enabled(enabled: bool) -> None:
-    r"""Enable or disable NPU autocast in this thread (prefer ``torch.npu.amp.autocast``)."""
-    torch.set_autocast_enabled("npu", bool(enabled))
+def use_compatible_impl(is_enable):
+    r"""Prefer the operator implementations that match PyTorch's CUDA results over the faster
+    NPU-specific ones (option ``TORCH_NPU_USE_COMPATIBLE_IMPL``). The simulator's kernels are
+    ATen's, so both choices compute the same; the option is recorded."""
+    set_option({"TORCH_NPU_USE_COMPATIBLE_IMPL": "1" if is_enable else "0"})
 
 
-def get_autocast_dtype() -> torch.dtype:
-    r"""Return the dtype NPU autocast casts to."""
-    return torch.get_autocast_dtype("npu")
+def are_compatible_impl_enabled():
+    r"""Whether :func:`use_compatible_impl` is on."""
+    return get_option("TORCH_NPU_USE_COMPATIBLE_IMPL") == "1"
 
 
-def set_autocast_dtype(dtype: torch.dtype) -> None:
-    r"""Set the dtype NPU autocast casts to (one of :func:`get_amp_supported_dtype`)."""
-    if not isinstance(dtype, torch.dtype):
-        raise TypeError(f"set_autocast_dtype(): argument 'dtype' must be a torch.dtype, got "
-                        f"{type(dtype).__name__}")
-    torch.set_autocast_dtype("npu", dtype)
+from . import npu_config  # noqa: E402
+from .npu_config import (set_aoe, set_dump, init_dump, finalize_dump, set_device_limit,  # noqa: E402
+                         get_device_limit, set_stream_limit, get_stream_limit, reset_stream_limit)
+from . import mstx as _mstx_module  # noqa: E402,F401
+from .mstx import mstx  # noqa: E402
+from .utils import (get_npu_overflow_flag, clear_npu_overflow_flag, npu_check_overflow,  # noqa: E402
+                    stress_detect, check_uce_in_memory, set_op_timeout_ms)
+
+# torch_npu.npu.utils also carries the stream, sync-debug, ipc and dump functions.
+for _name in ("current_stream", "default_stream", "set_stream", "stream", "StreamContext",
+              "set_sync_debug_mode", "get_sync_debug_mode"):
+    setattr(utils, _name, getattr(streams, _name))
+for _name in ("set_dump", "init_dump", "finalize_dump"):
+    setattr(utils, _name, getattr(npu_config, _name))
+utils.ipc_collect = ipc_collect
+del _name
+
+__all__ += ["set_deterministic_level", "use_compatible_impl", "are_compatible_impl_enabled",
+            "set_aoe", "set_dump", "init_dump", "finalize_dump", "set_device_limit",
+            "get_device_limit", "set_stream_limit", "get_stream_limit", "reset_stream_limit",
+            "mstx", "get_npu_overflow_flag", "clear_npu_overflow_flag", "stress_detect",
+            "check_uce_in_memory", "set_op_timeout_ms", "autocast_utils"]

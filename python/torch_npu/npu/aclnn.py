@@ -53,3 +53,9 @@ class _AclnnModule(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _AclnnModule
+
+# torch_npu.npu.aclnn.backends (Huawei's aclnn is a package with a backends module): version().
+backends = types.ModuleType(__name__ + ".backends", "The aclnn backend: ``version()``.")
+backends.version = version
+backends.__all__ = ["version"]
+sys.modules[backends.__name__] = backends

@@ -52,7 +52,7 @@ _OPTION_VALUES = {
 }
 
 
-def set_option(option: Dict[str, object]) -> None:
+def set_option(option):
     r"""Set NPU runtime options, e.g. ``{"ACL_PRECISION_MODE": "must_keep_origin_dtype"}``.
 
     Values are converted to ``str``; the options CANN validates must have one of
@@ -90,7 +90,7 @@ def get_option(name: str) -> Optional[str]:
         return _options.get(name)
 
 
-def set_compile_mode(jit_compile: bool = False) -> None:
+def set_compile_mode(jit_compile=False):
     r"""Choose online operator compilation (``True``) or precompiled binary kernels (``False``)."""
     if not isinstance(jit_compile, bool):
         raise TypeError("set_compile_mode(): argument 'jit_compile' must be a bool, got "
@@ -108,13 +108,13 @@ def is_jit_compile_false() -> bool:
 _mm_bmm_nd = True
 
 
-def set_mm_bmm_format_nd(is_nd: bool = True) -> None:
+def set_mm_bmm_format_nd(is_nd=True):
     r"""Make ``mm``/``bmm`` in ``Linear`` keep the ND format (default ``True``)."""
     global _mm_bmm_nd
     _mm_bmm_nd = bool(is_nd)
 
 
-def get_mm_bmm_format_nd() -> bool:
+def get_mm_bmm_format_nd():
     r"""Return the value set by :func:`set_mm_bmm_format_nd`."""
     return _mm_bmm_nd
 

@@ -33,13 +33,13 @@ def _check(fn: str, tensor) -> None:
         raise TypeError(f"{fn}(): argument 'tensor' must be a Tensor, got {type(tensor).__name__}")
 
 
-def enable_deterministic_with_backward(tensor: torch.Tensor) -> torch.Tensor:
+def enable_deterministic_with_backward(tensor: torch.Tensor):
     r"""Turn deterministic algorithms on (forward) and off again in the backward pass."""
     _check("enable_deterministic_with_backward", tensor)
     return _SetDeterministic.apply(tensor, True)
 
 
-def disable_deterministic_with_backward(tensor: torch.Tensor) -> torch.Tensor:
+def disable_deterministic_with_backward(tensor: torch.Tensor):
     r"""Turn deterministic algorithms off (forward) and on again in the backward pass."""
     _check("disable_deterministic_with_backward", tensor)
     return _SetDeterministic.apply(tensor, False)

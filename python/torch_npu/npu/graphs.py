@@ -28,7 +28,7 @@ import torch_npu._C as _C
 _CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 
 
-def is_current_stream_capturing() -> bool:
+def is_current_stream_capturing():
     r"""Return True if NPU graph capture is underway on the current NPU stream, False otherwise."""
     return bool(_C._npu_isCurrentStreamCapturing())
 

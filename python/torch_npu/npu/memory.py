@@ -53,7 +53,7 @@ OutOfMemoryError = torch.OutOfMemoryError
 from .utils import mem_get_info  # noqa: E402  (re-exported here, as torch.cuda.memory does)
 
 
-def caching_allocator_alloc(size: int, device=None, stream=None) -> int:
+def caching_allocator_alloc(size, device=None, stream=None):
     r"""Allocate ``size`` bytes from the NPU caching allocator and return the address.
 
     Args:
@@ -93,7 +93,7 @@ def caching_allocator_alloc(size: int, device=None, stream=None) -> int:
         return int(_C._npu_cachingAllocator_raw_alloc(size, stream))
 
 
-def caching_allocator_delete(mem_ptr: int) -> None:
+def caching_allocator_delete(mem_ptr):
     r"""Free memory obtained from :func:`caching_allocator_alloc`."""
     if isinstance(mem_ptr, bool) or not isinstance(mem_ptr, int):
         raise TypeError("caching_allocator_delete(): argument 'mem_ptr' must be an int, "
@@ -104,7 +104,7 @@ def caching_allocator_delete(mem_ptr: int) -> None:
 _memory_fraction: Dict[int, float] = {}
 
 
-def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+def set_per_process_memory_fraction(fraction, device=None) -> None:
     r"""Limit the caching allocator of ``device`` to ``fraction`` of its memory.
 
     Allocations beyond the limit raise :class:`OutOfMemoryError`.
@@ -149,7 +149,7 @@ def _set_allocator_settings(settings: str) -> None:
     _C._npu_setAllocatorSettings(settings)
 
 
-def empty_cache() -> None:
+def empty_cache():
     r"""Release the cached, unused blocks of the caching allocator back to the device.
 
     Memory held by tensors is not freed; ``memory_reserved()`` drops to what is in use.
@@ -160,14 +160,14 @@ def empty_cache() -> None:
         _C._npu_emptyCache()
 
 
-def memory_stats_as_nested_dict(device=None) -> Dict[str, Any]:
+def memory_stats_as_nested_dict(device=None):
     r"""Return :func:`memory_stats` as a nested dictionary."""
     _lazy_init()
     idx = _valid_device_index(device, fn="memory_stats")
     return _C._npu_memoryStats(idx)
 
 
-def memory_stats(device=None) -> "collections.OrderedDict[str, int]":
+def memory_stats(device=None):
     r"""Return the caching allocator statistics of an NPU, as a flat, sorted dict.
 
     Keys are ``"<stat>.<pool>.<metric>"`` as in ``torch.cuda.memory_stats``:
@@ -194,60 +194,60 @@ def memory_stats(device=None) -> "collections.OrderedDict[str, int]":
     return collections.OrderedDict(flat)
 
 
-def reset_accumulated_memory_stats(device=None) -> None:
+def reset_accumulated_memory_stats(device=None):
     r"""Reset the accumulated ("allocated"/"freed", retry and OOM) counters of :func:`memory_stats`."""
     _lazy_init()
     _C._npu_resetAccumulatedMemoryStats(_valid_device_index(device, fn="reset_accumulated_memory_stats"))
 
 
-def reset_peak_memory_stats(device=None) -> None:
+def reset_peak_memory_stats(device=None):
     r"""Reset the "peak" values of :func:`memory_stats` to the current ones."""
     _lazy_init()
     _C._npu_resetPeakMemoryStats(_valid_device_index(device, fn="reset_peak_memory_stats"))
 
 
-def reset_max_memory_allocated(device=None) -> None:
+def reset_max_memory_allocated(device=None):
     r"""Deprecated: calls :func:`reset_peak_memory_stats`, which resets all peaks."""
     warnings.warn("torch.npu.reset_max_memory_allocated now calls torch.npu.reset_peak_memory_stats, "
                   "which resets /all/ peak memory stats.", FutureWarning)
     reset_peak_memory_stats(device)
 
 
-def reset_max_memory_cached(device=None) -> None:
+def reset_max_memory_cached(device=None):
     r"""Deprecated: calls :func:`reset_peak_memory_stats`, which resets all peaks."""
     warnings.warn("torch.npu.reset_max_memory_cached now calls torch.npu.reset_peak_memory_stats, "
                   "which resets /all/ peak memory stats.", FutureWarning)
     reset_peak_memory_stats(device)
 
 
-def memory_allocated(device=None) -> int:
+def memory_allocated(device=None):
     r"""Return the bytes of device memory occupied by tensors (rounded allocation sizes)."""
     return memory_stats(device).get("allocated_bytes.all.current", 0)
 
 
-def max_memory_allocated(device=None) -> int:
+def max_memory_allocated(device=None):
     r"""Return the peak of :func:`memory_allocated` since start or the last peak reset."""
     return memory_stats(device).get("allocated_bytes.all.peak", 0)
 
 
-def memory_reserved(device=None) -> int:
+def memory_reserved(device=None):
     r"""Return the bytes of device memory held by the caching allocator."""
     return memory_stats(device).get("reserved_bytes.all.current", 0)
 
 
-def max_memory_reserved(device=None) -> int:
+def max_memory_reserved(device=None):
     r"""Return the peak of :func:`memory_reserved` since start or the last peak reset."""
     return memory_stats(device).get("reserved_bytes.all.peak", 0)
 
 
-def memory_cached(device=None) -> int:
+def memory_cached(device=None):
     r"""Deprecated name of :func:`memory_reserved`."""
     warnings.warn("torch.npu.memory_cached has been renamed to torch.npu.memory_reserved",
                   FutureWarning)
     return memory_reserved(device)
 
 
-def max_memory_cached(device=None) -> int:
+def max_memory_cached(device=None):
     r"""Deprecated name of :func:`max_memory_reserved`."""
     warnings.warn("torch.npu.max_memory_cached has been renamed to torch.npu.max_memory_reserved",
                   FutureWarning)
@@ -556,7 +556,7 @@ _OVERSIZE_ROWS = [
 ]
 
 
-def memory_summary(device=None, abbreviated: bool = False) -> str:
+def memory_summary(device=None, abbreviated=False):
     r"""Return a human-readable table of the caching allocator statistics of an NPU.
 
     Useful to print periodically during training or after an out-of-memory error.

@@ -51,7 +51,7 @@ def get_rng_state(device: _DeviceLike = "npu") -> torch.Tensor:
     return _generator(device, "get_rng_state").get_state()
 
 
-def get_rng_state_all() -> List[torch.Tensor]:
+def get_rng_state_all():
     r"""Return the random number generator states of all NPUs."""
     import torch_npu.npu as npu
 
@@ -75,13 +75,13 @@ def set_rng_state(new_state: torch.Tensor, device: _DeviceLike = "npu") -> None:
     _generator(device, "set_rng_state").set_state(state)
 
 
-def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
+def set_rng_state_all(new_states):
     r"""Set the random number generator state of every NPU (``new_states[i]`` for device ``i``)."""
     for idx, state in enumerate(new_states):
         set_rng_state(state, idx)
 
 
-def manual_seed(seed: int) -> None:
+def manual_seed(seed):
     r"""Seed the random number generator of the current NPU.
 
     To seed all NPUs use :func:`manual_seed_all` (``torch.manual_seed`` does).
@@ -95,7 +95,7 @@ def manual_seed(seed: int) -> None:
     npu._lazy_call(cb, seed=True)
 
 
-def manual_seed_all(seed: int) -> None:
+def manual_seed_all(seed):
     r"""Seed the random number generators of all NPUs."""
     seed = _check_seed(seed, "manual_seed_all")
     import torch_npu.npu as npu
@@ -107,7 +107,7 @@ def manual_seed_all(seed: int) -> None:
     npu._lazy_call(cb, seed_all=True)
 
 
-def seed() -> None:
+def seed():
     r"""Seed the generator of the current NPU with a non-deterministic random number."""
     import torch_npu.npu as npu
 
@@ -117,7 +117,7 @@ def seed() -> None:
     npu._lazy_call(cb, seed=True)
 
 
-def seed_all() -> None:
+def seed_all():
     r"""Seed the generators of all NPUs with one non-deterministic random number."""
     import torch_npu.npu as npu
 
@@ -133,7 +133,7 @@ def seed_all() -> None:
     npu._lazy_call(cb, seed_all=True)
 
 
-def initial_seed() -> int:
+def initial_seed():
     r"""Return the initial seed of the generator of the current NPU."""
     import torch_npu.npu as npu
 

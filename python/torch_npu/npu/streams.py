@@ -39,6 +39,9 @@ def _check_npu_stream(obj, *, fn: str, arg: str = "stream") -> None:
                          f"got a stream of {obj.device}")
 
 
+_data_preprocess_streams = {}   # (device index, stream id) -> bool
+
+
 class Stream(torch.Stream):
     r"""Wrapper around an NPU stream: an ordered queue of work on one device.
 
@@ -67,11 +70,11 @@ class Stream(torch.Stream):
         idx = _valid_device_index(device, fn="torch.npu.Stream")
         return super().__new__(cls, torch.device("npu", idx), priority=priority)
 
-    def wait_event(self, event) -> None:
+    def wait_event(self, event):
         r"""Make all future work submitted to this stream wait for ``event``."""
         event.wait(self)
 
-    def wait_stream(self, stream) -> None:
+    def wait_stream(self, stream):
         r"""Make all future work submitted to this stream wait for the work
         submitted so far to ``stream``."""
         self.wait_event(stream.record_event())
@@ -83,13 +86,23 @@ class Stream(torch.Stream):
         event.record(self)
         return event
 
-    def query(self) -> bool:
+    def query(self):
         r"""Return whether all work submitted to this stream has completed."""
         return super().query()
 
-    def synchronize(self) -> None:
+    def synchronize(self):
         r"""Wait until all work submitted to this stream has completed."""
         super().synchronize()
+
+    def set_data_preprocess_stream(self, is_data_preprocess_stream=False):
+        r"""Mark the stream as the one that prepares input data (torch_npu gives such a stream
+        its own hardware queue). The simulator records the mark
+        (``_is_data_preprocess_stream``); its streams all run on host worker threads."""
+        _data_preprocess_streams[(self.device_index, self.stream_id)] = bool(is_data_preprocess_stream)
+
+    @property
+    def _is_data_preprocess_stream(self) -> bool:
+        return _data_preprocess_streams.get((self.device_index, self.stream_id), False)
 
     @property
     def npu_stream(self) -> int:
@@ -153,7 +166,7 @@ class Event(torch.Event):
         return super().__new__(cls, torch.device("npu"), enable_timing=bool(enable_timing),
                                blocking=bool(blocking), interprocess=bool(interprocess))
 
-    def record(self, stream=None) -> None:
+    def record(self, stream=None):
         r"""Record the event on ``stream`` (the current stream if ``None``)."""
         if stream is None:
             stream = current_stream()
@@ -161,7 +174,7 @@ class Event(torch.Event):
             _check_npu_stream(stream, fn="Event.record")
         super().record(stream)
 
-    def wait(self, stream=None) -> None:
+    def wait(self, stream=None):
         r"""Make all future work submitted to ``stream`` (the current stream if
         ``None``) wait for this event."""
         if stream is None:
@@ -170,11 +183,11 @@ class Event(torch.Event):
             _check_npu_stream(stream, fn="Event.wait")
         super().wait(stream)
 
-    def query(self) -> bool:
+    def query(self):
         r"""Return whether the work captured by the event has completed."""
         return super().query()
 
-    def elapsed_time(self, end_event) -> float:
+    def elapsed_time(self, end_event):
         r"""Return the milliseconds between this event and ``end_event``.
 
         Both events need ``enable_timing=True`` and must have been recorded; as in torch_npu,
@@ -199,9 +212,19 @@ class Event(torch.Event):
         device = self.device.index if self.device.index is not None else -1
         return float(timer(self.event_id, end_event.event_id, device))
 
-    def synchronize(self) -> None:
+    def synchronize(self):
         r"""Wait until the work captured by the event has completed."""
         super().synchronize()
+
+    def ipc_handle(self):
+        r"""A handle (bytes) another process opens with :meth:`from_ipc_handle` (the event must
+        be created with ``interprocess=True`` and recorded)."""
+        return super().ipc_handle()
+
+    @classmethod
+    def from_ipc_handle(cls, device, handle):
+        r"""The event of another process, from its :meth:`ipc_handle`, on ``device``."""
+        return super().from_ipc_handle(device, handle)
 
     @property
     def npu_event(self) -> int:
@@ -223,21 +246,21 @@ def _stream_of(data) -> Stream:
     return Stream(stream_id=stream_id, device_index=device_index, device_type=device_type)
 
 
-def current_stream(device=None) -> Stream:
+def current_stream(device=None):
     r"""Return the current :class:`Stream` of ``device`` (the current device if ``None``)."""
     _lazy_init()
     idx = _valid_device_index(device, fn="current_stream")
     return _stream_of(_C._npu_getCurrentStream(idx))
 
 
-def default_stream(device=None) -> Stream:
+def default_stream(device=None):
     r"""Return the default :class:`Stream` of ``device`` (the current device if ``None``)."""
     _lazy_init()
     idx = _valid_device_index(device, fn="default_stream")
     return _stream_of(_C._npu_getDefaultStream(idx))
 
 
-def set_stream(stream) -> None:
+def set_stream(stream):
     r"""Make ``stream`` the current stream of its device. ``None`` is a no-op.
 
     Prefer the :func:`stream` context manager.
@@ -252,14 +275,14 @@ def set_stream(stream) -> None:
 class StreamContext:
     r"""Context manager that makes ``stream`` the current stream (no-op for ``None``).
 
-    If the stream is on another device than the current one, the current stream of
-    that device is changed too (and restored), while the current device is kept.
+    If the stream is on another device than the current one, that device becomes the
+    current device inside the block (as in torch_npu and CUDA); both are restored after it.
     """
 
-    def __init__(self, stream: Optional[torch.Stream]):
-        if stream is not None:
-            _check_npu_stream(stream, fn="torch.npu.stream")
-        self.stream = stream
+    def __init__(self, stream_ctx: Optional["torch_npu.npu.Stream"]):
+        if stream_ctx is not None:
+            _check_npu_stream(stream_ctx, fn="torch.npu.stream")
+        self.stream = stream_ctx
         self.src_prev_stream = None
         self.dst_prev_stream = None
 
@@ -283,7 +306,7 @@ class StreamContext:
         return False
 
 
-def stream(stream: Optional[torch.Stream]) -> StreamContext:
+def stream(stream):
     r"""Context manager that selects ``stream`` as the current stream (see :class:`StreamContext`)."""
     return StreamContext(stream)
 
@@ -292,7 +315,7 @@ _SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
 _sync_debug_mode = 0
 
 
-def set_sync_debug_mode(debug_mode) -> None:
+def set_sync_debug_mode(debug_mode):
     r"""Set the debug mode for synchronising operations.
 
     Args:
@@ -314,12 +337,12 @@ def set_sync_debug_mode(debug_mode) -> None:
     _sync_debug_mode = debug_mode
 
 
-def get_sync_debug_mode() -> int:
+def get_sync_debug_mode():
     r"""Return the debug mode for synchronising operations (0, 1 or 2)."""
     return _sync_debug_mode
 
 
-def _erase_stream(tensor: torch.Tensor, stream: Stream) -> None:
+def _erase_stream(tensor, stream):
     r"""Undo ``tensor.record_stream(stream)`` (``torch_npu.erase_stream``).
 
     The caching allocator then frees ``tensor``'s memory without waiting for the work

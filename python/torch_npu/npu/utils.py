@@ -61,7 +61,7 @@ def device_count() -> int:
     return int(_C._npu_getDeviceCount())
 
 
-def is_available() -> bool:
+def is_available():
     r"""Return whether at least one NPU can be used."""
     return device_count() > 0
 
@@ -138,7 +138,7 @@ def _valid_device_index(device: Any, *, fn: str, arg: str = "device") -> int:
                                fn=fn, arg=arg)
 
 
-def set_device(device) -> None:
+def set_device(device):
     r"""Set the current NPU device of this thread.
 
     Args:
@@ -152,13 +152,13 @@ def set_device(device) -> None:
     _C._npu_setDevice(idx)
 
 
-def current_device() -> int:
+def current_device():
     r"""Return the index of the current NPU device of this thread."""
     _lazy_init()
     return int(_C._npu_getDevice())
 
 
-def synchronize(device=None) -> None:
+def synchronize(device=None):
     r"""Wait for all kernels in all streams of an NPU device to complete.
 
     Args:
@@ -169,20 +169,21 @@ def synchronize(device=None) -> None:
     _C._npu_synchronize(idx)
 
 
-def can_device_access_peer(device, peer_device) -> bool:
-    r"""Return whether ``device`` can access the memory of ``peer_device``.
+def can_device_access_peer(device_id, peer_device_id):
+    r"""Return whether ``device_id`` can access the memory of ``peer_device_id``.
 
     All simulated devices live in one host address space, so any two distinct
     devices can; like ``aclrtDeviceCanAccessPeer``/CUDA, a device is not its own peer.
     """
-    idx = _valid_device_index(device, fn="can_device_access_peer", arg="device")
-    peer = _valid_device_index(peer_device, fn="can_device_access_peer", arg="peer_device")
+    idx = _valid_device_index(device_id, fn="can_device_access_peer", arg="device_id")
+    peer = _valid_device_index(peer_device_id, fn="can_device_access_peer", arg="peer_device_id")
     return idx != peer
 
 
-def get_device_name(device=None) -> str:
-    r"""Return the SoC name of an NPU, e.g. ``"Ascend910B1"``."""
-    idx = _valid_device_index(device, fn="get_device_name")
+def get_device_name(device_name=None):
+    r"""Return the SoC name of an NPU (``device_name``: a device or its index), e.g.
+    ``"Ascend910B1"``."""
+    idx = _valid_device_index(device_name, fn="get_device_name", arg="device_name")
     return _C._npu_getDeviceName(idx)
 
 
@@ -225,10 +226,11 @@ class _NPUDeviceProperties:
                 f"total_memory={self.total_memory // (1024 * 1024)}MB)")
 
 
-def get_device_properties(device=None) -> _NPUDeviceProperties:
-    r"""Return the properties of an NPU (``name``, ``total_memory``, core counts, ...)."""
+def get_device_properties(device_name=None):
+    r"""Return the properties of an NPU (``device_name``: a device or its index): ``name``,
+    ``total_memory``, core counts, ..."""
     _lazy_init()
-    idx = _valid_device_index(device, fn="get_device_properties")
+    idx = _valid_device_index(device_name, fn="get_device_properties", arg="device_name")
     return _NPUDeviceProperties(idx, _C._npu_getDeviceName(idx),
                                 _C._npu_getDeviceTotalMemory(idx))
 
@@ -265,7 +267,7 @@ def mem_get_info(device=None):
     return int(free), int(total)
 
 
-def utilization(device=None) -> int:
+def utilization(device=None):
     r"""Return the percentage of time over the last sample period the device was busy.
 
     torch_npu reports the AI Core utilization the driver samples. The simulator reports
@@ -318,12 +320,12 @@ def get_soc_version() -> int:
     return _soc_version_of(get_device_name())
 
 
-def is_bf16_supported(including_emulation: bool = True) -> bool:
+def is_bf16_supported(including_emulation: bool = False):
     r"""Return whether the SoC computes in bfloat16 (Ascend910B1 and later)."""
     return get_soc_version() >= _ASCEND910B1
 
 
-def is_support_inf_nan() -> bool:
+def is_support_inf_nan():
     r"""Return whether the SoC propagates inf/NaN instead of setting a global overflow flag
     (the Ascend910B and Ascend910_93 families and later; torch_npu's rule)."""
     soc = get_soc_version()
@@ -336,7 +338,7 @@ def current_blas_handle():
     return None
 
 
-def get_cann_version(module: str = "CANN") -> str:
+def get_cann_version(module='CANN'):
     r"""Return the (simulated) CANN version; see :func:`torch_npu.utils.get_cann_version`."""
     from torch_npu.utils import get_cann_version as _get
 
@@ -395,3 +397,94 @@ class device_of(device):
     def __init__(self, obj):
         idx = obj.get_device() if getattr(obj, "is_npu", False) else -1
         super().__init__(idx)
+
+
+# ---- overflow detection, device health checks, operator timeout (torch_npu.npu.utils) ----
+
+def get_npu_overflow_flag():
+    r"""The chip's global floating-point overflow flag. SoCs that propagate inf/NaN (Ascend910B
+    and later, which the simulator is) have none: as torch_npu, this raises and
+    :func:`npu_check_overflow` is the way to check."""
+    if is_support_inf_nan():
+        raise RuntimeError("Unsupported api when soc_version >= Ascend910B1, please use "
+                           "npu_check_overflow")
+    raise RuntimeError(f"get_npu_overflow_flag: the simulated {get_device_name()} keeps no "
+                       f"global overflow status register")
+
+
+def clear_npu_overflow_flag():
+    r"""Clear the global overflow flag; useless (a warning) where inf/NaN propagate."""
+    if is_support_inf_nan():
+        warnings.warn("When soc_version >= Ascend910B1, clear_npu_overflow_flag is useless. "
+                      "Please remove it.")
+        return
+    raise RuntimeError(f"clear_npu_overflow_flag: the simulated {get_device_name()} keeps no "
+                       f"global overflow status register")
+
+
+def npu_check_overflow(grad):
+    r"""Whether ``grad`` (a float or a tensor, e.g. a gradient norm) overflowed: its sum is
+    inf or NaN."""
+    if isinstance(grad, float):
+        total = grad
+    elif isinstance(grad, torch.Tensor):
+        total = float(grad.float().sum())
+    else:
+        raise RuntimeError("Unsupported type.")
+    return total in (float("inf"), -float("inf")) or total != total
+
+
+def stress_detect(detect_type='aic'):
+    r"""Online hardware self-test: ``'aic'`` runs a compute check on the current device's
+    cores, ``'hccs'`` a point-to-point check between the ranks of a node (needs
+    ``torch.distributed`` initialised and ``RANK``/``LOCAL_WORLD_SIZE``/``WORLD_SIZE``).
+    Returns 0 when the check passes, 1 otherwise (a warning says why).
+
+    On the simulator the 'aic' check computes a matmul on the device and compares it with the
+    host's result; 'hccs' all-reduces a tensor over the default group and checks the sum."""
+    if detect_type not in ('aic', 'hccs'):
+        warnings.warn("Detect_type should be `aic` or `hccs`. For details, `aic` is for "
+                      "`Online aicore detect`, and `hccs` is for `Online p2p detect`.")
+        return 1
+    _lazy_init()
+    if detect_type == 'aic':
+        gen = torch.Generator().manual_seed(1234)
+        a = torch.randn(64, 64, generator=gen)
+        b = torch.randn(64, 64, generator=gen)
+        dev = torch.device("npu", current_device())
+        ok = torch.allclose((a.to(dev) @ b.to(dev)).cpu(), a @ b, rtol=1e-4, atol=1e-4)
+        return 0 if ok else 1
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        warnings.warn("torch.distributed should be initialized for p2p detection.")
+        return 1
+    if any(int(os.getenv(v, -1)) == -1 for v in ("RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")):
+        warnings.warn("Environment variables 'RANK', 'LOCAL_WORLD_SIZE' or 'WORLD_SIZE' are not set.")
+        return 1
+    t = torch.ones(1, device=torch.device("npu", current_device()))
+    dist.all_reduce(t)
+    return 0 if int(t.item()) == dist.get_world_size() else 1
+
+
+def check_uce_in_memory(device_id):
+    r"""Whether device memory has uncorrectable ECC errors (UCE) and where they are: 0 none,
+    1 in memory no tensor uses, 2 in memory the allocator holds, 3 in tensor memory. The
+    simulator's memory (host RAM) reports none: always 0 for a valid device."""
+    _lazy_init()
+    _check_device_index(int(device_id), fn="check_uce_in_memory", arg="device_id")
+    return 0
+
+
+_op_timeout_ms = None
+
+
+def set_op_timeout_ms(timeout):
+    r"""Set the execution timeout of one operator, in milliseconds (> 0). The simulator records
+    it (``torch_npu.npu.utils._op_timeout_ms``); its kernels run on the host CPU without an
+    AI Core watchdog, so no operator is aborted by it."""
+    global _op_timeout_ms
+    if isinstance(timeout, bool) or not isinstance(timeout, int):
+        raise TypeError(f"set_op_timeout_ms(): timeout must be an int, got {type(timeout).__name__}")
+    if timeout <= 0:
+        raise ValueError(f"set_op_timeout_ms(): timeout must be > 0, got {timeout}")
+    _op_timeout_ms = timeout

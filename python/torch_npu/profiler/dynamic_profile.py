@@ -20,6 +20,7 @@ memory; here each process checks the file's modification time in ``step()`` (one
 ``stat``), which has the same effect without the extra process.
 """
 import atexit
+import functools
 import json
 import logging
 import os
@@ -326,29 +327,28 @@ def _guarded(fn):
         except Exception as err:  # noqa: BLE001
             _problem(f"{fn.__name__} failed: {type(err).__name__}: {err}")
             return None
-    wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
-    return wrapper
+    return functools.wraps(fn)(wrapper)
 
 
 @_guarded
-def init(path: str) -> None:
+def init(path: str):
     """Watch ``{path}/profiler_config.json`` (created with the defaults if missing)."""
     _instance.init(path)
 
 
 @_guarded
-def step() -> None:
+def step():
     """Call once per training step: advances the step count and starts/stops runs."""
     _instance.step()
 
 
 @_guarded
-def start(config_path: str = None) -> None:
+def start(config_path: str = None):
     """Profile from now, with ``config_path`` (default: init's profiler_config.json)."""
     _instance.start(config_path)
 
 
 @_guarded
-def set_state(state_step: dict) -> None:
+def set_state(state_step: dict):
     """Continue the step count of a resumed job: ``set_state({"cur_step": 1000})``."""
     _instance.set_state(state_step)

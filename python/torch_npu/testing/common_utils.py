@@ -47,7 +47,7 @@ def freeze_rng_state():
     return _torch_freeze_rng_state()
 
 
-def iter_indices(tensor: torch.Tensor):
+def iter_indices(tensor):
     """Iterate over every index of ``tensor`` (ints for 1-D, tuples otherwise)."""
     if tensor.dim() == 0:
         return range(0)
@@ -56,7 +56,7 @@ def iter_indices(tensor: torch.Tensor):
     return product(*(range(s) for s in tensor.size()))
 
 
-def is_iterable(obj) -> bool:
+def is_iterable(obj):
     try:
         iter(obj)
         return True
@@ -64,7 +64,7 @@ def is_iterable(obj) -> bool:
         return False
 
 
-def get_npu_device() -> str:
+def get_npu_device():
     """Return the device tests run on: ``"npu:<SET_NPU_DEVICE>"``, ``"npu:0"`` by default."""
     index = os.environ.get("SET_NPU_DEVICE")
     if index is None or index == "":
@@ -74,7 +74,7 @@ def get_npu_device() -> str:
     return f"npu:{int(index)}"
 
 
-def set_npu_device() -> str:
+def set_npu_device():
     """Make :func:`get_npu_device` the current device and return it."""
     device = get_npu_device()
     torch.npu.set_device(device)
@@ -99,7 +99,7 @@ def _cast_to_format(npu_tensor: torch.Tensor, npu_format: int) -> torch.Tensor:
     return cast(npu_tensor, npu_format)
 
 
-def create_common_tensor(item: Sequence, minValue, maxValue, device=None):
+def create_common_tensor(item, minValue, maxValue, device=None):
     """Return ``(cpu_tensor, npu_tensor)`` holding the same uniform random data.
 
     Args:
@@ -173,7 +173,7 @@ def test_2args_broadcast(fn):
 test_2args_broadcast.__test__ = False  # not a pytest test
 
 
-def check_operators_in_prof(expected_operators: List[str], prof, unexpected_operators=None) -> bool:
+def check_operators_in_prof(expected_operators, prof, unexpected_operators=None):
     """Return whether a profile ran all ``expected_operators`` and none of ``unexpected_operators``."""
     unexpected = set(unexpected_operators or [])
     expected = list(expected_operators)
@@ -196,7 +196,7 @@ class SupportedDevices:
     for an ``"Ascend910B1"``), as in torch_npu.
     """
 
-    def __init__(self, supported_devices: Union[str, Iterable[str]]):
+    def __init__(self, supported_devices: List[str]) -> None:
         if isinstance(supported_devices, str):
             supported_devices = [supported_devices]
         self.supported_devices = list(supported_devices)
@@ -251,7 +251,7 @@ class SkipIfNoLatestTorch:
         return wrapper
 
 
-def skipIfUnsupportMultiNPU(npu_number_needed: int):
+def skipIfUnsupportMultiNPU(npu_number_needed):
     """Decorator: skip the test unless at least ``npu_number_needed`` NPUs are visible."""
     if isinstance(npu_number_needed, bool) or not isinstance(npu_number_needed, int):
         raise TypeError("skipIfUnsupportMultiNPU(): argument 'npu_number_needed' must be an int, "
@@ -275,7 +275,7 @@ class SkipIfNotGteCANNVersion:
     """Decorator: skip the test unless the CANN component ``module`` is at least ``base_version``,
     e.g. ``@SkipIfNotGteCANNVersion("8.1.RC1")``."""
 
-    def __init__(self, base_version: str, module: str = "CANN"):
+    def __init__(self, base_version, module='CANN'):
         self.base_version = base_version
         self.module = module
 

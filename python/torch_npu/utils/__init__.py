@@ -22,7 +22,7 @@ def _simulated_cann_version() -> str:
     return str(build.cann_version)
 
 
-def get_cann_version(module: str = "CANN") -> str:
+def get_cann_version(module='CANN'):
     r"""Return the version of a CANN component, e.g. ``"8.5.0"``.
 
     Args:

@@ -22,7 +22,7 @@ SystemEnv = namedtuple("SystemEnv", [
 ])
 
 
-def check_directory_path_readable(path: str) -> None:
+def check_directory_path_readable(path):
     r"""Raise RuntimeError unless ``path`` exists, is not a symbolic link and is readable."""
     if not os.path.exists(path):
         raise RuntimeError(f"The path does not exist: {path}")
@@ -32,20 +32,20 @@ def check_directory_path_readable(path: str) -> None:
         raise RuntimeError(f"The path permission check failed: {path}")
 
 
-def get_cann_version() -> str:
+def get_cann_version():
     r"""The installed CANN toolkit version string, e.g. ``"8.5.0"`` (the simulated CANN's)."""
     from torch_npu.utils import get_cann_version as _component_version
 
     return _component_version("CANN")
 
 
-def get_torch_npu_version() -> str:
+def get_torch_npu_version():
     import torch_npu
 
     return torch_npu.__version__
 
 
-def get_env_info() -> SystemEnv:
+def get_env_info():
     r"""Collect the report's fields (PyTorch's collectors plus torch_npu and CANN versions)."""
     run = _torch_env.run
     pip_version, pip_list = _torch_env.get_pip_packages(run)
@@ -97,7 +97,7 @@ Versions of relevant libraries:
 """.strip()
 
 
-def pretty_str(envinfo: SystemEnv) -> str:
+def pretty_str(envinfo):
     r"""Format :func:`get_env_info`'s result as the text report."""
     fields = {}
     for key, value in envinfo._asdict().items():
@@ -110,7 +110,7 @@ def pretty_str(envinfo: SystemEnv) -> str:
     return _FORMAT.format(**fields)
 
 
-def get_pretty_env_info() -> str:
+def get_pretty_env_info():
     return pretty_str(get_env_info())
 
 
@@ -119,7 +119,7 @@ def _add_collect_env_methods() -> None:
     torch.version.cann = get_cann_version()
 
 
-def main() -> None:
+def main():
     print("Collecting environment information...")
     print(get_pretty_env_info())
 

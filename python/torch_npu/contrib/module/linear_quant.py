@@ -45,7 +45,8 @@ class LinearQuant(nn.Module):
             raise ValueError(f"{type(self).__name__}: input and weight should both be torch.int8 (int4 packed in "
                              f"int32 is not supported), but input is {x.dtype} and weight {self.weight.dtype}")
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, linear_quant_input: Tensor) -> Tensor:
+        x = linear_quant_input
         self._check(x)
         scale = self.scale
         offset = self.offset

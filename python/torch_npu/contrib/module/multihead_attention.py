@@ -1,4 +1,5 @@
 import math
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -91,8 +92,12 @@ class MultiheadAttention(nn.Module):
         if self.bias_v is not None:
             nn.init.xavier_normal_(self.bias_v)
 
-    def forward(self, query, key, value, bsz, tgt_len, s_len, key_padding_mask=None, incremental_state=None,
-                need_weights=True, static_kv=False, attn_mask=None, before_softmax=False, need_head_weights=False):
+    def forward(self, query, key: Optional[torch.Tensor], value: Optional[torch.Tensor], bsz, tgt_len,
+                s_len, key_padding_mask: Optional[torch.Tensor] = None,
+                incremental_state: Optional[Dict[str, Dict[str, Optional[torch.Tensor]]]] = None,
+                need_weights: bool = True, static_kv: bool = False,
+                attn_mask: Optional[torch.Tensor] = None, before_softmax: bool = False,
+                need_head_weights: bool = False) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         return self.multi_attn(query, key, value, key_padding_mask, bsz, tgt_len), None
 
     def multi_attn(self, query, key, value, key_padding_mask, bsz, tgt_len):

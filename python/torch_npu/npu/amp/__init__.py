@@ -7,5 +7,6 @@ autocast op lists themselves are registered in C++ (AutocastPrivateUse1).
 
 from .autocast_mode import autocast, custom_bwd, custom_fwd
 from .grad_scaler import GradScaler
+from . import common
 
 __all__ = ["autocast", "GradScaler", "custom_fwd", "custom_bwd"]

@@ -30,9 +30,8 @@ class GradScaler(torch.amp.GradScaler):
             (:meth:`step` just calls ``optimizer.step()``). Default ``True``.
     """
 
-    def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
-                 backoff_factor: float = 0.5, growth_interval: int = 2000,
-                 dynamic: bool = True, enabled: bool = True) -> None:
+    def __init__(self, init_scale=65536.0, growth_factor=2.0, backoff_factor=0.5,
+                 growth_interval=2000, dynamic=True, enabled=True):
         for name, value in (("init_scale", init_scale), ("growth_factor", growth_factor),
                             ("backoff_factor", backoff_factor)):
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -56,6 +55,31 @@ class GradScaler(torch.amp.GradScaler):
                          backoff_factor=float(backoff_factor), growth_interval=growth_interval,
                          enabled=enabled)
         self._dynamic = bool(dynamic)
+
+    def scale(self, outputs):
+        r"""Multiply ``outputs`` (a tensor or an iterable of tensors) by the scale factor."""
+        return super().scale(outputs)
+
+    def unscale_(self, optimizer):
+        r"""Divide the gradients of ``optimizer``'s parameters by the scale factor (in place)."""
+        return super().unscale_(optimizer)
+
+    def step(self, optimizer, *args, **kwargs):
+        r"""Unscale (if not done yet) and call ``optimizer.step(*args, **kwargs)`` unless the
+        gradients contain inf/NaN; returns what ``optimizer.step`` returned."""
+        return super().step(optimizer, *args, **kwargs)
+
+    @staticmethod
+    def get_npu_overflow_flag():
+        r"""torch_npu.npu.utils.get_npu_overflow_flag (the chip's global overflow flag)."""
+        from torch_npu.npu.utils import get_npu_overflow_flag
+        return get_npu_overflow_flag()
+
+    @staticmethod
+    def clear_npu_overflow_flag():
+        r"""torch_npu.npu.utils.clear_npu_overflow_flag."""
+        from torch_npu.npu.utils import clear_npu_overflow_flag
+        return clear_npu_overflow_flag()
 
     def _unscale_grads_(self, optimizer, inv_scale, found_inf, allow_fp16):
         if self._dynamic:
@@ -85,7 +109,7 @@ class GradScaler(torch.amp.GradScaler):
             return None
         return optimizer.step(*args, **kwargs)
 
-    def update(self, new_scale=None) -> None:
+    def update(self, new_scale=None):
         r"""Update the scale factor (see ``torch.amp.GradScaler.update``).
 
         With ``dynamic=False`` the scale only changes when ``new_scale`` is given.
@@ -102,13 +126,13 @@ class GradScaler(torch.amp.GradScaler):
         r"""Return whether the loss scale is dynamic (``dynamic=True``)."""
         return self._dynamic
 
-    def state_dict(self) -> Dict[str, Any]:
+    def state_dict(self):
         state = super().state_dict()
         if self._enabled:
             state["dynamic"] = self._dynamic
         return state
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict):
         if not self._enabled:
             return
         state_dict = dict(state_dict)
