@@ -51,6 +51,7 @@
 // behind the kernel they are running.
 #include <torch_npu/core/npu_caching_allocator.h>
 #include <torch_npu/core/npu_stream.h>
+#include <torch_npu/core/npu_task_queue.h>
 
 #include <acl/acl_rt.h>
 
@@ -715,6 +716,18 @@ class DeviceCachingAllocator {
               (release_cached_blocks(lock) && alloc_block(params, true));
     }
     if (!found && pool->owner == nullptr) found = get_free_block_of_oom_pools(params);
+    if (!found && !on_worker && !in_kernel() && captures_.empty()) {
+      // Tensors the host has freed may still be held by kernels queued before the free
+      // (a task keeps its operands' storages until the host collects it): let them run
+      // and go, then try again.
+      lock.unlock();
+      wait_device(device_);
+      collect_finished_kernels();
+      lock.lock();
+      process_events();
+      found = get_free_block(params) || alloc_block(params, false) ||
+              (release_cached_blocks(lock) && alloc_block(params, true));
+    }
     if (!found) {
       raise_oom(params.alloc_size, stream, params.context);  // throws
     }
@@ -1831,6 +1844,14 @@ class DeviceCachingAllocator {
     }
     std::string allowed_info;
     if (set_fraction_) allowed_info = format_size(allowed_memory_maximum_) + " allowed; ";
+    std::string host_info;
+    size_t host_available = 0;
+    if (aclsimHostRefusedLastAllocation(&host_available)) {
+      host_info = " The host ran out of memory before the device did: the simulator's device memory is host "
+                  "memory, and only " + format_size(host_available) +
+                  " more of it could be backed for this process (ASCEND_SIM_HOST_MEMORY_LIMIT sets that budget; 0 "
+                  "turns the check off).";
+    }
     stats_.num_ooms += 1;
     // The trace entry's address is the device's free memory (as CUDA's).
     record_trace(TraceEntry::OOM, reinterpret_cast<void*>(device_free), alloc_size, stream, large_,
@@ -1849,7 +1870,7 @@ class DeviceCachingAllocator {
         "setting max_split_size_mb to avoid fragmentation. See documentation for Memory "
         "Management and PYTORCH_NPU_ALLOC_CONF. Cached blocks were already released for "
         "this request; torch.npu.empty_cache() returns memory cached by this process "
-        "to the device.");
+        "to the device.", host_info);
   }
 
   const c10::DeviceIndex device_;

@@ -277,3 +277,48 @@ def test_deterministic_mode_fills_uninitialized_memory():
     with DeterministicGuard(True, fill_uninitialized_memory=False):
         torch.empty(1 << 20, device="npu")  # no fill: nothing to check but that it runs
 
+
+
+# ---- host memory behind the simulated HBM (8 x 64 GiB advertised on a smaller host) ----
+
+_FILL_HOST = textwrap.dedent("""
+    import torch, torch_npu
+    keep = []
+    try:
+        for i in range(64):
+            keep.append(torch.ones(128 * 2**20, dtype=torch.uint8, device="npu"))  # touched
+        print("NO OOM")
+    except torch.OutOfMemoryError as e:
+        print("OOM", len(keep), "|", e)
+    del keep
+    print("after", torch.ones(4, device="npu").sum().item())
+""")
+
+
+def test_filling_host_memory_ends_in_out_of_memory_error_not_a_kill():
+    r = run_python(_FILL_HOST, env={"ASCEND_SIM_HOST_MEMORY_LIMIT": "1G"})
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.startswith("OOM "), out
+    assert 4 <= int(out.split()[1]) <= 8  # 128 MiB tensors under a 1 GiB budget
+    assert "NPU out of memory. Tried to allocate" in out and "64.00 GiB total capacity" in out
+    assert "The host ran out of memory before the device did" in out
+    assert "after 4.0" in out  # the freed tensors' memory is usable again (their queued fills done)
+
+
+def test_allocation_beyond_what_the_host_has_is_refused_at_once():
+    with open("/proc/meminfo") as f:
+        available = int(next(line for line in f if line.startswith("MemAvailable:")).split()[1]) * 1024
+    if available > 48 * 2**30:
+        pytest.skip("this host could back 48 GiB of device memory")
+    with pytest.raises(torch.OutOfMemoryError, match="The host ran out of memory before the device did"):
+        torch.empty(48 * 2**30, dtype=torch.uint8, device="npu")
+    assert torch.ones(2, device="npu").sum().item() == 2  # nothing held
+
+
+def test_host_memory_check_can_be_turned_off():
+    code = ("import torch, torch_npu\n"
+            "x = torch.empty(48 * 2**30, dtype=torch.uint8, device='npu')  # never touched\n"
+            "print(torch.npu.memory_allocated() >= 48 * 2**30)\n")
+    r = run_python(code, env={"ASCEND_SIM_HOST_MEMORY_LIMIT": "0"})
+    assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr

@@ -638,6 +638,13 @@ int64_t aclsimDeviceBusyNs(int32_t deviceId) {
   return d ? d->busy_ns.load(std::memory_order_relaxed) : -1;
 }
 
+int aclsimHostRefusedLastAllocation(size_t* available) {
+  size_t bytes = 0;
+  if (!HostRefusedLastAllocation(&bytes)) return 0;
+  if (available != nullptr) *available = bytes;
+  return 1;
+}
+
 size_t aclsimDeviceCapacity(int32_t deviceId) {
   aclError err = ACL_SUCCESS;
   Device* d = DeviceOrFail(deviceId, "aclsimDeviceCapacity", &err);

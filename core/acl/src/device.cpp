@@ -5,6 +5,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -362,9 +364,89 @@ void Arena::InsertFree(size_t off, size_t len) {
   free_by_size_.emplace(len, off);
 }
 
+// ---- host memory behind device memory ----------------------------------------------
+// Device memory is host memory (the arenas' pages, backed when first touched), and the
+// devices advertise more of it than a host has: an allocation the host could not back
+// would end in the kernel's OOM killer, not in an error. So each allocation is checked
+// against what the host can still give: MemAvailable, minus a reserve for everything
+// else (5% of MemTotal, at least 512 MiB), minus the device memory this process holds
+// but has not touched yet (allocated bytes beyond its resident shared memory); and against
+// ASCEND_SIM_HOST_MEMORY_LIMIT, a budget of the process's own.
+namespace {
+
+std::atomic<size_t> g_allocated{0};  // device memory held by this process, all devices
+thread_local size_t tl_host_refusal = 0;  // 1 + bytes available, when the host refused last
+
+size_t ProcBytes(const char* path, const char* key) {
+  FILE* f = std::fopen(path, "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  size_t kb = 0;
+  const size_t key_len = std::strlen(key);
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, key, key_len) == 0) {
+      kb = std::strtoull(line + key_len, nullptr, 10);
+      break;
+    }
+  }
+  std::fclose(f);
+  return kb * 1024;
+}
+
+// ASCEND_SIM_HOST_MEMORY_LIMIT: at most this much device memory for the process (SIZE_MAX:
+// no limit of its own); "0" turns the host check off.
+size_t HostMemoryLimit(bool* checked) {
+  static size_t limit = SIZE_MAX;
+  static const bool on = [] {
+    const char* v = std::getenv("ASCEND_SIM_HOST_MEMORY_LIMIT");
+    if (v == nullptr || *v == '\0') return true;
+    if (std::strcmp(v, "0") == 0) return false;
+    if (!ParseBytes(v, &limit)) Warn("ignoring ASCEND_SIM_HOST_MEMORY_LIMIT=%s (expected bytes, e.g. 8G, or 0)", v);
+    return true;
+  }();
+  *checked = on;
+  return limit;
+}
+
+// Bytes of device memory the host can still back for this process (SIZE_MAX: unchecked).
+size_t HostBackable() {
+  bool checked = true;
+  const size_t limit = HostMemoryLimit(&checked);
+  if (!checked) return SIZE_MAX;
+  const size_t allocated = g_allocated.load(std::memory_order_relaxed);
+  size_t backable = limit == SIZE_MAX ? SIZE_MAX : (limit > allocated ? limit - allocated : 0);
+  const size_t available = ProcBytes("/proc/meminfo", "MemAvailable:");
+  if (available == 0) return backable;  // no /proc: nothing more to go by
+  const size_t reserve = std::max<size_t>(size_t{512} << 20, ProcBytes("/proc/meminfo", "MemTotal:") / 20);
+  const size_t resident = ProcBytes("/proc/self/status", "RssShmem:");
+  const size_t untouched = allocated > resident ? allocated - resident : 0;
+  return std::min(backable, available > reserve + untouched ? available - reserve - untouched : 0);
+}
+
+}  // namespace
+
+bool HostRefusedLastAllocation(size_t* available) {
+  if (tl_host_refusal == 0) return false;
+  *available = tl_host_refusal - 1;
+  return true;
+}
+
 aclError Arena::Allocate(size_t size, bool physical, void** out) {
   if (aclError e = EnsureMapped(); e != ACL_SUCCESS) return e;
   size_t len = size > map_size_ ? 0 : (size + kGranule - 1) / kGranule * kGranule;
+  tl_host_refusal = 0;
+  if (len != 0) {
+    const size_t backable = HostBackable();
+    if (len > backable) {
+      tl_host_refusal = backable + 1;
+      return Fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                  "%s: out of memory on device %d: tried to allocate %s (%zu bytes); the host "
+                  "cannot back it: %s of host memory can still back device memory of this process "
+                  "(the simulator's device memory is host memory)",
+                  physical ? "aclrtMallocPhysical" : "aclrtMalloc", device_, FormatBytes(size).c_str(), size,
+                  FormatBytes(backable).c_str());
+    }
+  }
   std::unique_lock<std::shared_mutex> w(mu_);
   size_t free_bytes = capacity_ - used_;
   auto it = len ? free_by_size_.lower_bound({len, 0}) : free_by_size_.end();
@@ -388,6 +470,7 @@ aclError Arena::Allocate(size_t size, bool physical, void** out) {
   }
   allocs_.emplace(off, Alloc{len, physical});
   used_ += len;
+  g_allocated.fetch_add(len, std::memory_order_relaxed);
   *out = base_.load(std::memory_order_relaxed) + off;
   return ACL_SUCCESS;
 }
@@ -415,6 +498,7 @@ aclError Arena::Free(void* ptr, bool physical) {
   std::unique_lock<std::shared_mutex> w(mu_);
   InsertFree(off, len);
   used_ -= len;
+  g_allocated.fetch_sub(len, std::memory_order_relaxed);
   return ACL_SUCCESS;
 }
 

@@ -46,6 +46,10 @@ std::string FormatBytes(size_t bytes);
 // best fit). Physical memory of aclrtMallocPhysical comes from the same arena (so it
 // counts in the capacity) but is only reachable through aclrtMapMem: its arena
 // addresses are not device pointers.
+// True when this thread's last device allocation was refused because the host could not
+// back it; `available` is what the host could still back then.
+bool HostRefusedLastAllocation(size_t* available);
+
 class Arena {
  public:
   void Init(int device, size_t capacity);

@@ -303,6 +303,9 @@ uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind);
 int64_t aclsimDeviceBusyNs(int32_t deviceId);
 // Capacity of a device in bytes (profile or ASCEND_SIM_HBM_BYTES override).
 size_t aclsimDeviceCapacity(int32_t deviceId);
+// 1 when the calling thread's last device allocation failed because the host could not
+// back it (device memory is host memory), with the bytes it could still back; else 0.
+int aclsimHostRefusedLastAllocation(size_t* available);
 // Arena of a device: base address and memfd (for sharing with other processes).
 aclError aclsimDeviceArena(int32_t deviceId, void** base, size_t* size, int* fd);
 // Profiling (the layer under torch_npu.profiler). While enabled, every kernel, copy,
