@@ -1,6 +1,8 @@
-// Operators the op table does not serve on this pair: a clear error, or (opted in) the
-// CPU fallback. Operators of other namespaces (torchvision::, user libraries) run their
-// CPU kernels on NPU memory like supported ATen operators.
+// Operators the op table does not serve on this pair: as in torch_npu, they run on the
+// CPU (arguments copied to the host, results back) with one warning per operator, unless
+// TORCH_NPU_FALLBACK_CPU_DISABLE=1 (or torch.npu.set_cpu_fallback(False)) makes them raise.
+// Operators of other namespaces (torchvision::, user libraries) run their CPU kernels on
+// NPU memory like supported ATen operators.
 #include "torch_npu/ops/op_support.h"
 
 #include <ATen/native/CPUFallback.h>
@@ -22,8 +24,8 @@ namespace {
 
 std::atomic<bool>& cpu_fallback_flag() {
   static std::atomic<bool> flag([] {
-    const char* v = std::getenv("TORCH_NPU_CPU_FALLBACK");
-    return v != nullptr && std::strcmp(v, "1") == 0;
+    const char* v = std::getenv("TORCH_NPU_FALLBACK_CPU_DISABLE");
+    return v == nullptr || std::strcmp(v, "1") != 0;
   }());
   return flag;
 }
@@ -58,10 +60,11 @@ void unlisted_operator(const c10::OperatorHandle& op, torch::jit::Stack* stack) 
   }
   if (!cpu_fallback_enabled()) {
     TORCH_CHECK_NOT_IMPLEMENTED(false, name, " is not supported on NPU (", kPairDescription, "): ",
-                                why_unsupported(name),
-                                ". To run it on the CPU instead (arguments are copied to the host and results "
-                                "back), set TORCH_NPU_CPU_FALLBACK=1 or call torch.npu.set_cpu_fallback(True); "
-                                "or move its inputs to the CPU yourself. torch.npu.is_op_supported(\"",
+                                why_unsupported(name), ". The operator '", name,
+                                "' would execute its main computation on CPU through dispatcher backend fallback, "
+                                "but CPU fallback is disabled by TORCH_NPU_FALLBACK_CPU_DISABLE=1 (or "
+                                "torch.npu.set_cpu_fallback(False)); unset it to run the operator on the CPU, or "
+                                "move its inputs to the CPU yourself. torch.npu.is_op_supported(\"",
                                 name, "\") checks an operator ahead of time.");
   }
   {

@@ -281,9 +281,9 @@ def write_md(path: str, t: PairTable, torch_version: str, cann: str, pair: str) 
     zero_copy = sorted(e.op for e in t.supported if e.kernel == "zero_copy")
     out = [f"## {pair}: torch {torch_version}, CANN {cann}", "",
            f"{len(t.supported)} ATen overloads supported ({len(zero_copy)} through the zero-copy path, "
-           f"{len(native)} native), {len(t.unsupported)} unsupported, {len(t.custom)} fused `torch.ops.npu` "
-           f"operators.", ""]
-    out += ["### Unsupported", "", "| operator | why |", "|---|---|"]
+           f"{len(native)} native), {len(t.unsupported)} without an NPU kernel (they fall back to the CPU), "
+           f"{len(t.custom)} fused `torch.ops.npu` operators.", ""]
+    out += ["### Without an NPU kernel: CPU fallback", "", "| operator | why |", "|---|---|"]
     out += [f"| `aten::{op}` | {why} |" for op, why in sorted(t.unsupported.items())]
     notes = {e.op: e.note for e in t.supported if e.note or e.dtypes}
     out += ["", "### Supported with notes", "", "| operator | kernel | note |", "|---|---|---|"]

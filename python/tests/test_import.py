@@ -190,14 +190,15 @@ def test_patch_torch_backends_npu():
     import torch.backends.npu  # noqa: F401  (importable, as torch.backends.cudnn is)
 
     assert torch.backends.npu.enabled is True
+    torch.npu.set_cpu_fallback(False)  # as TORCH_NPU_FALLBACK_CPU_DISABLE=1
     try:
-        torch.backends.npu.enabled = False  # unsupported operators fall back to the CPU
+        torch.backends.npu.enabled = False  # unsupported operators fall back to the CPU all the same
         assert torch_npu._C._npu_getCpuFallback()
         with pytest.raises(TypeError, match="bool"):
             torch.backends.npu.enabled = "no"
     finally:
-        torch.backends.npu.enabled = True
-    assert not torch_npu._C._npu_getCpuFallback()
+        torch.backends.npu.enabled = True  # back to what the environment says: the fallback, here
+    assert torch_npu._C._npu_getCpuFallback()
 
 
 def test_patch_checkpoint_default_device():

@@ -70,7 +70,8 @@ def test_unsupported_operator_raises_with_what_to_do(no_cpu_fallback):
     text = str(err.value)
     assert "aten::linalg_lstsq.out is not supported on NPU" in text
     assert torch_npu.__version__ in text and _op_table.CANN in text
-    assert "TORCH_NPU_CPU_FALLBACK=1" in text and "set_cpu_fallback(True)" in text
+    assert "The operator 'aten::linalg_lstsq.out' would execute its main computation on CPU" in text
+    assert "CPU fallback is disabled by TORCH_NPU_FALLBACK_CPU_DISABLE=1" in text
 
 
 @pytest.mark.skipif(NEEDS_CANN_91 in _op_table.SUPPORTED, reason="linalg_lstsq is supported on this pair")
@@ -89,17 +90,35 @@ def test_cpu_fallback_runs_on_the_cpu_and_warns_once(no_cpu_fallback):
     assert len(messages) <= 1  # once per operator and process (it may have warned earlier)
 
 
-@pytest.mark.skipif(NEEDS_CANN_91 in _op_table.SUPPORTED, reason="linalg_lstsq is supported on this pair")
-def test_cpu_fallback_from_the_environment():
-    result = run_python(textwrap.dedent("""
-        import torch, torch_npu
-        print(torch.npu.get_cpu_fallback())
-        a = torch.eye(3).npu()
+_LSTSQ_TWICE = textwrap.dedent("""
+    import torch, torch_npu
+    print(torch.npu.get_cpu_fallback())
+    a = torch.eye(3).npu()
+    for _ in range(2):
         print(torch.linalg.lstsq(a, a).solution.device)
-    """), env={"TORCH_NPU_CPU_FALLBACK": "1"})
+""")
+
+
+@pytest.mark.skipif(NEEDS_CANN_91 in _op_table.SUPPORTED, reason="linalg_lstsq is supported on this pair")
+@pytest.mark.parametrize("value", [None, "0"])
+def test_cpu_fallback_is_the_default_as_in_torch_npu(value):
+    env = {} if value is None else {"TORCH_NPU_FALLBACK_CPU_DISABLE": value}
+    if value is None and "TORCH_NPU_FALLBACK_CPU_DISABLE" in os.environ:
+        pytest.skip("TORCH_NPU_FALLBACK_CPU_DISABLE is set for the test run")
+    result = run_python(_LSTSQ_TWICE, env=env)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["True", "npu:0"]
-    assert "will fall back to run on the CPU" in result.stderr
+    assert result.stdout.split() == ["True", "npu:0", "npu:0"]
+    assert result.stderr.count("CAUTION: The operator 'aten::linalg_lstsq.out' is not currently supported on the "
+                               "NPU backend and will fall back to run on the CPU") == 1
+
+
+@pytest.mark.skipif(NEEDS_CANN_91 in _op_table.SUPPORTED, reason="linalg_lstsq is supported on this pair")
+def test_cpu_fallback_disabled_from_the_environment():
+    result = run_python(_LSTSQ_TWICE, env={"TORCH_NPU_FALLBACK_CPU_DISABLE": "1"})
+    assert result.returncode != 0
+    assert "False" in result.stdout
+    assert "CPU fallback is disabled by TORCH_NPU_FALLBACK_CPU_DISABLE=1" in result.stderr
+    assert "aten::linalg_lstsq.out" in result.stderr and "will fall back" not in result.stderr
 
 
 def test_dtype_restriction_names_the_dtype():

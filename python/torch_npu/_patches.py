@@ -11,6 +11,7 @@ docstring saying what it changes and why, applied once by :func:`apply` at impor
 and each has a test in ``python/tests/test_import.py``.
 """
 
+import os
 import sys
 import types
 from typing import Callable, List
@@ -145,11 +146,11 @@ def _lazy_modules_to_npu() -> None:
 class _NpuBackendsModule(types.ModuleType):
     """``torch.backends.npu``; ``enabled`` as the switch of the npu op library."""
 
+    _enabled = True
+
     @property
     def enabled(self) -> bool:
-        from torch_npu import _C
-
-        return not _C._npu_getCpuFallback()
+        return self._enabled
 
     @enabled.setter
     def enabled(self, value: bool) -> None:
@@ -157,16 +158,19 @@ class _NpuBackendsModule(types.ModuleType):
 
         if not isinstance(value, bool):
             raise TypeError(f"torch.backends.npu.enabled must be a bool, got {type(value).__name__}")
-        _C._npu_setCpuFallback(not value)
+        self._enabled = value
+        # False: operators without an npu kernel run on the CPU even under
+        # TORCH_NPU_FALLBACK_CPU_DISABLE=1; True: back to what that variable says.
+        _C._npu_setCpuFallback(not value or os.environ.get("TORCH_NPU_FALLBACK_CPU_DISABLE") != "1")
 
 
 def _torch_backends_npu() -> None:
     """Add ``torch.backends.npu`` with ``enabled`` (default True).
 
     Guides for torch_npu suggest ``torch.backends.npu.enabled = False`` to let operators the
-    npu library does not support run on the CPU. Here that switches on the CPU fallback
-    (as ``TORCH_NPU_CPU_FALLBACK=1``: such operators copy to the CPU and back, with a
-    warning); True restores the default, where they raise.
+    npu library does not support run on the CPU (copied to the CPU and back, with a warning):
+    the default here as in torch_npu, and what False keeps even under
+    ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``; True restores what that variable says.
     """
     import torch.backends
 

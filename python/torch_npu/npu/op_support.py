@@ -1,11 +1,12 @@
 """Which operators this build serves on the NPU, and the CPU fallback for the others.
 
 The lists come from the op table (ops/npu_native_functions.yaml) as the build generated
-it for this PyTorch x CANN pair (``torch_npu._op_table``). An ATen operator that reaches
-the NPU without a kernel raises ``NotImplementedError`` ("aten::<op> is not supported on
-NPU (...)"), unless the CPU fallback is on (``TORCH_NPU_CPU_FALLBACK=1`` or
-``set_cpu_fallback(True)``): then it runs on the CPU, its arguments copied to the host and
-its results back, with one warning per operator.
+it for this PyTorch x CANN pair (``torch_npu._op_table``). As in torch_npu, an ATen operator
+that reaches the NPU without a kernel runs on the CPU, its arguments copied to the host and
+its results back, with one warning per operator ("... will fall back to run on the CPU ...").
+``TORCH_NPU_FALLBACK_CPU_DISABLE=1`` (read at import) or ``set_cpu_fallback(False)`` turns the
+fallback off: such an operator then raises ``NotImplementedError`` ("aten::<op> is not
+supported on NPU (...)").
 
 ``python -m torch_npu.npu.op_support script.py`` runs a script and lists the operators it
 called that this pair does not support (see ``main``).
@@ -67,7 +68,8 @@ def is_op_supported(op) -> bool:
 
 
 def set_cpu_fallback(enabled: bool) -> None:
-    """Run operators the NPU does not support on the CPU (True) or raise (False, the default)."""
+    """Run operators the NPU does not support on the CPU (True, the default unless
+    ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``) or raise (False)."""
     if not isinstance(enabled, bool):
         raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
     _C._npu_setCpuFallback(enabled)
