@@ -135,6 +135,7 @@ class SparseCall {
     }
     const bool coo = t.layout() == at::kSparse;
     arg.cpu = rebuild(coo ? c10::DispatchKey::SparseCPU : c10::DispatchKey::SparseCsrCPU, t, arg.cpu_members);
+    if (t.requires_grad()) arg.cpu.set_requires_grad(true);  // as AliasMap::alias
     sparse_.push_back(arg);
     return arg.cpu;
   }

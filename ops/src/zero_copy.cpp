@@ -179,7 +179,11 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
                                                              /*resizable=*/true));
     entries_.push_back({cpu.unsafeGetStorageImpl(), npu});
   }
-  return tensor_over(std::move(cpu), c10::DispatchKey::CPU, t);
+  at::Tensor a = tensor_over(std::move(cpu), c10::DispatchKey::CPU, t);
+  // Some CPU kernels look at it (the argmax/argmin that _sparse_mm_reduce_impl saves for
+  // backward): they must see what they would see on the CPU.
+  if (t.requires_grad()) a.set_requires_grad(true);
+  return a;
 }
 
 c10::Storage AliasMap::untiled_copy(const at::Tensor& t) {
