@@ -147,4 +147,8 @@ def _transfer_to_npu_if_requested() -> None:
                          f"Only '0' or '1' is supported.")
 
 
+from torch_npu._checksum import matmul_checksum  # noqa: E402
+
+__all__ += ["matmul_checksum"]
+
 _transfer_to_npu_if_requested()

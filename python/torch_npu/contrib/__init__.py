@@ -11,7 +11,7 @@ import torch as _torch
 
 from . import function, module
 from .function import (npu_iou, npu_ptiou, npu_giou, npu_diou, npu_ciou, npu_multiclass_nms,
-                       npu_batched_multiclass_nms, npu_bbox_coder_encode_yolo, npu_bbox_coder_encode_xyxy2xywh,
+                       npu_batched_multiclass_nms, npu_single_level_responsible_flags, npu_bbox_coder_encode_yolo, npu_bbox_coder_encode_xyxy2xywh,
                        npu_bbox_coder_decode_xywh2xyxy, fuse_add_softmax_dropout, roll, matmul_transpose,
                        npu_fast_condition_index_put, npu_fused_attention, npu_fused_attention_with_layernorm)
 from .module import (ChannelShuffle, Prefetcher, LabelSmoothingCrossEntropy, ROIAlign, DCNv2, ModulatedDeformConv,
@@ -33,7 +33,7 @@ _apply_nn_patches()
 __all__ = [
     # from function
     "npu_iou", "npu_ptiou", "npu_giou", "npu_diou", "npu_ciou",
-    "npu_multiclass_nms", "npu_batched_multiclass_nms",
+    "npu_multiclass_nms", "npu_batched_multiclass_nms", "npu_single_level_responsible_flags",
     "npu_bbox_coder_encode_yolo", "npu_bbox_coder_encode_xyxy2xywh", "npu_bbox_coder_decode_xywh2xyxy",
     "fuse_add_softmax_dropout", "roll", "matmul_transpose", "npu_fast_condition_index_put",
     "npu_fused_attention", "npu_fused_attention_with_layernorm",

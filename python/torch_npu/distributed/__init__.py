@@ -9,7 +9,7 @@ import os
 import torch
 import torch.distributed as dist
 
-__all__ = ["ProcessGroupHCCL", "is_hccl_available", "reduce_scatter_tensor_uneven",
+__all__ = ["ProcessGroupHCCL", "is_available", "is_hccl_available", "reduce_scatter_tensor_uneven",
            "all_gather_into_tensor_uneven"]
 
 _logger = logging.getLogger("torch_npu.distributed")
@@ -59,6 +59,12 @@ if dist.is_available():
         dist.Backend.register_backend("hccl", _create_process_group_hccl, extended_api=True,
                                       devices=["npu"])
     dist.ProcessGroupHCCL = ProcessGroupHCCL
+
+
+def is_available():
+    """True when torch.distributed is built in and torch_npu's c10d (the ``hccl`` backend) is
+    registered."""
+    return dist.is_available() and "hccl" in dist.Backend.backend_list
 
 
 def is_hccl_available():

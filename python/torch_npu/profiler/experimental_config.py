@@ -72,8 +72,8 @@ class _ExperimentalConfig:
     Invalid values are reset to their defaults with a warning, as torch_npu does.
     """
 
-    def __init__(self, profiler_level: str = ProfilerLevel.Level0,
-                 aic_metrics: Optional[str] = None, l2_cache: bool = False,
+    def __init__(self, profiler_level: int = ProfilerLevel.Level0,
+                 aic_metrics: int = AiCMetrics.PipeUtilization, l2_cache: bool = False,
                  msprof_tx: bool = False, mstx: bool = False, data_simplification: bool = True,
                  record_op_args: bool = False, op_attr: bool = False,
                  gc_detect_threshold: Optional[float] = None,
@@ -81,7 +81,9 @@ class _ExperimentalConfig:
                  mstx_domain_include: Optional[list] = None, mstx_domain_exclude: Optional[list] = None,
                  sys_io: bool = False, sys_interconnection: bool = False):
         self._profiler_level = profiler_level
-        self._aic_metrics_given = aic_metrics is not None  # (default: PipeUtilization, from Level1 on)
+        # PipeUtilization (the default) applies from Level1 on; at Level0 it is dropped silently,
+        # other metrics asked for at Level0 with a warning.
+        self._aic_metrics_given = aic_metrics is not None and aic_metrics != AiCMetrics.PipeUtilization
         self._aic_metrics = AiCMetrics.PipeUtilization if aic_metrics is None else aic_metrics
         self._l2_cache = l2_cache
         self._msprof_tx = msprof_tx

@@ -8,6 +8,7 @@ torch; ``export_chrome_trace`` writes both sides, and ``tensorboard_trace_handle
 writes torch_npu's result directory ``{worker}_{pid}_{time}_ascend_pt/`` with
 ``ASCEND_PROFILER_OUTPUT/`` (trace_view.json and the CSV views, see _analysis.py).
 """
+import collections.abc
 import enum
 import glob
 import json
@@ -20,7 +21,7 @@ import time
 import warnings
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 import torch.profiler as _tp
@@ -112,6 +113,23 @@ class profile(_tp.profile):
         super().__init__(**kwargs)
 
     # -- recording follows torch's (schedule, start/stop) ------------------------------------
+    def start(self):
+        super().start()
+
+    def stop(self):
+        super().stop()
+
+    def step(self):
+        super().step()
+
+    def get_trace_id(self) -> str:
+        """The trace id of the current run (``custom_trace_id_callback``'s, else a generated one)."""
+        return super().get_trace_id()
+
+    def set_custom_trace_id_callback(self, callback: collections.abc.Callable[[], str]) -> None:
+        """Set the callback that makes the trace id of the next runs."""
+        super().set_custom_trace_id_callback(callback)
+
     def start_trace(self):
         super().start_trace()
         if self._npu:
@@ -354,9 +372,10 @@ def _write_info(path: str, raw: dict) -> None:
             json.dump(raw["metadata"], f, indent=2)
 
 
-def analyse(profiler_path: str, max_process_number: int = 1, export_type=None) -> None:
+def analyse(profiler_path: str, max_process_number: int = 320, export_type: Union[str, list, None] = None):
     """Parses result directories written with ``analyse_flag=False``: ``profiler_path`` is
-    one ``*_ascend_pt`` directory or a directory holding several."""
+    one ``*_ascend_pt`` directory or a directory holding several, parsed by up to
+    ``max_process_number`` workers at a time (one directory each)."""
     if not isinstance(profiler_path, str) or not os.path.isdir(profiler_path):
         raise ValueError(f"analyse: profiler_path must be an existing directory, got {profiler_path!r}")
     targets = [profiler_path] if os.path.isfile(os.path.join(profiler_path, _RAW)) else [
@@ -372,6 +391,20 @@ def analyse(profiler_path: str, max_process_number: int = 1, export_type=None) -
             export_type = None
         else:
             export_type = list(types)
-    for path in targets:
+    if isinstance(max_process_number, bool) or not isinstance(max_process_number, int) or max_process_number < 1:
+        raise ValueError(f"analyse: max_process_number must be a positive int, got {max_process_number!r}")
+
+    def parse(path):
         raw = _load_raw(path)
         _analysis.write_results(raw, path, raw.get("with_cpu", True), export_type, raw.get("rank"))
+
+    workers = min(max_process_number, len(targets))
+    if workers == 1:
+        for path in targets:
+            parse(path)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="torch_npu_analyse") as pool:
+        for future in [pool.submit(parse, path) for path in targets]:
+            future.result()

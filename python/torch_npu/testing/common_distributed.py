@@ -39,8 +39,9 @@ def hccl_available() -> bool:
     return dist.is_available() and "hccl" in getattr(dist.Backend, "backend_list", [])
 
 
-def init_pg(backend: str = "hccl", world_size: int = 1, rank: int = 0, file_name: str = "") -> None:
-    """Initialise the default process group through a file store (and set the rank's NPU for hccl)."""
+def init_pg(backend: str = "hccl", world_size=1, rank=0, file_name="file://") -> None:
+    """Initialise the default process group through a file store at ``file_name`` (a path, or a
+    ``file://`` URL) and set the rank's NPU for hccl."""
     if backend not in ("hccl", "gloo"):
         raise RuntimeError(f"init_pg(): backend {backend!r} not supported (expected 'hccl' or 'gloo')")
     if backend == "hccl":
@@ -49,7 +50,7 @@ def init_pg(backend: str = "hccl", world_size: int = 1, rank: int = 0, file_name
         if not hccl_available():
             raise RuntimeError(TEST_SKIPS["hccl"].message)
     dist.init_process_group(backend=backend, world_size=world_size, rank=rank,
-                            init_method=f"file://{file_name}")
+                            init_method=file_name if str(file_name).startswith("file://") else f"file://{file_name}")
     if backend == "hccl":
         torch.npu.set_device(rank)
 

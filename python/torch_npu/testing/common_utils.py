@@ -4,8 +4,12 @@
 same random data; the decorators skip tests the current machine cannot run.
 """
 
+import atexit
 import functools
+import json
 import os
+import stat
+import threading
 import unittest
 from itertools import product
 from typing import Iterable, List, Sequence, Union
@@ -31,6 +35,9 @@ __all__ = [
     "SkipIfNoLatestTorch",
     "skipIfUnsupportMultiNPU",
     "SkipIfNotGteCANNVersion",
+    "SkipIfNotRegistered",
+    "Baseline",
+    "dump_baseline",
     "PERF_TEST_ENABLE",
     "IS_WINDOWS",
 ]
@@ -213,6 +220,59 @@ class SupportedDevices:
             return fn(*args, **kwargs)
 
         return wrapper
+
+
+class SkipIfNotRegistered(object):
+    """torch_npu's (caffe2-era) decorator factory: ``SkipIfNotRegistered()(message)`` skips the
+    test with ``message`` unless ``caffe2.python.core`` can be imported and has this
+    registered; PyTorch 2 has no caffe2, so the test is skipped ("Cannot import
+    `caffe2.python.core`")."""
+
+    def __call__(self, message):
+        try:
+            from caffe2.python import core
+            skipper = unittest.skipIf(self not in core._REGISTERED_OPERATORS, message)
+        except ImportError:
+            skipper = unittest.skip("Cannot import `caffe2.python.core`")
+        return skipper
+
+
+class Baseline(object):
+    """Performance baselines kept in a JSON file: ``get_baseline(id)``, ``set_baseline(id, value)``
+    (thread-safe) and ``save_baseline()`` (writes the file, owner read/write only)."""
+
+    def __init__(self, baselineFile):
+        self._baseline = {}
+        self._baselineFile = baselineFile
+        self._mutex = threading.Lock()
+        if os.path.exists(self._baselineFile):
+            with open(self._baselineFile, "r") as f:
+                self._baseline = json.load(f)
+
+    def get_baseline(self, resourceId):
+        return self._baseline.get(resourceId)
+
+    def set_baseline(self, resourceId, baseline):
+        with self._mutex:
+            self._baseline[resourceId] = baseline
+
+    def save_baseline(self):
+        with self._mutex:
+            fd = os.open(self._baselineFile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, stat.S_IWUSR | stat.S_IRUSR)
+            with os.fdopen(fd, "w") as f:
+                json.dump(self._baseline, f)
+
+
+#: torch_npu's performance baseline file (``PERF_BASELINE_FILE``, default ./data/perf_baseline.json).
+PERF_BASELINE_FILE = os.getenv("PERF_BASELINE_FILE", os.path.join(os.getcwd(), "data", "perf_baseline.json"))
+PerfBaseline = Baseline(PERF_BASELINE_FILE)
+
+
+@atexit.register
+def dump_baseline():
+    """At exit, with ``PERF_TEST_ENABLE`` set, write :data:`PerfBaseline` to its file."""
+    if PERF_TEST_ENABLE:
+        PerfBaseline.save_baseline()
 
 
 class SkipIfNoLapack:

@@ -14,6 +14,8 @@ torch_npu's conventions on top:
 
 import os
 import random
+import warnings
+from contextlib import contextmanager
 from collections.abc import Sequence
 from numbers import Number
 
@@ -70,6 +72,80 @@ class TestCase(_torch_common_utils.TestCase):
         seed = int(os.getenv("SEED", "666"))
         torch.manual_seed(seed)
         random.seed(seed)
+
+    # -- torch_npu's helpers ----------------------------------------------------------------
+    def safeCoalesce(self, t):
+        """``t.coalesce()``, checked against a coalescing done here (summed duplicates, sorted indices)."""
+        tc = t.coalesce()
+        self.assertEqual(tc.to_dense(), t.to_dense())
+        self.assertTrue(tc.is_coalesced())
+        if t._nnz() == 0:
+            self.assertEqual(t._indices(), tc._indices())
+            self.assertEqual(t._values(), tc._values())
+            return tc
+        value_map = {}
+        for idx, val in zip(t._indices().t(), t._values()):
+            idx_tup = tuple(idx.tolist())
+            if idx_tup in value_map:
+                value_map[idx_tup] += val
+            else:
+                value_map[idx_tup] = val.clone() if isinstance(val, torch.Tensor) else val
+        new_indices = sorted(value_map)
+        new_values = [value_map[idx] for idx in new_indices]
+        if t._values().ndimension() < 2:
+            new_values = torch.stack(new_values) if new_values and isinstance(new_values[0], torch.Tensor) \
+                else t._values().new_tensor(new_values)
+        else:
+            new_values = torch.stack(new_values)
+        new_indices = torch.tensor(new_indices, dtype=t._indices().dtype, device=t._indices().device).t()
+        tg = torch.sparse_coo_tensor(new_indices, new_values, t.size())
+        self.assertEqual(tc._indices(), tg._indices())
+        self.assertEqual(tc._values(), tg._values())
+        if t.is_coalesced():
+            self.assertEqual(tc._indices(), t._indices())
+            self.assertEqual(tc._values(), t._values())
+        return tg
+
+    def assertObjectIn(self, obj, iterable):
+        """Assert that ``obj`` itself (by identity) is an element of ``iterable``."""
+        for elem in iterable:
+            if id(obj) == id(elem):
+                return
+        raise AssertionError("object not found in iterable")
+
+    def assertExpectedRaises(self, exc_type, call_fn, *args, **kwargs):
+        """Assert ``call_fn(*args, **kwargs)`` raises ``exc_type`` whose message is the expect
+        file's (``assertExpected``; ``subname=`` picks the file)."""
+        subname = kwargs.pop("subname", None)
+        try:
+            call_fn(*args, **kwargs)
+        except exc_type as e:
+            self.assertExpected(str(e), subname)
+            return
+        self.fail(msg="Did not raise when expected to")
+
+    def assertNotWarn(self, call_fn, msg=''):
+        """Assert ``call_fn()`` emits no warning."""
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            call_fn()
+            self.assertTrue(len(ws) == 0, msg)
+
+    @contextmanager
+    def maybeWarnsRegex(self, category, regex=''):
+        """Context manager for code that may warn: warnings of ``category`` matching ``regex``
+        are ignored, any other warning fails the test."""
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            warnings.filterwarnings("ignore", message=regex, category=category)
+            try:
+                yield
+            finally:
+                if ws:
+                    msg = "Caught unexpected warnings:\n"
+                    for w in ws:
+                        msg += warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) + "\n"
+                    self.fail(msg)
 
     # -- equality -----------------------------------------------------------------------
     def assertEqual(self, x, y, prec=None, message="", allow_inf=False, exact_dtype=None,

@@ -91,3 +91,24 @@ def _apply_module_patch() -> None:
     if not hasattr(_torch.nn.Module, "npu"):
         raise RuntimeError("torch.nn.Module has no npu method: import torch_npu completely first")
 
+
+
+# torch_npu.utils' other public names (their modules are imported on first use).
+_LAZY = {
+    "FlopsCounter": ("flops_count", "_FlopsCounter"),
+    "save_async": ("serialization", "save_async"),
+    "set_thread_affinity": ("affinity", "_set_thread_affinity"),
+    "reset_thread_affinity": ("affinity", "_reset_thread_affinity"),
+}
+__all__ += list(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,8 @@ import torch
 from torch.utils import collect_env as _torch_env
 
 __all__ = ["SystemEnv", "get_cann_version", "get_torch_npu_version", "get_env_info",
-           "get_pretty_env_info", "pretty_str", "check_directory_path_readable", "main"]
+           "get_pretty_env_info", "pretty_str", "check_directory_path_readable", "main",
+           "get_torch_npu_install_path", "check_path_owner_consistent"]
 
 SystemEnv = namedtuple("SystemEnv", [
     "torch_version", "torch_npu_version", "is_debug_build", "gcc_version", "clang_version",
@@ -30,6 +31,26 @@ def check_directory_path_readable(path):
         raise RuntimeError(f"Invalid path is a symbolic link: {path}")
     if not os.access(path, os.R_OK):
         raise RuntimeError(f"The path permission check failed: {path}")
+
+
+def get_torch_npu_install_path():
+    r"""The first site-packages directory of this interpreter (where torch_npu's wheel installs)."""
+    import site
+
+    packages = site.getsitepackages()
+    return packages[0] if packages else ""
+
+
+def check_path_owner_consistent(path: str):
+    r"""Deprecated in torch_npu (it no longer checks the owner): raise RuntimeError if ``path``
+    does not exist. Use :func:`check_directory_path_readable`."""
+    import warnings
+
+    warnings.warn("`torch_npu.utils.collect_env.check_path_owner_consistent(path)` is deprecated and no longer "
+                  "performs path owner verification. Please use `check_directory_path_readable(path)` to check "
+                  "whether the path exists.", FutureWarning, stacklevel=2)
+    if not os.path.exists(path):
+        raise RuntimeError(f"The path does not exist: {path}")
 
 
 def get_cann_version():

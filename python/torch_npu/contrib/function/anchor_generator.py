@@ -6,6 +6,13 @@ import torch_npu
 __all__ = ["npu_single_level_responsible_flags"]
 
 
+def box_dtype_check(box):
+    """``box`` as float32 unless it already is float32 or float16 (the dtypes the kernel takes)."""
+    if box.dtype not in (torch.float, torch.half):
+        return box.float()
+    return box
+
+
 def npu_single_level_responsible_flags(featmap_size, gt_bboxes, stride, num_base_anchors):
     """Responsible flags of the anchors of one feature map level.
 
@@ -22,6 +29,5 @@ def npu_single_level_responsible_flags(featmap_size, gt_bboxes, stride, num_base
     if not isinstance(gt_bboxes, torch.Tensor):
         raise TypeError(f"npu_single_level_responsible_flags: expected gt_bboxes to be a Tensor, got "
                         f"{type(gt_bboxes).__name__}")
-    if not gt_bboxes.is_floating_point():  # integer boxes (e.g. torch.randint) are coordinates too
-        gt_bboxes = gt_bboxes.float()
+    gt_bboxes = box_dtype_check(gt_bboxes)
     return torch_npu.npu_anchor_response_flags(gt_bboxes, list(featmap_size), list(stride), num_base_anchors)

@@ -107,8 +107,8 @@ class _FusedAttentionWithLayerNorm(torch.autograd.Function):
         return g_h_s, None, g_w_q, g_w_k, g_w_v, g_b_q, g_b_k, g_b_v, g_gamma, g_beta, None, None
 
 
-def npu_fused_attention_with_layernorm(hidden_states, attention_mask, query_kernel, key_kernel, value_kernel,
-                                       query_bias, key_bias, value_bias, gamma, beta, scale=1, keep_prob=0):
+def _fused_attention_with_layernorm(hidden_states, attention_mask, query_kernel, key_kernel, value_kernel,
+                                    query_bias, key_bias, value_bias, gamma, beta, scale=1, keep_prob=0):
     """BERT self-attention after a layer norm of hidden_states (deprecated in torch_npu).
 
     Returns (context [B*S, H], norm [B*S, H]): the attention of layer_norm(hidden_states;
@@ -149,8 +149,22 @@ class _FusedAttention(torch.autograd.Function):
         return g_h_s, None, g_w_q, g_w_k, g_w_v, g_b_q, g_b_k, g_b_v, None, None
 
 
-def npu_fused_attention(hidden_states, attention_mask, query_kernel, key_kernel, value_kernel,
-                        query_bias, key_bias, value_bias, scale=1, keep_prob=0):
+def _fused_attention(hidden_states, attention_mask, query_kernel, key_kernel, value_kernel,
+                     query_bias, key_bias, value_bias, scale=1, keep_prob=0):
     """BERT self-attention: the context [B*S, H] of hidden_states [B*S, H]."""
     return _FusedAttention.apply(hidden_states, attention_mask, query_kernel, key_kernel, value_kernel,
                                  query_bias, key_bias, value_bias, scale, keep_prob)
+
+
+# torch_npu exports these as ``autograd.Function.apply`` (signature ``(*args, **kwargs)``); the
+# wrappers keep that signature and take the parameters above, by position or by name.
+def npu_fused_attention_with_layernorm(*args, **kwargs):
+    return _fused_attention_with_layernorm(*args, **kwargs)
+
+
+def npu_fused_attention(*args, **kwargs):
+    return _fused_attention(*args, **kwargs)
+
+
+npu_fused_attention_with_layernorm.__doc__ = _fused_attention_with_layernorm.__doc__
+npu_fused_attention.__doc__ = _fused_attention.__doc__

@@ -4,7 +4,56 @@ import torch
 from torch import nn
 from torch.nn.modules.utils import _pair
 
-__all__ = ["ModulatedDeformConv", "DCNv2"]
+__all__ = ["ModulatedDeformConv2dFunction", "ModulatedDeformConv", "DCNv2"]
+
+
+class ModulatedDeformConv2dFunction(torch.autograd.Function):
+    """torch_npu's modulated deformable convolution as an autograd Function: forward is
+    ``npu_deformable_conv2d`` on float32 inputs with the offsets reordered by
+    ``sort_index_for_npu_fp`` (mmcv's interleaved (y, x) pairs -> all x, then all y) and the
+    mask appended; backward is ``npu_deformable_conv2dbk``, its offset gradient put back in
+    mmcv's order with ``sort_index_for_npu_bp``."""
+
+    @staticmethod
+    def forward(ctx, input_tensor, offset_ori, mask, weight, bias=None, with_bias=False, stride=1, padding=0,
+                dilation=1, groups=1, deformable_groups=1, sort_index_for_npu_fp=None, sort_index_for_npu_bp=None):
+        input_tensor = input_tensor.float()
+        offset_ori = offset_ori.float()
+        mask = mask.float()
+        split_num = offset_ori.shape[1]
+        if sort_index_for_npu_fp is None:
+            index = list(range(split_num))
+            sort_index_for_npu_fp = torch.tensor(index[1::2] + index[::2], device=offset_ori.device)
+        if sort_index_for_npu_bp is None:
+            sort_index_for_npu_bp = torch.argsort(sort_index_for_npu_fp.long().cpu()).to(offset_ori.device)
+        ctx.stride, ctx.padding, ctx.dilation = stride, padding, dilation
+        ctx.groups, ctx.deformable_groups = groups, deformable_groups
+        ctx.sort_index_for_npu_bp = sort_index_for_npu_bp
+        ctx.with_bias = with_bias
+        offset = offset_ori.index_select(1, sort_index_for_npu_fp.to(offset_ori.device))
+        offset_all = torch.cat([offset, mask], dim=1)
+        output, offset_out = torch.ops.npu.npu_deformable_conv2d(
+            input_tensor, weight, offset_all, bias, kernel_size=[weight.shape[3], weight.shape[2]],
+            stride=[1, 1, stride, stride], padding=[padding] * 4, dilation=[1, 1, dilation, dilation],
+            groups=groups, deformable_groups=deformable_groups, modulated=True)
+        ctx.save_for_backward(input_tensor, weight, offset_out, offset_all)
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        input_tensor, weight, offset_out, offset_all = ctx.saved_tensors
+        grad_input, grad_weight, grad_offset_all, grad_bias = torch.ops.npu.npu_deformable_conv2dbk(
+            input_tensor, grad_output.contiguous(), offset_out, weight, offset_all,
+            kernel_size=[weight.shape[3], weight.shape[2]], stride=[1, 1, ctx.stride, ctx.stride],
+            padding=[ctx.padding] * 4, dilation=[1, 1, ctx.dilation, ctx.dilation], groups=ctx.groups,
+            deformable_groups=ctx.deformable_groups, modulated=True)
+        bp = ctx.sort_index_for_npu_bp.to(grad_offset_all.device)
+        grad_offset = grad_offset_all.index_select(1, bp)
+        grad_mask = grad_offset_all[:, grad_offset.shape[1]:, :, :]
+        if not ctx.with_bias:
+            grad_bias = None
+        return (grad_input, grad_offset, grad_mask, grad_weight, grad_bias,
+                None, None, None, None, None, None, None, None)
 
 
 class ModulatedDeformConv(nn.Module):

@@ -8,7 +8,7 @@ from torch.nn import Parameter
 
 from .ensemble_dropout import NpuCachedDropout
 
-__all__ = ["MultiheadAttention"]
+__all__ = ["Matmul_transpose", "MultiheadAttention"]
 
 
 class _NpuLinear(nn.Linear):
@@ -29,6 +29,12 @@ class _MHAConfig:
     @classmethod
     def set_fussion(cls):
         cls.use_fussion_mha = True
+
+
+def Matmul_transpose(tensor1, tensor2):
+    """tensor1 @ tensor2.transpose(-2, -1), differentiable (torch_npu.contrib.function.matmul_transpose)."""
+    from ..function.matmul_transpose import matmul_transpose
+    return matmul_transpose(tensor1, tensor2)
 
 
 class MultiheadAttention(nn.Module):
@@ -91,6 +97,47 @@ class MultiheadAttention(nn.Module):
             nn.init.xavier_normal_(self.bias_k)
         if self.bias_v is not None:
             nn.init.xavier_normal_(self.bias_v)
+
+    def transpose_for_scores(self, x):
+        """Rows of x split into heads: [B, S, E] (or [B*S, E] with ``self.batch_size`` and
+        ``self.squence_length`` set, torch_npu's attribute names) -> [B, num_heads, S, head_dim]."""
+        if x.dim() == 3:
+            batch, length = x.shape[0], x.shape[1]
+        else:
+            batch = getattr(self, "batch_size", None)
+            length = getattr(self, "squence_length", None)
+            if batch is None or length is None:
+                raise ValueError("MultiheadAttention.transpose_for_scores: a 2-D input [B*S, E] needs the module's "
+                                 "batch_size and squence_length attributes; pass [B, S, E] or set them")
+        heads = getattr(self, "num_attention_heads", self.num_heads)
+        head_size = getattr(self, "attention_head_size", self.head_dim)
+        return x.reshape(batch, length, heads, head_size).permute(0, 2, 1, 3)
+
+    def apply_sparse_mask(self, attn_weights, tgt_len: int, src_len: int, bsz: int):
+        """fairseq's hook for sparse attention patterns: dense attention leaves the weights as they are."""
+        return attn_weights
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """Convert, in place, an old checkpoint's packed ``in_proj_weight`` / ``in_proj_bias`` (q, k, v
+        stacked, nn.MultiheadAttention's layout) under prefix ``name`` to q_proj/k_proj/v_proj entries."""
+        prefix = name + "." if name != "" else ""
+        items_to_add = {}
+        keys_to_remove = []
+        for k in list(state_dict.keys()):
+            if k.endswith(prefix + "in_proj_weight"):
+                dim = state_dict[k].shape[0] // 3
+                base = k[:-len("in_proj_weight")]
+                for i, proj in enumerate(("q_proj", "k_proj", "v_proj")):
+                    items_to_add[base + proj + ".weight"] = state_dict[k][i * dim:(i + 1) * dim]
+                keys_to_remove.append(k)
+                k_bias = base + "in_proj_bias"
+                if k_bias in state_dict:
+                    for i, proj in enumerate(("q_proj", "k_proj", "v_proj")):
+                        items_to_add[base + proj + ".bias"] = state_dict[k_bias][i * dim:(i + 1) * dim]
+                    keys_to_remove.append(k_bias)
+        for k in keys_to_remove:
+            del state_dict[k]
+        state_dict.update(items_to_add)
 
     def forward(self, query, key: Optional[torch.Tensor], value: Optional[torch.Tensor], bsz, tgt_len,
                 s_len, key_padding_mask: Optional[torch.Tensor] = None,

@@ -1,0 +1,4 @@
+"""torch_npu.profiler.profiler_interface: the activities this profiler can record."""
+from .profiler import supported_activities
+
+__all__ = ["supported_activities"]
