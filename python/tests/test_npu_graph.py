@@ -712,3 +712,37 @@ def test_accelerator_graph_captures_and_replays_on_npu():
     with pytest.raises(RuntimeError, match="non-default stream"):
         with torch.accelerator.Graph():
             x.add_(1)
+
+
+# ---- random ops in a graph draw fresh numbers at each replay, as CUDA graphs' do ----
+
+def test_replayed_random_ops_advance_and_match_eager_for_the_same_state():
+    x = torch.ones(1000, device="npu")
+    g = torch.npu.NPUGraph()
+    gen = torch.Generator(device="npu")
+    gen.manual_seed(11)
+    g.register_generator_state(gen)
+    with torch.npu.graph(g):
+        dropped = torch.nn.functional.dropout(x, 0.5)
+        drawn = torch.rand(16, device="npu", generator=gen)
+    assert g.generators == [gen]
+    torch.npu.manual_seed(7)
+    gen.manual_seed(5)
+    g.replay()
+    first = (dropped.cpu(), drawn.cpu())
+    g.replay()
+    second = (dropped.cpu(), drawn.cpu())
+    assert not torch.equal(first[0], second[0]) and not torch.equal(first[1], second[1])
+    torch.npu.manual_seed(7)
+    gen.manual_seed(5)
+    eager = (torch.nn.functional.dropout(x, 0.5).cpu(), torch.rand(16, device="npu", generator=gen).cpu())
+    assert torch.equal(first[0], eager[0]) and torch.equal(first[1], eager[1])
+
+
+def test_seeding_during_capture_is_refused():
+    g = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="during NPU graph capture"):
+        with torch.npu.graph(g):
+            torch.npu.manual_seed(3)
+    with pytest.raises(TypeError, match="npu torch.Generator"):
+        g.register_generator_state(torch.Generator())

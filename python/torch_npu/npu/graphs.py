@@ -96,6 +96,27 @@ class NPUGraph(_C._NPUGraph):
         r"""Return a token for this graph's memory pool, to share it with another capture."""
         return super().pool()
 
+    def register_generator_state(self, generator):
+        r"""Make ``generator`` (an npu ``torch.Generator``) advance with this graph's replays, as
+        ``torch.cuda.CUDAGraph.register_generator_state`` does.
+
+        Here every generator a capture uses already does: a captured random op draws, at each
+        replay, from its generator's state as it is then (so each replay gives new numbers, and
+        a replay after ``manual_seed(s)`` gives what eager execution after ``manual_seed(s)``
+        gives). The call checks the generator and keeps it registered (:attr:`generators`).
+        """
+        if not isinstance(generator, torch.Generator) or generator.device.type != "npu":
+            raise TypeError(f"register_generator_state: expected an npu torch.Generator, got {generator!r}")
+        if not any(g is generator for g in self.generators):
+            self.generators.append(generator)
+
+    @property
+    def generators(self):
+        r"""The generators registered with :meth:`register_generator_state`."""
+        if "_generators" not in self.__dict__:
+            self.__dict__["_generators"] = []
+        return self.__dict__["_generators"]
+
     def enable_debug_mode(self):
         r"""Print the captured tasks when the capture ends."""
         super().enable_debug_mode()
