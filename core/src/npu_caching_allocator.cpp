@@ -123,6 +123,11 @@ struct Config {
   std::vector<size_t> limits;
   std::vector<size_t> divisions;
   size_t divisions_rest = 0;
+  // The pinned-host allocator's (npu_hooks.cpp), as CUDA's: blocks larger than
+  // pinned_max_cached_size go back to the host when freed instead of being cached;
+  // requests up to both limits are rounded up to a power of two (more reuse).
+  size_t pinned_max_cached_size = std::numeric_limits<size_t>::max();
+  size_t pinned_max_round_threshold = std::numeric_limits<size_t>::max();
 
   size_t roundup_divisions(size_t size) const {
     for (const auto i : c10::irange(limits.size())) {
@@ -300,6 +305,12 @@ Config parse_config(const std::string& conf) {
       // Real torch_npu keys that only tune locking, event reclaim and host pinning, which the
       // simulator does not model: validated and accepted, no effect.
       if (value != "True" && value != "False") conf_error(key, value, "True or False");
+    } else if (key == "pinned_max_cached_size_mb" || key == "pinned_max_round_threshold_mb") {
+      size_t mb = 0;
+      if (!parse_uint(value, &mb) || mb == 0) conf_error(key, value, "a positive integer number of MiB");
+      const size_t bytes = mb > std::numeric_limits<size_t>::max() / kMB ? std::numeric_limits<size_t>::max()
+                                                                          : mb * kMB;
+      (key == "pinned_max_cached_size_mb" ? c.pinned_max_cached_size : c.pinned_max_round_threshold) = bytes;
     } else if (key == "pinned_reserve_segment_size_mb") {
       size_t mb = 0;  // accepted like the keys above; no effect
       if (!parse_uint(value, &mb)) conf_error(key, value, "an integer number of MiB");
@@ -309,7 +320,8 @@ Config parse_config(const std::string& conf) {
                   "expandable_segments, roundup_power2_divisions, base_addr_aligned_kb, "
                   "page_size, per_process_memory_fraction, throw_on_npumalloc_oom, multi_stream_lazy_reclaim, "
                   "release_lock_on_npumalloc, pinned_mem_register, "
-                  "pin_memory_expandable_segments, pinned_reserve_segment_size_mb.");
+                  "pin_memory_expandable_segments, pinned_reserve_segment_size_mb, pinned_max_cached_size_mb, "
+                  "pinned_max_round_threshold_mb.");
     }
   }
   return c;
@@ -2000,7 +2012,21 @@ class State {
   }
 
  private:
-  void install_config(Config c) { config_ = std::move(c); }
+  void install_config(Config c) {
+    pinned_max_cached_size_.store(c.pinned_max_cached_size, std::memory_order_relaxed);
+    pinned_max_round_threshold_.store(c.pinned_max_round_threshold, std::memory_order_relaxed);
+    config_ = std::move(c);
+  }
+
+ public:
+  PinnedConfig pinned_config() {
+    ensure_init();
+    return {pinned_max_cached_size_.load(std::memory_order_relaxed),
+            pinned_max_round_threshold_.load(std::memory_order_relaxed)};
+  }
+
+ private:
+  std::atomic<size_t> pinned_max_cached_size_{0}, pinned_max_round_threshold_{0};
   void apply_memory_fraction() {
     if (config_.memory_fraction < 0) return;
     for (auto& d : devices_) d->set_memory_fraction(config_.memory_fraction);
@@ -2292,6 +2318,8 @@ void* getBaseAllocation(void* ptr, size_t* size) {
 }
 
 void setAllocatorSettings(const std::string& conf) { state().set_settings(conf); }
+
+PinnedConfig pinnedConfig() { return state().pinned_config(); }
 
 void beginAllocateToPool(c10::DeviceIndex device, MempoolId_t mempool_id,
                          std::function<bool(aclrtStream)> filter) {

@@ -5,9 +5,11 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_generator.h"
@@ -17,27 +19,56 @@
 namespace torch_npu {
 namespace {
 
-// Page-locked host memory (aclrtMallocHost). Pinned pointers are tracked so that
+// Page-locked host memory (aclrtMallocHost), cached as CUDA's pinned-host allocator does:
+// requests are rounded up to a power of two (up to pinned_max_round_threshold_mb), and a
+// freed block of at most pinned_max_cached_size_mb is kept for the next request of its
+// size. A block is freed when its storage dies, which a copy queued on a stream delays
+// (the task holds the storage) until the copy has run: a cached block is never handed
+// out while a copy still reads or writes it. Pinned pointers are tracked so that
 // Tensor.is_pinned() answers truthfully. Also npu's at::HostAllocator (what
-// torch.accelerator.memory.empty_host_cache() and the host memory statistics reach); it
-// caches nothing, so emptying the cache is a no-op and a block is never reused early.
+// torch.accelerator.memory.empty_host_cache() and torch.npu.host_memory_stats() reach).
 struct PinnedAllocator final : public at::HostAllocator {
   std::mutex mu;
-  std::unordered_map<void*, size_t> live;  // pointer -> bytes
+  std::unordered_map<void*, size_t> live;              // handed out: pointer -> block size
+  std::unordered_map<size_t, std::vector<void*>> free;  // cached: block size -> pointers
   at::HostStats stats;
 
   static void deleter(void* ptr);
 
+  static size_t block_size(size_t n) {
+    const auto conf = NPUCachingAllocator::pinnedConfig();
+    if (n > conf.max_round_threshold || n > conf.max_cached_size) return n;
+    size_t p = 1;
+    while (p < n) p <<= 1;
+    return p;
+  }
+
   c10::DataPtr allocate(size_t n) override {
+    if (n == 0) return {nullptr, nullptr, &PinnedAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
+    const size_t size = block_size(n);
     void* p = nullptr;
-    if (n > 0) {
-      NPU_CHECK(aclrtMallocHost(&p, n));
+    {
       std::lock_guard<std::mutex> g(mu);
-      live.emplace(p, n);
-      for (auto* stat : {&stats.active_requests, &stats.allocations}) stat->increase(1);
-      for (auto* stat : {&stats.active_bytes, &stats.allocated_bytes}) stat->increase(n);
+      auto it = free.find(size);
+      if (it != free.end() && !it->second.empty()) {
+        p = it->second.back();
+        it->second.pop_back();
+      }
+    }
+    if (p == nullptr) {
+      const auto start = std::chrono::steady_clock::now();
+      NPU_CHECK(aclrtMallocHost(&p, size));
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+      std::lock_guard<std::mutex> g(mu);
+      stats.allocations.increase(1);
+      stats.allocated_bytes.increase(size);
+      stats.host_alloc_time.increase(us.count());
       ++stats.num_host_alloc;
     }
+    std::lock_guard<std::mutex> g(mu);
+    live.emplace(p, size);
+    stats.active_requests.increase(1);
+    stats.active_bytes.increase(size);
     return {p, p, &PinnedAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &PinnedAllocator::deleter; }
@@ -47,8 +78,48 @@ struct PinnedAllocator final : public at::HostAllocator {
     return live.count(const_cast<void*>(p)) > 0;
   }
 
+  // Takes a block back from its storage's deleter: cached, or returned to the host.
+  void release(void* ptr) {
+    size_t size = 0;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      auto it = live.find(ptr);
+      if (it == live.end()) return;
+      size = it->second;
+      live.erase(it);
+      stats.active_requests.decrease(1);
+      stats.active_bytes.decrease(size);
+      if (size <= NPUCachingAllocator::pinnedConfig().max_cached_size) {
+        free[size].push_back(ptr);
+        return;
+      }
+    }
+    free_to_host(ptr, size);
+  }
+
+  void free_to_host(void* ptr, size_t size) {
+    const auto start = std::chrono::steady_clock::now();
+    aclrtFreeHost(ptr);
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+    std::lock_guard<std::mutex> g(mu);
+    stats.allocations.decrease(1);
+    stats.allocated_bytes.decrease(size);
+    stats.host_free_time.increase(us.count());
+    ++stats.num_host_free;
+  }
+
+  // Copies that use a pinned block hold its storage until they have run (see above).
   bool record_event(void* ptr, void*, c10::Stream) override { return is_pinned(ptr); }
-  void empty_cache() override {}
+  void empty_cache() override {
+    std::unordered_map<size_t, std::vector<void*>> cached;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      cached.swap(free);
+    }
+    for (const auto& [size, ptrs] : cached) {
+      for (void* p : ptrs) free_to_host(p, size);
+    }
+  }
   at::HostStats get_stats() override {
     std::lock_guard<std::mutex> g(mu);
     return stats;
@@ -58,6 +129,8 @@ struct PinnedAllocator final : public at::HostAllocator {
     for (auto* stat : {&stats.active_requests, &stats.allocations, &stats.active_bytes, &stats.allocated_bytes}) {
       stat->reset_accumulated();
     }
+    stats.host_alloc_time = {};
+    stats.host_free_time = {};
     stats.num_host_alloc = stats.num_host_free = 0;
   }
   void reset_peak_stats() override {
@@ -74,19 +147,7 @@ PinnedAllocator& pinned() {
 }
 
 void PinnedAllocator::deleter(void* ptr) {
-  if (!ptr) return;
-  {
-    auto& a = pinned();
-    std::lock_guard<std::mutex> g(a.mu);
-    auto it = a.live.find(ptr);
-    if (it != a.live.end()) {
-      for (auto* stat : {&a.stats.active_requests, &a.stats.allocations}) stat->decrease(1);
-      for (auto* stat : {&a.stats.active_bytes, &a.stats.allocated_bytes}) stat->decrease(it->second);
-      ++a.stats.num_host_free;
-      a.live.erase(it);
-    }
-  }
-  aclrtFreeHost(ptr);
+  if (ptr) pinned().release(ptr);
 }
 
 struct NPUHooks final : public at::PrivateUse1HooksInterface {

@@ -2,6 +2,7 @@
 // npu/mem_pool.py): the snapshot with its history (_record_memory_history / _snapshot),
 // private memory pools (torch.npu.MemPool / use_mem_pool), the pluggable allocator
 // (NPUPluggableAllocator / change_current_allocator), with torch_npu's _C names.
+#include <ATen/core/CachingHostAllocator.h>
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -253,10 +254,53 @@ int device_utilization(int device) {
   return static_cast<int>(std::min(100.0, std::max(0.0, percent)));
 }
 
+// ---- the pinned-host allocator (core/src/npu_hooks.cpp), as torch.cuda's host stats ----
+
+py::dict host_memory_stats() {
+  collect_finished_kernels();  // pinned blocks finished copies held are free
+  const at::HostStats s = at::getHostAllocator(c10::DeviceType::PrivateUse1)->get_stats();
+  auto stat = [](const c10::CachingAllocator::Stat& x) {
+    py::dict d;
+    d["current"] = x.current;
+    d["peak"] = x.peak;
+    d["allocated"] = x.allocated;
+    d["freed"] = x.freed;
+    return d;
+  };
+  auto duration = [](const c10::CachingAllocator::DurationStat& x) {
+    py::dict d;
+    d["total"] = x.total;
+    d["max"] = x.max;
+    d["min"] = x.min;
+    d["count"] = x.count;
+    d["avg"] = x.count == 0 ? 0 : x.total / x.count;
+    return d;
+  };
+  py::dict d;
+  d["allocations"] = stat(s.allocations);
+  d["allocated_bytes"] = stat(s.allocated_bytes);
+  d["active_requests"] = stat(s.active_requests);
+  d["active_bytes"] = stat(s.active_bytes);
+  d["num_host_alloc"] = s.num_host_alloc;
+  d["num_host_free"] = s.num_host_free;
+  d["host_alloc_time"] = duration(s.host_alloc_time);
+  d["host_free_time"] = duration(s.host_free_time);
+  return d;
+}
+
 }  // namespace
 
 void init_memory_bindings(py::module& m) {
   g_loaded_ns = aclsimNowNs();
+  m.def("_npu_hostMemoryStats", &host_memory_stats);
+  m.def("_npu_resetAccumulatedHostMemoryStats",
+        [] { at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_accumulated_stats(); });
+  m.def("_npu_resetPeakHostMemoryStats",
+        [] { at::getHostAllocator(c10::DeviceType::PrivateUse1)->reset_peak_stats(); });
+  m.def("_npu_hostEmptyCache", [] {
+    collect_finished_kernels();
+    at::getHostAllocator(c10::DeviceType::PrivateUse1)->empty_cache();
+  });
   m.def("_npu_getDeviceUtilizationRate", &device_utilization, py::arg("device"));
 
   m.def("_npu_memorySnapshot", &memory_snapshot, py::arg("mempool_id") = py::none());

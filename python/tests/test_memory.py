@@ -322,3 +322,41 @@ def test_host_memory_check_can_be_turned_off():
             "print(torch.npu.memory_allocated() >= 48 * 2**30)\n")
     r = run_python(code, env={"ASCEND_SIM_HOST_MEMORY_LIMIT": "0"})
     assert r.returncode == 0 and r.stdout.strip() == "True", r.stderr
+
+
+# ---- the pinned-host caching allocator ----------------------------------------------
+
+def test_pinned_blocks_are_cached_and_reused_after_their_copies():
+    torch.npu.host_empty_cache()
+    torch.npu.reset_accumulated_host_memory_stats()
+    src = torch.arange(1000, dtype=torch.float32).pin_memory()  # 4000 bytes: a 4096-byte block
+    ptr = src.data_ptr()
+    dst = src.to("npu", non_blocking=True)
+    del src  # the queued copy still reads it: the block comes back only once the copy has run
+    torch.npu.synchronize()
+    again = torch.empty(1024, dtype=torch.float32).pin_memory()  # the same rounded size
+    assert again.data_ptr() == ptr  # reused, not a new block
+    stats = torch.npu.host_memory_stats()
+    assert stats["num_host_alloc"] == 1 and stats["allocations.current"] == 1
+    assert stats["active_requests.current"] == 1 and stats["active_bytes.current"] == 4096
+    assert torch.equal(dst.cpu(), torch.arange(1000, dtype=torch.float32))
+    del again
+    torch.npu.host_empty_cache()
+    stats = torch.npu.host_memory_stats()
+    assert stats["allocations.current"] == 0 and stats["num_host_free"] == 1
+
+
+def test_pinned_cache_keys_of_the_alloc_conf():
+    code = textwrap.dedent("""
+        import torch, torch_npu
+        a = torch.empty(3 * 2**20, dtype=torch.uint8).pin_memory()  # above the round threshold
+        del a
+        s = torch.npu.host_memory_stats()
+        print(s["allocated_bytes.current"], s["num_host_free"])
+    """)
+    r = run_python(code, env={"PYTORCH_NPU_ALLOC_CONF": "pinned_max_round_threshold_mb:1,pinned_max_cached_size_mb:2"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "1"]  # 3 MiB: not rounded, larger than the cache takes: freed
+    r = run_python("import torch, torch_npu; torch.empty(1).pin_memory()",
+                   env={"PYTORCH_NPU_ALLOC_CONF": "pinned_max_cached_size_mb:0"})
+    assert r.returncode != 0 and "pinned_max_cached_size_mb" in r.stderr

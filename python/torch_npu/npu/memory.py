@@ -28,6 +28,11 @@ __all__ = [
     "empty_cache",
     "memory_stats",
     "memory_stats_as_nested_dict",
+    "host_memory_stats",
+    "host_memory_stats_as_nested_dict",
+    "reset_accumulated_host_memory_stats",
+    "reset_peak_host_memory_stats",
+    "host_empty_cache",
     "reset_accumulated_memory_stats",
     "reset_peak_memory_stats",
     "reset_max_memory_allocated",
@@ -180,6 +185,10 @@ def memory_stats(device=None):
     Args:
         device (torch.device or int, optional): the device; the current one if ``None``.
     """
+    return _flat_sorted(memory_stats_as_nested_dict(device))
+
+
+def _flat_sorted(nested) -> "collections.OrderedDict":
     flat = []
 
     def flatten(prefix: str, value) -> None:
@@ -189,9 +198,48 @@ def memory_stats(device=None):
         else:
             flat.append((prefix, value))
 
-    flatten("", memory_stats_as_nested_dict(device))
+    flatten("", nested)
     flat.sort()
     return collections.OrderedDict(flat)
+
+
+def host_memory_stats_as_nested_dict():
+    r"""Return :func:`host_memory_stats` as a nested dictionary."""
+    _lazy_init()
+    return _C._npu_hostMemoryStats()
+
+
+def host_memory_stats():
+    r"""Return the pinned-host allocator's statistics (``pin_memory()``, pinned ``empty``), as a
+    flat, sorted dict with ``torch.cuda.host_memory_stats``'s keys: ``allocations`` /
+    ``allocated_bytes`` (blocks held, in use or cached), ``active_requests`` / ``active_bytes``
+    (in use), each ``.{current,peak,allocated,freed}``; ``num_host_alloc`` / ``num_host_free``
+    (blocks taken from / returned to the host) and ``host_alloc_time`` / ``host_free_time``
+    (microseconds, ``.{total,max,min,count,avg}``).
+
+    Requests are rounded up to a power of two (up to ``pinned_max_round_threshold_mb`` of
+    ``PYTORCH_NPU_ALLOC_CONF``); a freed block of at most ``pinned_max_cached_size_mb`` is
+    cached for reuse, once every copy that uses it has run.
+    """
+    return _flat_sorted(host_memory_stats_as_nested_dict())
+
+
+def reset_accumulated_host_memory_stats():
+    r"""Reset the accumulated (``allocated``/``freed``, counts and times) host memory statistics."""
+    _lazy_init()
+    _C._npu_resetAccumulatedHostMemoryStats()
+
+
+def reset_peak_host_memory_stats():
+    r"""Reset the ``peak`` values of the host memory statistics to their current values."""
+    _lazy_init()
+    _C._npu_resetPeakHostMemoryStats()
+
+
+def host_empty_cache():
+    r"""Return the cached pinned-host blocks to the host (those in use stay)."""
+    _lazy_init()
+    _C._npu_hostEmptyCache()
 
 
 def reset_accumulated_memory_stats(device=None):

@@ -51,6 +51,13 @@ std::pair<size_t, size_t> memGetInfo(c10::DeviceIndex device);
 void* getBaseAllocation(void* ptr, size_t* size);
 // Re-reads PYTORCH_NPU_ALLOC_CONF (called once at init; exposed for tests).
 void setAllocatorSettings(const std::string& conf);
+// The pinned-host keys of PYTORCH_NPU_ALLOC_CONF (bytes; SIZE_MAX when not set), for the
+// pinned-host allocator.
+struct PinnedConfig {
+  size_t max_cached_size;
+  size_t max_round_threshold;
+};
+PinnedConfig pinnedConfig();
 
 // Graph capture (NPUGraph): private memory pools, CUDA's API. While active, host
 // allocations on a stream for which `filter` returns true come from the pool
