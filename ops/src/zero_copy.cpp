@@ -9,6 +9,7 @@
 #include <ATen/ops/add_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <ATen/ops/div_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/histc.h>
 #include <ATen/ops/mul_compositeexplicitautogradnonfunctional_dispatch.h>
 #include <ATen/ops/sub_compositeexplicitautogradnonfunctional_dispatch.h>
@@ -1097,6 +1098,53 @@ void histc_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch
   torch::jit::push(*stack, std::move(result));
 }
 
+// Huawei's aclnn losses take int32 class targets; ATen's CPU kernels only int64 (and
+// uint8 for nll_loss): an int32 npu target is taken as int64.
+void int_target_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const size_t first = stack->size() - args.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    if (args[i].name() == "target" && v.isTensor() && is_npu(v.toTensor()) &&
+        v.toTensor().scalar_type() == at::kInt) {
+      v = v.toTensor().to(at::kLong);
+    }
+  }
+  npu_fallback(op, keys, stack);
+}
+
+// _softmax / _log_softmax with half_to_float (a float32 result of a half input), which
+// aclnn computes and ATen's CPU kernel refuses: the kernel runs on the input cast to float32.
+void half_to_float_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const size_t first = stack->size() - 4;  // self, dim, half_to_float, out
+  if ((*stack)[first + 2].toBool()) {
+    (*stack)[first] = (*stack)[first].toTensor().to(at::kFloat);
+    (*stack)[first + 2] = false;
+  }
+  npu_fallback(op, keys, stack);
+}
+
+// Their backward with a float32 gradient for a half input: computed in float32, written
+// into the half grad_input.
+void half_to_float_backward_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                   torch::jit::Stack* stack) {
+  const size_t first = stack->size() - 5;  // grad_output, output, dim, input_dtype, out
+  const at::Tensor grad = (*stack)[first].toTensor();
+  const auto input_dtype = static_cast<at::ScalarType>((*stack)[first + 3].toInt());
+  if (grad.scalar_type() == input_dtype) {
+    npu_fallback(op, keys, stack);
+    return;
+  }
+  const at::Tensor out = (*stack)[first + 4].toTensor();
+  at::Tensor wide = at::empty_like(out, out.options().dtype(grad.scalar_type()));
+  (*stack)[first + 3] = static_cast<int64_t>(grad.scalar_type());
+  (*stack)[first + 4] = wide;
+  npu_fallback(op, keys, stack);
+  torch::jit::drop(*stack, 1);
+  out.copy_(wide);
+  torch::jit::push(*stack, out);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -1105,6 +1153,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
+  for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",
+                           "nll_loss_backward.grad_input", "nll_loss2d_forward", "nll_loss2d_forward.output",
+                           "nll_loss2d_backward", "nll_loss2d_backward.grad_input", "multilabel_margin_loss_forward",
+                           "multilabel_margin_loss_forward.output", "multilabel_margin_loss_backward",
+                           "multilabel_margin_loss_backward.grad_input"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&int_target_kernel>());
+  }
+  m.impl("_softmax.out", torch::CppFunction::makeFromBoxedFunction<&half_to_float_kernel>());
+  m.impl("_log_softmax.out", torch::CppFunction::makeFromBoxedFunction<&half_to_float_kernel>());
+  m.impl("_softmax_backward_data.out", torch::CppFunction::makeFromBoxedFunction<&half_to_float_backward_kernel>());
+  m.impl("_log_softmax_backward_data.out",
+         torch::CppFunction::makeFromBoxedFunction<&half_to_float_backward_kernel>());
   // These have a CPU kernel and also a CompositeExplicitAutograd one (math_*), which the
   // generator leaves to PyTorch, so on npu they ran decomposed: other rounding, and
   // layer/group norm's mean and rstd in the input dtype where the CPU gives float32.

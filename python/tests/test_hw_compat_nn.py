@@ -250,3 +250,44 @@ def test_npu_legacy_storage_types(name, dtype):
         assert s2.device.type == "npu" and s2.tolist() == torch.tensor([1, 0], dtype=dtype).tolist()
         with pytest.raises(RuntimeError, match="Not available for NPU storage"):
             cls.from_buffer(b"\x00")
+
+
+# ---- int32 class targets and half_to_float softmax, as torch_npu's aclnn kernels take them ----
+
+@pytest.mark.parametrize("loss", ["nll_loss", "nll_loss2d", "multilabel_margin_loss"])
+def test_losses_take_int32_targets(loss):
+    torch.manual_seed(0)
+    if loss == "nll_loss":
+        x, target = torch.randn(6, 5).log_softmax(1), torch.randint(0, 5, (6,))
+        fn = torch.nn.functional.nll_loss
+    elif loss == "nll_loss2d":
+        x, target = torch.randn(2, 5, 3, 3).log_softmax(1), torch.randint(0, 5, (2, 3, 3))
+        fn = torch.nn.functional.nll_loss
+    else:
+        x, target = torch.randn(4, 5), torch.tensor([[1, 2, -1, 0, 0]] * 4)
+        fn = torch.nn.functional.multilabel_margin_loss
+    expected_x = x.clone().requires_grad_()
+    expected = fn(expected_x, target)
+    expected.backward()
+    npu_x = x.npu().requires_grad_()
+    got = fn(npu_x, target.to(torch.int32).npu())
+    got.backward()
+    torch.testing.assert_close(got.cpu(), expected.detach())
+    torch.testing.assert_close(npu_x.grad.cpu(), expected_x.grad)
+
+
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_half_to_float(log):
+    x = torch.randn(4, 7, dtype=torch.float16)
+    op = torch._log_softmax if log else torch._softmax
+    npu_x = x.npu().requires_grad_()
+    y = op(npu_x, 1, True)
+    assert y.dtype == torch.float32
+    ref_x = x.float().requires_grad_()
+    ref = op(ref_x, 1, False)
+    torch.testing.assert_close(y.detach().cpu(), ref.detach())
+    weight = torch.randn(4, 7)
+    (y * weight.npu()).sum().backward()
+    (ref * weight).sum().backward()
+    assert npu_x.grad.dtype == torch.float16
+    torch.testing.assert_close(npu_x.grad.cpu(), ref_x.grad.half())
