@@ -105,3 +105,13 @@ def conformance(session):
     session.chdir(os.path.join(ROOT, "python", "tests"))
     session.run(python, os.path.join("ops", "report.py"), "--write", os.path.join(ROOT, "docs", "OPS.md"),
                 *session.posargs, external=True)
+
+
+@nox.session(python=False)
+def fuzz(session):
+    """Differential fuzzing of the asynchronous path (python/tests/async_fuzz.py) against the
+    installed wheel of the default pair: `-- --programs N --seed S` (default 20000 from seed 0)."""
+    python = _install(session, DEFAULT_PAIR)
+    # From outside the tree so `import torch_npu` is the installed wheel.
+    session.chdir(os.path.join(ROOT, "python", "tests"))
+    session.run(python, "async_fuzz.py", "--programs", "20000", *session.posargs, external=True)

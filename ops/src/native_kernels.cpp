@@ -2,6 +2,7 @@
 // allocation, copies between host and device, views, resizes, scalars, and the
 // ops the boxed fallback cannot serve (convolution_*_overrideable, native_dropout
 // with the npu generator, record_stream).
+#include <ATen/MemoryOverlap.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/native/ConvUtils.h>
@@ -137,15 +138,27 @@ void copy_d2h(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   if (!direct) dst.copy_(host);
 }
 
-// npu -> npu. Same device: a kernel on the stream. Across devices: after the source
-// device's current stream, on the destination's.
+// Work queued on `waiter` from now on runs after the work queued on `on` so far.
+void stream_wait(const NPUStream& waiter, const NPUStream& on) {
+  aclrtEvent event = nullptr;
+  NPU_CHECK(aclrtCreateEventWithFlag(&event, ACL_EVENT_SYNC));
+  NPU_CHECK(aclrtRecordEvent(event, on.stream()));
+  NPU_CHECK(aclrtStreamWaitEvent(waiter.stream(), event));
+  NPU_CHECK(aclrtDestroyEvent(event));  // the queued wait keeps it until it has run
+}
+
+// npu -> npu, on the source device's current stream. Across devices, as CUDA's: a two-way
+// barrier, the copy after the work queued on both devices' current streams so far, and
+// the destination's later work after the copy (later writes to the source follow it on
+// the source's stream).
 void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
   // torch_npu runs a device copy as the ACL operator aclnnInplaceCopy, and profiles name it so
   // (torch_npu's own trans_contiguous tests look for it in key_averages()).
   RECORD_FUNCTION("aclnnInplaceCopy", std::vector<c10::IValue>());
   const auto device = dst.device().index();
-  if (src.device().index() != device) wait_stream(getCurrentNPUStream(src.device().index()));
-  NPUStream stream = getCurrentNPUStream(device);
+  const bool across = src.device().index() != device;
+  NPUStream stream = getCurrentNPUStream(src.device().index());
+  if (across) stream_wait(stream, getCurrentNPUStream(device));
   launch(stream, "aten::copy_", [src = twin(src), dst = twin(dst), device] {
     if (plain_bytes(src, dst) && src.device() != dst.device()) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), dst.nbytes(), bytes(src), src.nbytes(), ACL_MEMCPY_DEVICE_TO_DEVICE));
@@ -159,6 +172,7 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
     d.copy_(s);
     aliases.store_untiled();
   });
+  if (across) stream_wait(getCurrentNPUStream(device), stream);
 }
 
 at::Tensor copy_from(const at::Tensor& source, const at::Tensor& dst, bool non_blocking) {
@@ -168,6 +182,10 @@ at::Tensor copy_from(const at::Tensor& source, const at::Tensor& dst, bool non_b
   const at::Tensor self = source.expand_as(dst);
   if (dst.numel() == 0) return dst;
   if (src_npu && dst_npu) {
+    if (dst.is_same(source)) return dst;  // as ATen's copy_
+    // The overlap checks of the copy's TensorIterator, at the call (the kernel runs later).
+    at::assert_no_internal_overlap(dst);
+    at::assert_no_partial_overlap(dst, source);
     copy_d2d(self, dst);
   } else if (dst_npu) {
     TORCH_CHECK(self.device().is_cpu(), "copy_ from ", self.device(), " to ", dst.device(), " is not supported");

@@ -3,23 +3,26 @@
 ``generate(seed)`` builds a random short op program: a list of ``Step(target, op, args, kwargs)``
 that ``render`` prints as Python. ``run_program(program, device)`` runs it on npu (with the
 process's TASK_QUEUE_ENABLE) or on cpu and returns its trace: every host read, the exception
-that stopped the program if any, and every tensor alive at the end. The npu traces with
-TASK_QUEUE_ENABLE=1 and =0 must equal the cpu trace exactly: the simulator runs the same CPU
-kernels, and generated values are multiples of 1/4, so that sums do not depend on their order
-anyway. On cpu, stream, event and record_stream steps do nothing and an NPUGraph runs its body
-once per replay.
+that stopped the program if any, and every tensor alive at the end (a tensor of more than
+4096 elements by digest). The npu traces with TASK_QUEUE_ENABLE=1 and =0 must equal the cpu
+trace exactly, shapes, dtypes and values (nan equal to nan), with no tolerance: the simulator
+runs the same CPU kernels, and generated values are multiples of 1/4, so that most sums do not
+depend on their order anyway. On cpu, stream, event and record_stream steps do nothing, the
+second device ``dev1`` is the cpu too, and an NPUGraph runs its body once per replay.
 
 Programs are correct for an asynchronous device, as CUDA requires: a side stream waits for the
 current stream before using its tensors and is joined before its results are used; a tensor
 used on a side stream is deleted during that use only after ``record_stream``; a non-blocking
-copy to the host is read after a synchronisation; indices are in range (a kernel's own error
-surfaces at the next synchronisation when the stream is busy, by design).
+copy to the host is read after a synchronisation; pinned host memory is not written once a copy
+used it; indices are in range (a kernel's own error surfaces at the next synchronisation when
+the stream is busy, by design); matmuls are float32, as the NPU's op table requires.
 
   python async_fuzz.py --programs N --start S   seeds [S, S+N): npu async and sync vs cpu
   python async_fuzz.py --show SEED              print one program
 """
 import argparse
 import copy
+import gc
 import hashlib
 import math
 import os
@@ -55,7 +58,7 @@ def make(shape, dtype, seed, device="cpu", requires_grad=False, special=False):
             t = torch.where(torch.rand(shape, generator=g) < 0.2, odd[pick], t)
     else:
         t = torch.randint(-9, 10, shape, generator=g, dtype=dtype)
-    t = t.to(device)
+    t = t.to(device, copy=True)
     return t.requires_grad_() if requires_grad else t
 
 
@@ -69,7 +72,7 @@ def randidx(shape, high, seed, device="cpu", unique=False):
         idx = torch.randint(0, high, shape, generator=g)
     else:
         idx = torch.zeros(shape, dtype=torch.long)
-    return idx.to(device)
+    return idx.to(device, copy=True)
 
 
 def kind(x):
@@ -98,7 +101,7 @@ class Sym:
         return self.code
 
 
-DEV, HOST, CUR = Sym("dev"), Sym('"cpu"'), Sym("torch.npu.current_stream()")
+DEV, DEV1, HOST, CUR = Sym("dev"), Sym("dev1"), Sym('"cpu"'), Sym("torch.npu.current_stream()")
 
 
 class Step(NamedTuple):
@@ -146,7 +149,7 @@ SPECIAL_CODE = {
     "item": lambda a: f"{_fmt(a)}.item()",
     "tolist": lambda a: f"{_fmt(a)}.tolist()",
     "shape": lambda a: f"list({_fmt(a)}.shape)",
-    "host": lambda a: f'{_fmt(a)}.to("cpu", copy=True)',
+    "host": lambda a: f"{_fmt(a)}.cpu()",
     "stream": lambda: "torch.npu.Stream()",
     "event": lambda: "torch.npu.Event()",
     "graph": lambda: "torch.npu.NPUGraph()",
@@ -160,6 +163,8 @@ SPECIAL_CODE = {
     "record_stream": lambda t, s: f"{_fmt(t)}.record_stream({_fmt(s)})",
     "pin": lambda h: f"{_fmt(h)}.pin_memory()",
     "to_device": lambda h, non_blocking: f"{_fmt(h)}.to(dev, non_blocking={non_blocking})",
+    "to_device1": lambda h, non_blocking: f"{_fmt(h)}.to(dev1, non_blocking={non_blocking})",
+    "generator": lambda seed: f"torch.Generator(device=dev).manual_seed({seed})",
     "empty_pinned": lambda shape, dtype: f"torch.empty({_fmt(shape)}, dtype={_fmt(dtype)}, pin_memory=True)",
     "fill_tail": lambda t, k, v: f"{_fmt(t)}.view(-1)[{k}:].fill_({_fmt(v)})",
 }
@@ -180,7 +185,7 @@ def step_code(step):
 def render(program, seed=None):
     """The program as runnable Python, each line ending with its step number."""
     lines = [] if seed is None else [f"# seed {seed}"]
-    lines += ["import torch, torch_npu", "from async_fuzz import make, randidx", 'dev = "npu"']
+    lines += ["import torch, torch_npu", "from async_fuzz import make, randidx", 'dev, dev1 = "npu", "npu:1"']
     depth, opened = 0, False
     for i, step in enumerate(program):
         code = step_code(step)
@@ -263,6 +268,7 @@ class Run:
     def __init__(self, device):
         self.device = device
         self.npu = device != "cpu"
+        self.device1 = "npu:1" if self.npu else "cpu"
         self.env = {}
         self.trace = []
         self.contexts = []
@@ -279,6 +285,8 @@ def _resolve(x, run):
         return run.env[x]
     if x is DEV:
         return run.device
+    if x is DEV1:
+        return run.device1
     if x is HOST:
         return "cpu"
     if x is CUR:
@@ -300,6 +308,14 @@ def _exit(run):
     manager = run.contexts.pop()
     if manager is not None:
         manager.__exit__(None, None, None)
+
+
+def _enter_graph(run, g):
+    if run.npu:
+        _enter(run, torch.npu.graph(g))
+    else:
+        g.begin(run)
+        run.contexts.append(g)
 
 
 def _exit_graph(run, g):
@@ -326,12 +342,12 @@ SPECIAL = {
     "item": lambda run, a: run.read(a.item()),
     "tolist": lambda run, a: run.read(a.tolist()),
     "shape": lambda run, a: run.read(list(a.shape)),
-    "host": lambda run, a: run.read(a.to("cpu", copy=True)),
+    "host": lambda run, a: run.read(a.cpu() if run.npu else a.clone()),
     "stream": lambda run: torch.npu.Stream() if run.npu else NullStream(),
     "event": lambda run: torch.npu.Event() if run.npu else NullEvent(),
     "graph": lambda run: torch.npu.NPUGraph() if run.npu else CpuGraph(),
     "enter_stream": lambda run, s: _enter(run, torch.npu.stream(s) if run.npu else None),
-    "enter_graph": lambda run, g: _enter(run, torch.npu.graph(g)) if run.npu else (g.begin(run), run.contexts.append(g)),
+    "enter_graph": _enter_graph,
     "exit": _exit,
     "exit_graph": _exit_graph,
     "replay": lambda run, g: g.replay() if run.npu else g.replay(run),
@@ -340,6 +356,8 @@ SPECIAL = {
     "record_stream": _record_stream,
     "pin": lambda run, h: h.pin_memory() if run.npu else h.clone(),
     "to_device": lambda run, h, non_blocking: h.to(run.device, non_blocking=non_blocking, copy=True),
+    "to_device1": lambda run, h, non_blocking: h.to(run.device1, non_blocking=non_blocking, copy=True),
+    "generator": lambda run, seed: torch.Generator(device=run.device).manual_seed(seed),
     "empty_pinned": lambda run, shape, dtype: torch.empty(shape, dtype=dtype, pin_memory=run.npu),
     "fill_tail": lambda run, t, k, v: t.view(-1)[k:].fill_(v),
 }
@@ -375,9 +393,9 @@ def execute(step, run):
     value = call(step, run)
     if isinstance(step.target, tuple):
         for name, v in zip(step.target, value):
-            run.env[name] = v
+            run.env[str(name)] = v
     elif step.target is not None:
-        run.env[step.target] = value
+        run.env[str(step.target)] = value
 
 
 def snapshot(value):
@@ -409,8 +427,8 @@ def _record_final(run):
     for name, v in run.env.items():
         if not isinstance(v, torch.Tensor):
             continue
-        expected = run.device if name.startswith("t") else "cpu"
-        on_expected = v.device.type == expected
+        expected = torch.device({"t": run.device, "u": run.device1, "h": "cpu"}[name[0]])
+        on_expected = v.device.type == expected.type and (v.device.index or 0) == (expected.index or 0)
         run.trace.append((run.step, name, (on_expected, v.requires_grad, snapshot(v)), None))
         if v.is_leaf and v.grad is not None:
             run.trace.append((run.step, f"{name}.grad", snapshot(v.grad), None))
@@ -470,7 +488,10 @@ REDUCE = {  # op: input kinds
     "norm": "f", "logsumexp": "f", "count_nonzero": "fib", "nansum": "f",
 }
 CONVERSIONS = {torch.float32: ".float", torch.float64: ".double", torch.int64: ".long", torch.bool: ".bool"}
-NO_OUT = {"torch.relu", "torch.count_nonzero", "torch.isnan", "torch.isfinite", "torch.unique"}
+NO_OUT = {"torch.relu", "torch.count_nonzero", "torch.isnan", "torch.isfinite", "torch.unique", "torch.roll",
+          "torch.flip"}
+NUMBER_OK = {"add", "sub", "mul", "div", "fmod", "remainder", "copysign", "eq", "ne", "lt", "le", "gt", "ge",
+             "bitwise_and", "bitwise_or", "bitwise_xor"}   # binary ops that take a Python number
 
 
 class Book:
@@ -486,6 +507,7 @@ class Book:
         self.side = False         # inside ``with torch.npu.stream(side)``
         self.capturing = None     # the set of names a capture uses
         self.current = None       # the side stream while inside it
+        self.pinned = set()       # pinned host tensors (written by the host only before use)
 
 
 class Skip(Exception):
@@ -518,6 +540,8 @@ class Builder:
         self.shadow.step = len(self.steps) - 1
         execute(step, self.shadow)
         self.may_fail = False
+        if op in ("pin", "empty_pinned") or (op == ".to" and HOST in args):
+            self.book.pinned.add(str(target))
         names = _names(step)
         if self.book.side:
             self.book.fork["touched"].update(names)
@@ -592,7 +616,7 @@ class Builder:
 
     def shape(self, rank=None):
         rng = self.rng
-        rank = rng.choice((0, 1, 1, 2, 2, 2, 3)) if rank is None else rank
+        rank = rng.choice((0, 1, 1, 2, 2, 2, 3, 3, 4)) if rank is None else rank
         return tuple(0 if rng.random() < 0.04 else rng.choice(SMALL_DIMS) for _ in range(rank))
 
     def dtype(self, kinds="fib"):
@@ -636,17 +660,18 @@ class Builder:
         pinned = self.emit(self.name("h"), "pin", Ref(h))
         return self.emit(self.name("t"), "to_device", Ref(pinned), non_blocking=True)
 
-    def operand(self, shape, kinds, allow_scalar=True):
-        """A second operand for an elementwise op whose result has ``shape``."""
+    def operand(self, shape, kinds, numbers=True, host=True):
+        """A second operand for an elementwise op whose result has ``shape``: a Python number, a
+        0-dim host tensor, or a device tensor that broadcasts."""
         rng = self.rng
         r = rng.random()
-        if allow_scalar and r < 0.2:
+        if numbers and r < 0.2:
             scalars = [Ref(n) for n, v in self.shadow.env.items()
                        if n[0] == "x" and type(v) in (bool, int, float) and kind(type(v)) in kinds]
             if scalars and rng.random() < 0.3:
                 return rng.choice(scalars)
             return self.scalar(rng.choice(kinds))
-        if allow_scalar and r < 0.27 and self.book.capturing is None:
+        if host and 0.2 <= r < 0.27 and self.book.capturing is None:
             return Ref(self.new((), self.dtype(kinds), host=True))
         fits = [n for n in self.tensors(kinds) if _broadcasts_to(self.value(n).shape, shape)]
         if fits and (rng.random() < 0.6 or self.book.capturing is not None):
@@ -675,7 +700,7 @@ class Builder:
         a = self.pick(self.tensors())
         ops = [op for op, kinds in BINARY.items() if kind(self.value(a)) in kinds]
         op = rng.choice(ops)
-        b = self.operand(tuple(self.value(a).shape), BINARY[op])
+        b = self.operand(tuple(self.value(a).shape), BINARY[op], numbers=op in NUMBER_OK)
         kinds = self.kinds(a, b)
         kwargs = {}
         if op in ("add", "sub") and rng.random() < 0.2:
@@ -763,7 +788,7 @@ class Builder:
                 others.append(self.existing_or_new(tuple(s), t.dtype if rng.random() < 0.8 else self.dtype()))
             return "torch." + form, ([a] + others, dim), {}, 1
         if form == "where":
-            cond = self.operand(shape, "b", allow_scalar=False)
+            cond = self.operand(shape, "b", numbers=False, host=False)
             return "torch.where", (cond, a, self.operand(shape, "fib")), {}, 1
         if form == "masked_select":
             return "torch.masked_select", (a, Ref(self.new(shape, torch.bool))), {}, 1
@@ -776,9 +801,10 @@ class Builder:
         dim = rng.randrange(t.dim())
         size = shape[dim]
         if form == "take":
-            idx = self.emit(self.name("t"), "randidx", (rng.randint(0, 6),), t.numel(), seed=self.seed_arg(), device=DEV)
             if t.numel() == 0:
                 raise Skip
+            idx = self.emit(self.name("t"), "randidx", (rng.randint(0, 6),), t.numel(), seed=self.seed_arg(),
+                            device=DEV)
             return "torch.take", (a, Ref(idx)), {}, 1
         if size == 0:
             raise Skip
@@ -800,7 +826,8 @@ class Builder:
         r = max(t.dim(), 1)
         dim = rng.randrange(-r, r)
         size = t.shape[dim] if t.dim() else 1
-        form = rng.choice(("cumsum", "cumprod", "sort", "argsort", "topk", "kthvalue", "cummax", "flip", "roll", "msort"))
+        form = rng.choice(("cumsum", "cumprod", "sort", "argsort", "topk", "kthvalue", "cummax", "flip", "roll",
+                           "msort"))
         if form in ("cumsum", "cumprod", "cummax"):
             return "torch." + form, (a, dim), {}, 2 if form == "cummax" else 1
         if form in ("sort", "argsort"):
@@ -829,7 +856,10 @@ class Builder:
         builder = rng.choice((self.call_unary, self.call_binary, self.call_binary, self.call_reduce,
                               self.call_matmul, self.call_index, self.call_scan))
         op, args, kwargs, nout = builder()
-        if rng.random() < 0.25 and op.startswith("torch.") and op not in NO_OUT and self.book.capturing is None:
+        grad = any(isinstance(self.shadow.env.get(n), torch.Tensor) and self.value(n).requires_grad
+                   for n in _names(Step(None, op, args, kwargs)))
+        if rng.random() < 0.25 and op.startswith("torch.") and op not in NO_OUT and not grad \
+                and self.book.capturing is None:
             return self.compute_out(op, args, kwargs, nout)
         target = tuple(self.name("t") for _ in range(nout)) if nout > 1 else self.name("t")
         self.may_fail = self.fragile
@@ -889,9 +919,11 @@ class Builder:
             if r == 2:
                 options.append(("t",))
         if r >= 1:
-            options += [("view", (-1,)), ("reshape", (-1,)), ("flatten",), ("squeeze",)]
+            options += [("view", (-1,)), ("reshape", (-1,)), ("flatten",), ("squeeze",), ("detach",)]
             if t.numel() and t.numel() % 2 == 0:
                 options.append(("view", (2, -1)))
+            if t.numel() >= 2 and t.is_contiguous():
+                options.append(("as_strided", (t.numel() // 2,), (2,), t.storage_offset()))
         op, *args = rng.choice(options)
         if op == "view":
             self.may_fail = not self.strict()
@@ -915,8 +947,8 @@ class Builder:
             self.may_fail = op in UNARY and k == "i" and op not in ("neg", "abs", "square", "sign", "relu")
             self.emit(None, f".{op}_", a)
         elif form == "binary":
-            op = rng.choice([op for op, kinds in BINARY.items() if k in kinds])
-            self.emit(None, f".{op}_", a, self.operand(shape, BINARY[op]))
+            op = rng.choice([op for op, kinds in BINARY.items() if k in kinds and op not in ("maximum", "minimum")])
+            self.emit(None, f".{op}_", a, self.operand(shape, BINARY[op], numbers=op in NUMBER_OK))
         elif form == "fill":
             if rng.random() < 0.3:
                 self.emit(None, ".zero_", a)
@@ -928,17 +960,19 @@ class Builder:
             lo = self.scalar(k)
             self.emit(None, ".clamp_", a, lo, lo + 2)
         elif form == "copy":
-            src = self.operand(shape, "fib", allow_scalar=False)
+            src = self.operand(shape, "fib", numbers=False)
             self.check_conversion(src, t.dtype)
             self.emit(None, ".copy_", a, src)
         elif form == "masked_fill":
-            self.emit(None, ".masked_fill_", a, self.operand(shape, "b", allow_scalar=False), self.scalar(k))
+            self.emit(None, ".masked_fill_", a, self.operand(shape, "b", numbers=False, host=False), self.scalar(k))
         elif form == "setitem":
             if not shape or shape[0] == 0:
                 raise Skip
             idx = rng.choice(((rng.randrange(shape[0]),), (slice(0, rng.randint(1, shape[0])),), (Ellipsis,)))
             sub = tuple(t[idx].shape)
-            value = self.scalar(k) if rng.random() < 0.5 else self.operand(sub, k, allow_scalar=False)
+            value = self.scalar(k) if rng.random() < 0.5 else self.operand(sub, k, numbers=False)
+            if isinstance(value, Ref) and self.group(value) == self.group(a):
+                raise Skip  # a 0-dim cpu value is filled in, a device one copied (which checks overlap)
             self.emit(None, "setitem", a, idx, value)
         else:
             self.index_inplace(a)
@@ -972,7 +1006,8 @@ class Builder:
         if form == "index_put":
             sub = [n] + list(shape[1:])
             accumulate = not unique or rng.random() < 0.3
-            return self.emit(None, ".index_put_", a, (idx,), self.operand(tuple(sub), kind(t)), accumulate=accumulate)
+            values = self.operand(tuple(sub), kind(t), numbers=False, host=False)
+            return self.emit(None, ".index_put_", a, (idx,), values, accumulate=accumulate)
         if form == "setitem_mask":
             return self.emit(None, "setitem", a, Ref(self.new(shape, torch.bool)), self.scalar(kind(t)))
         src = Ref(self.new(tuple(sub), t.dtype))
@@ -994,7 +1029,11 @@ class Builder:
         frozen = self.groups(self.book.frozen)
         a = self.pick([n for n in self.tensors(write=True) if self.group(n) not in frozen])
         t = self.value(a)
-        form = rng.choice(("resize", "resize", "resize_as", "t_", "unsqueeze_", "squeeze_"))
+        form = rng.choice(("resize", "resize", "resize_as", "set_", "t_", "unsqueeze_", "squeeze_"))
+        if form == "set_":
+            other = self.pick([n for n in self.tensors(write=True) if self.value(n).dtype == t.dtype
+                               and self.group(n) not in frozen])
+            return self.emit(None, ".set_", a, other)
         if form in ("t_", "unsqueeze_", "squeeze_"):
             if form == "t_" and t.dim() > 2:
                 raise Skip
@@ -1002,7 +1041,8 @@ class Builder:
         storage_elems = t.untyped_storage().nbytes() // t.element_size()
         defined = storage_elems - t.storage_offset()
         if form == "resize":
-            shape = rng.choice((self.shape(), self.shape(), (rng.randint(0, 3 * t.numel() + 4),), rng.choice(BIG_SHAPES)))
+            shape = rng.choice((self.shape(), self.shape(), (rng.randint(0, 3 * t.numel() + 4),),
+                                rng.choice(BIG_SHAPES)))
             self.emit(None, ".resize_", a, shape)
         else:
             self.emit(None, ".resize_as_", a, self.pick(self.tensors()))
@@ -1016,6 +1056,8 @@ class Builder:
         t = self.value(a)
         shape = tuple(t.shape)
         form = rng.choice(("device", "strided", "host", "convert"))
+        if form == "convert" and t.dim() == 4 and rng.random() < 0.5:
+            return self.emit(self.name("t"), ".contiguous", a, memory_format=torch.channels_last)
         if form == "convert":
             dtype = self.dtype()
             self.check_conversion(a, dtype)
@@ -1023,7 +1065,7 @@ class Builder:
                 return self.emit(self.name("t"), ".to", a, dtype)
             return self.emit(self.name("t"), CONVERSIONS[dtype], a)
         if form == "device":
-            src = self.operand(shape, "fib", allow_scalar=False)
+            src = self.operand(shape, "fib", numbers=False, host=False)
         elif form == "strided":
             if t.dim() < 2:
                 raise Skip
@@ -1042,7 +1084,7 @@ class Builder:
     def fam_transfer(self):
         """Copies between device and host, blocking and not."""
         rng = self.rng
-        form = rng.choice(("d2h", "d2h_async", "d2h_pinned", "h2d", "h2d", "host_read"))
+        form = rng.choice(("d2h", "d2h_async", "d2h_pinned", "d2h_pageable", "h2d", "h2d", "host_read"))
         if form == "h2d":
             hosts = self.tensors(host=True)
             h = rng.choice(hosts) if hosts and rng.random() < 0.5 else Ref(self.new(host=True))
@@ -1055,6 +1097,10 @@ class Builder:
         a = self.pick(self.tensors(grad=False))
         if form == "d2h":
             return self.emit(self.name("h"), "host", a)
+        if form == "d2h_pageable":
+            t = self.value(a)
+            h = self.emit(self.name("h"), "torch.zeros", tuple(t.shape), dtype=t.dtype, device=HOST)
+            return self.emit(None, ".copy_", Ref(h), a, non_blocking=True)
         if form == "d2h_async":
             h = self.emit(self.name("h"), ".to", a, HOST, non_blocking=True, copy=True)
         else:
@@ -1079,6 +1125,83 @@ class Builder:
             return self.emit(self.name("x"), "tolist", self.pick(self.tensors(numel=lambda n: n <= 64)))
         a = self.pick(self.tensors())
         return self.emit(self.name("x" if form == "shape" else "h"), form, a)
+
+    def fam_host_write(self):
+        """A write to pageable host memory that queued work may have used (a scalar operand, the
+        source of a copy): the work took its values at the call."""
+        rng = self.rng
+        h = self.pick([n for n in self.tensors(host=True) if n not in self.book.pinned])
+        t = self.value(h)
+        form = rng.choice(("fill_", "add_", "zero_", "copy_"))
+        if form == "copy_":
+            self.emit(None, ".copy_", h, Ref(self.new(tuple(t.shape), t.dtype, host=True)))
+        elif form == "add_" and kind(t) != "b":
+            self.emit(None, ".add_", h, 1)
+        elif form == "zero_":
+            self.emit(None, ".zero_", h)
+        else:
+            self.emit(None, ".fill_", h, self.scalar(kind(t)))
+
+    def fam_random(self):
+        """Random numbers from an explicit generator (the same as the cpu's for a seed)."""
+        rng = self.rng
+        gens = [Ref(n) for n in self.shadow.env if n[0] == "r"]
+        if gens and rng.random() < 0.7:
+            r = rng.choice(gens)
+        else:
+            r = Ref(self.emit(self.name("r"), "generator", self.seed_arg()))
+        form = rng.choice(("randn", "rand", "randint", "randperm", "uniform_", "normal_", "bernoulli_", "bernoulli",
+                           "random_", "exponential_", "multinomial"))
+        if form in ("randn", "rand"):
+            return self.emit(self.name("t"), "torch." + form, self.shape(), generator=r, device=DEV)
+        if form == "randint":
+            return self.emit(self.name("t"), "torch.randint", -5, 5, self.shape(), generator=r, device=DEV)
+        if form == "randperm":
+            return self.emit(self.name("t"), "torch.randperm", rng.randint(0, 40), generator=r, device=DEV)
+        if form == "bernoulli":
+            p = self.emit(self.name("t"), "torch.rand", self.shape(), generator=r, device=DEV)
+            return self.emit(self.name("t"), "torch.bernoulli", Ref(p), generator=r)
+        if form == "multinomial":
+            p = self.emit(self.name("t"), "torch.rand", (rng.randint(1, 3), rng.randint(1, 6)), generator=r, device=DEV)
+            n = rng.randint(1, self.value(p).shape[1])
+            return self.emit(self.name("t"), "torch.multinomial", Ref(p), n, generator=r)
+        a = self.pick(self.tensors("f" if form != "random_" else "fi", write=True))
+        args = {"uniform_": (-2, 2), "normal_": (0, 1), "bernoulli_": (0.5,), "random_": (0, 7),
+                "exponential_": ()}[form]
+        self.emit(None, "." + form, a, *args, generator=r)
+
+    def fam_device1(self):
+        """Tensors on a second device: copies both ways, ops there."""
+        rng = self.rng
+        if self.strict():
+            raise Skip
+        others = [Ref(n) for n, v in self.shadow.env.items() if n[0] == "u" and isinstance(v, torch.Tensor)]
+        form = rng.choice(("to", "to", "back", "compute", "copy", "read"))
+        if form == "to" or not others:
+            return self.emit(self.name("u"), "to_device1", self.pick(self.tensors(grad=False)),
+                             non_blocking=rng.random() < 0.5)
+        u = rng.choice(others)
+        shape = tuple(self.value(u).shape)
+        if form == "back":
+            return self.emit(self.name("t"), "to_device", u, non_blocking=rng.random() < 0.5)
+        if form == "read":
+            return self.emit(self.name("x"), "tolist" if self.value(u).numel() <= 64 else "shape", u)
+        if form == "copy":
+            fits = [n for n in self.tensors(write=True) if tuple(self.value(n).shape) == shape]
+            t = self.pick(fits)
+            self.check_conversion(u, self.value(t).dtype)
+            self.check_conversion(t, self.value(u).dtype)
+            dst, src = (t, u) if rng.random() < 0.5 else (u, t)
+            return self.emit(None, ".copy_", dst, src, non_blocking=rng.random() < 0.5)
+        k = kind(self.value(u))
+        partners = [n for n in others if _broadcasts_to(self.value(n).shape, shape) and kind(self.value(n)) in "fi"]
+        if k != "b" and partners and rng.random() < 0.6:
+            op = rng.choice(("torch.add", "torch.mul", "torch.maximum"))
+            return self.emit(self.name("u"), op, u, rng.choice(partners))
+        op = rng.choice([op for op, kinds in UNARY.items() if k in kinds])
+        if rng.random() < 0.3 and op in ("neg", "abs", "exp", "sin", "relu", "floor") and k == "f":
+            return self.emit(None, f".{op}_", u)
+        return self.emit(self.name("u"), "torch." + op, u)
 
     def fam_sync(self):
         rng = self.rng
@@ -1124,7 +1247,8 @@ class Builder:
         fork = self.book.fork
         if fork is None or self.group(n) not in self.groups(fork["touched"]):
             return True
-        holders = [m for m, v in self.shadow.env.items() if isinstance(v, torch.Tensor) and self.group(m) == self.group(n)]
+        holders = [m for m, v in self.shadow.env.items()
+                   if isinstance(v, torch.Tensor) and self.group(m) == self.group(n)]
         return holders == [n] and (n in fork["created"] or n in fork["recorded"])
 
     def fam_fork(self):
@@ -1136,16 +1260,18 @@ class Builder:
         if not book.streams or (len(book.streams) < 2 and rng.random() < 0.3):
             book.streams.append(self.emit(self.name("s"), "stream"))
         s = Ref(rng.choice(book.streams))
-        start = rng.choice(("wait_stream", "event"))
+        start = rng.choice(("wait_stream", "event_wait", "wait_event"))
         if start == "wait_stream":
             self.emit(None, ".wait_stream", s, CUR)
         else:
             e = Ref(self.emit(self.name("e"), "event"))
             self.emit(None, ".record", e)
+            if start == "wait_event":
+                self.emit(None, ".wait_event", s, e)
         book.fork = {"stream": s, "touched": set(), "created": set(), "recorded": set()}
         self.emit(None, "enter_stream", s)
         book.side, book.current = True, s
-        if start == "event":
+        if start == "event_wait":
             self.emit(None, ".wait", e)
         done = sum(self.try_family(self.family(self.SIDE)) for _ in range(rng.randint(1, 4)))
         if not done:
@@ -1156,8 +1282,9 @@ class Builder:
                     and rng.random() < 0.5:
                 self.emit(None, "record_stream", Ref(n), s)
                 self.book.fork["recorded"].add(n)
-        join = rng.choice(("wait_stream", "event_wait", "event_sync", "stream_sync", "device_sync"))
-        if join.startswith("event"):
+        join = rng.choice(("wait_stream", "event_wait", "event_sync", "wait_event", "record_on", "stream_sync",
+                           "device_sync"))
+        if join in ("event_wait", "event_sync", "wait_event"):
             e2 = Ref(self.emit(self.name("e"), "event"))
             self.emit(None, ".record", e2)
         self.emit(None, "exit")
@@ -1170,6 +1297,12 @@ class Builder:
             self.emit(None, ".wait", e2)
         elif join == "event_sync":
             self.emit(None, ".synchronize", e2)
+        elif join == "wait_event":
+            self.emit(None, ".wait_event", CUR, e2)
+        elif join == "record_on":
+            e2 = Ref(self.emit(self.name("e"), "event"))
+            self.emit(None, ".record", e2, s)
+            self.emit(None, ".wait", e2)
         elif join == "stream_sync":
             self.emit(None, ".synchronize", s)
         else:
@@ -1188,9 +1321,17 @@ class Builder:
         n, k = rng.choice(SMALL_DIMS), rng.choice(SMALL_DIMS)
         w = Ref(self.emit(self.name("t"), "make", (n, k), dtype, seed=self.seed_arg(), device=DEV, requires_grad=True))
         y = w
+        side = rng.random() < 0.3
+        if side:
+            if not self.book.streams or rng.random() < 0.3:
+                self.book.streams.append(self.emit(self.name("s"), "stream"))
+            s = Ref(rng.choice(self.book.streams))
+            self.emit(None, ".wait_stream", s, CUR)
+            self.emit(None, "enter_stream", s)
         for _ in range(rng.randint(1, 3)):
             shape = tuple(self.value(y).shape)
-            form = rng.choice(("mul", "add", "sin", "tanh", "relu", "pow", "mm", "softmax", "cat", "index_select", "sum"))
+            form = rng.choice(("mul", "add", "sin", "tanh", "relu", "pow", "mm", "softmax", "cat", "index_select",
+                               "sum"))
             if form in ("mul", "add"):
                 y = Ref(self.emit(self.name("t"), "torch." + form, y, self.operand(shape, "f")))
             elif form in ("sin", "tanh", "relu"):
@@ -1198,17 +1339,22 @@ class Builder:
             elif form == "pow":
                 y = Ref(self.emit(self.name("t"), ".pow", y, 2))
             elif form == "mm" and len(shape) == 2 and dtype is torch.float32:
-                y = Ref(self.emit(self.name("t"), "torch.mm", y, Ref(self.new((shape[1], rng.choice(SMALL_DIMS)), dtype))))
+                other = Ref(self.new((shape[1], rng.choice(SMALL_DIMS)), dtype))
+                y = Ref(self.emit(self.name("t"), "torch.mm", y, other))
             elif form == "softmax" and shape:
                 y = Ref(self.emit(self.name("t"), "torch.softmax", y, -1))
             elif form == "cat" and shape:
                 y = Ref(self.emit(self.name("t"), "torch.cat", [y, y], 0))
             elif form == "index_select" and shape:
-                idx = self.emit(self.name("t"), "randidx", (rng.randint(1, 4),), shape[0], seed=self.seed_arg(), device=DEV)
+                idx = self.emit(self.name("t"), "randidx", (rng.randint(1, 4),), shape[0], seed=self.seed_arg(),
+                                device=DEV)
                 y = Ref(self.emit(self.name("t"), "torch.index_select", y, 0, Ref(idx)))
             elif form == "sum" and shape:
                 y = Ref(self.emit(self.name("t"), ".sum", y, 0))
         loss = Ref(self.emit(self.name("t"), rng.choice((".sum", ".mean")), y))
+        if side:
+            self.emit(None, "exit")
+            self.emit(None, ".wait_stream", CUR, s)
         self.emit(None, ".backward", loss)
         self.emit(self.name("t"), "getattr", w, "grad")
 
@@ -1251,13 +1397,15 @@ class Builder:
 
     def fam_busy(self):
         """A long kernel, so that what follows is queued."""
-        a = self.existing_or_new((200, 200), torch.float32)
+        a = self.existing_or_new((256, 256), torch.float32)
         self.emit(self.name("t"), "torch.mm", a, a)
 
     FAMILIES = {"fam_create": 10, "fam_compute": 30, "fam_inplace": 16, "fam_resize": 4, "fam_copy": 8,
                 "fam_transfer": 7, "fam_read": 8, "fam_sync": 3, "fam_del": 6, "fam_fork": 6,
-                "fam_autograd": 3, "fam_graph": 3, "fam_replay": 2, "fam_busy": 3}
-    SIDE = ("fam_create", "fam_compute", "fam_inplace", "fam_copy", "fam_transfer", "fam_read", "fam_del", "fam_busy")
+                "fam_autograd": 3, "fam_graph": 3, "fam_replay": 2, "fam_busy": 5, "fam_host_write": 4,
+                "fam_random": 4, "fam_device1": 4}
+    SIDE = ("fam_create", "fam_compute", "fam_inplace", "fam_copy", "fam_transfer", "fam_read", "fam_del",
+            "fam_busy", "fam_host_write", "fam_random")
 
     def family(self, names):
         weights = [self.FAMILIES[n] for n in names]
@@ -1267,6 +1415,8 @@ class Builder:
         length = self.rng.randint(5, 25)
         attempts = 0
         try:
+            if self.rng.random() < 0.5:
+                self.try_family(self.fam_busy)
             while len(self.steps) < length and attempts < 200:
                 if not self.tensors():
                     family = self.fam_create
@@ -1398,18 +1548,23 @@ class Batch(NamedTuple):
     mismatches: list
     seconds: float
 
-    def report(self, limit=3):
-        head = (f"{self.compared} of {self.count} programs (seeds {self.start}..{self.start + self.count - 1}) "
-                f"compared in {self.seconds:.0f}s, {len(self.mismatches)} mismatch(es)")
+    def summary(self):
         seeds = ", ".join(str(m.seed) for m in self.mismatches)
-        return "\n\n".join([head + (f": seeds {seeds}" if seeds else "")] + [str(m) for m in self.mismatches[:limit]])
+        return (f"{self.compared} of {self.count} programs (seeds {self.start}..{self.start + self.count - 1}) "
+                f"compared in {self.seconds:.0f}s, {len(self.mismatches)} mismatch(es)"
+                + (f": seeds {seeds}" if seeds else ""))
+
+    def report(self, limit=3):
+        """The summary and the first ``limit`` mismatches with their programs."""
+        return "\n\n".join([self.summary()] + [str(m) for m in self.mismatches[:limit]])
 
 
-def worker(start, count, path, with_cpu):
+def worker(start, count, path, with_cpu, threads):
     """Runs seeds [start, start+count) on npu (and cpu) in this process; saves the traces to
     ``path`` every few programs and at the end. Prints each seed before running it."""
     import torch_npu  # noqa: F401
     warnings.simplefilter("ignore")
+    torch.set_num_threads(threads)
     results = {}
     for i, seed in enumerate(range(start, start + count)):
         print(seed, flush=True)
@@ -1418,6 +1573,7 @@ def worker(start, count, path, with_cpu):
         if with_cpu:
             entry["cpu"] = run_program(program, "cpu")
         results[seed] = entry
+        gc.freeze()  # the gc.collect of each graph capture then sees new objects only
         if i % 25 == 24 or seed == start + count - 1:
             torch.save(results, path + ".tmp")
             os.replace(path + ".tmp", path)
@@ -1428,11 +1584,12 @@ def _package_path():
     return os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
 
 
-def _spawn(mode, start, count, path, log):
+def _spawn(mode, start, count, path, log, threads):
     env = dict(os.environ, TASK_QUEUE_ENABLE=MODES[mode])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_path(), os.environ.get("PYTHONPATH")) if p)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--start", str(start),
-           "--programs", str(count), "--out", path] + (["--with-cpu"] if mode == "sync" else [])
+           "--programs", str(count), "--out", path, "--threads", str(threads)] + \
+        (["--with-cpu"] if mode == "sync" else [])
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -1443,10 +1600,10 @@ def _last_seed(log_path):
     return (seeds[-1] if seeds else None), "\n".join(lines[-30:])
 
 
-def run_batch(start, count, timeout=1800):
+def run_batch(start, count, threads=1, timeout=1800):
     """Runs seeds [start, start+count) on npu with TASK_QUEUE_ENABLE=1 and =0 (one process
-    each, concurrently) and on cpu; compares. A worker that crashes or hangs at a seed is a
-    mismatch of that seed; the batch goes on after it."""
+    each, concurrently, with ``threads`` intra-op threads) and on cpu; compares. A worker that
+    crashes or hangs at a seed is a mismatch of that seed; the batch goes on after it."""
     began = time.monotonic()
     mismatches, compared = [], 0
     end = start + count
@@ -1456,7 +1613,7 @@ def run_batch(start, count, timeout=1800):
             for mode in MODES:
                 logs[mode] = os.path.join(tmp, f"{mode}.log")
                 with open(logs[mode], "w") as log:
-                    procs[mode] = _spawn(mode, start, end - start, os.path.join(tmp, f"{mode}.pt"), log)
+                    procs[mode] = _spawn(mode, start, end - start, os.path.join(tmp, f"{mode}.pt"), log, threads)
             deadline = time.monotonic() + timeout
             failed = {}
             for mode, proc in procs.items():
@@ -1501,6 +1658,7 @@ def main(argv=None):
     parser.add_argument("--programs", type=int, default=1000)
     parser.add_argument("--start", "--seed", dest="start", type=int, default=0)
     parser.add_argument("--chunk", type=int, default=500, help="programs per pair of worker processes")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each worker")
     parser.add_argument("--show", type=int, metavar="SEED", help="print the program of SEED")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--with-cpu", action="store_true", help=argparse.SUPPRESS)
@@ -1510,15 +1668,15 @@ def main(argv=None):
         print(render(generate(args.show), args.show))
         return 0
     if args.worker:
-        worker(args.start, args.programs, args.out, args.with_cpu)
+        worker(args.start, args.programs, args.out, args.with_cpu, args.threads)
         return 0
     began, compared, mismatches = time.monotonic(), 0, []
     for first in range(args.start, args.start + args.programs, args.chunk):
         count = min(args.chunk, args.start + args.programs - first)
-        batch = run_batch(first, count)
+        batch = run_batch(first, count, args.threads)
         compared += batch.compared
         mismatches += batch.mismatches
-        print(batch.report(limit=0).splitlines()[0], flush=True)
+        print(batch.summary(), flush=True)
         for m in batch.mismatches:
             print(m, "\n", flush=True)
     seeds = ", ".join(str(m.seed) for m in mismatches)

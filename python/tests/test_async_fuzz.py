@@ -1,0 +1,93 @@
+"""The asynchronous path gives what the synchronous path and the CPU give: random op programs
+(async_fuzz.py) run with TASK_QUEUE_ENABLE=1 and =0 and on cpu, and regressions it found."""
+import pytest
+import torch
+
+import torch_npu
+import async_fuzz
+
+PROGRAMS = 1500
+
+async_only = pytest.mark.skipif(not torch_npu._C._npu_taskQueueEnabled(), reason="TASK_QUEUE_ENABLE=0")
+
+
+def test_random_programs_match_sync_and_cpu():
+    batch = async_fuzz.run_batch(0, PROGRAMS)
+    if batch.mismatches or batch.compared != PROGRAMS:
+        pytest.fail(batch.report(), pytrace=False)
+
+
+def test_programs_are_deterministic():
+    assert async_fuzz.generate(7) == async_fuzz.generate(7) != async_fuzz.generate(8)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("seed", range(8))
+def test_a_printed_program_runs_as_printed(seed):
+    """``render`` is what runs: exec'd, a program ends with the values (or the error) of its trace."""
+    program = async_fuzz.generate(seed)
+    trace = async_fuzz.run_program(program, "cpu")
+    error = next((item[2] for item in trace if item[1] == "raises"), None)
+    namespace = {}
+    try:
+        exec(async_fuzz.render(program, seed), namespace)
+    except Exception as e:
+        assert type(e).__name__ == error
+    else:
+        assert error is None
+    torch.npu.synchronize()
+    for _, name, value, _ in trace:
+        if name in namespace:
+            assert async_fuzz.same(async_fuzz.snapshot(namespace[name]), value[2]), name
+
+
+def test_an_unordered_side_stream_is_a_mismatch():
+    """The comparison sees races: a side stream that reads without waiting for the current stream."""
+    Ref, Step = async_fuzz.Ref, async_fuzz.Step
+    x, s, y = Ref("t0"), Ref("s1"), Ref("t2")
+    program = [
+        Step("t0", "make", ((512, 512), torch.float32), {"seed": 1, "device": async_fuzz.DEV}),
+        Step("t3", "torch.mm", (x, x), {}),            # keeps the current stream busy
+        Step(None, ".add_", (x, 1), {}),               # queued behind the matmul
+        Step("s1", "stream", (), {}),
+        Step(None, "enter_stream", (s,), {}),
+        Step("t2", ".sum", (x,), {}),                  # no s.wait_stream(current stream) before
+        Step(None, "exit", (), {}),
+        Step(None, ".wait_stream", (async_fuzz.CUR, s), {}),
+        Step("x4", "item", (y,), {}),
+    ]
+    cpu = async_fuzz.run_program(program, "cpu")
+    found = [async_fuzz.compare(0, async_fuzz.render(program),
+                                {"cpu": cpu, "sync": cpu, "async": async_fuzz.run_program(program, "npu")})
+             for _ in range(5)]
+    assert any(found) == torch_npu._C._npu_taskQueueEnabled()
+
+
+@async_only
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")
+def test_out_of_another_shape_has_its_new_shape_at_the_call():
+    x = torch.ones(256, 256, device="npu")
+    busy = x @ x
+    a = torch.ones(8, device="npu") * 2       # queued behind the matmul
+    c = torch.zeros(1, device="npu")
+    torch.add(a, 1, out=c)
+    assert c.shape == (8,)
+    assert c.tolist() == [3.0] * 8
+    del busy
+
+
+def test_copy_to_another_device_reads_the_source_before_later_writes():
+    for _ in range(20):
+        x = torch.full((4,), 1.0, device="npu:0")
+        y = x.to("npu:1")
+        z = torch.zeros(4, device="npu:1")
+        z.copy_(x)
+        x.fill_(2.0)
+        assert y.tolist() == [1.0] * 4 and z.tolist() == [1.0] * 4
+
+
+def test_overlapping_copy_raises_at_the_call():
+    t = torch.tensor(4.0, device="npu")
+    with pytest.raises(RuntimeError, match="single memory location"):
+        t.view(1, 1).copy_(t)
+    torch.npu.synchronize()  # the stream did not fail
