@@ -31,6 +31,8 @@ TORCH_API std::vector<pybind11::object> py_symbolize(std::vector<CapturedTraceba
 
 namespace torch_npu {
 
+py::dict stat_dict(const c10::CachingAllocator::Stat& s);  // module.cpp
+
 namespace {
 
 namespace alloc = NPUCachingAllocator;
@@ -259,14 +261,6 @@ int device_utilization(int device) {
 py::dict host_memory_stats() {
   collect_finished_kernels();  // pinned blocks finished copies held are free
   const at::HostStats s = at::getHostAllocator(c10::DeviceType::PrivateUse1)->get_stats();
-  auto stat = [](const c10::CachingAllocator::Stat& x) {
-    py::dict d;
-    d["current"] = x.current;
-    d["peak"] = x.peak;
-    d["allocated"] = x.allocated;
-    d["freed"] = x.freed;
-    return d;
-  };
   auto duration = [](const c10::CachingAllocator::DurationStat& x) {
     py::dict d;
     d["total"] = x.total;
@@ -277,10 +271,10 @@ py::dict host_memory_stats() {
     return d;
   };
   py::dict d;
-  d["allocations"] = stat(s.allocations);
-  d["allocated_bytes"] = stat(s.allocated_bytes);
-  d["active_requests"] = stat(s.active_requests);
-  d["active_bytes"] = stat(s.active_bytes);
+  d["allocations"] = stat_dict(s.allocations);
+  d["allocated_bytes"] = stat_dict(s.allocated_bytes);
+  d["active_requests"] = stat_dict(s.active_requests);
+  d["active_bytes"] = stat_dict(s.active_bytes);
   d["num_host_alloc"] = s.num_host_alloc;
   d["num_host_free"] = s.num_host_free;
   d["host_alloc_time"] = duration(s.host_alloc_time);

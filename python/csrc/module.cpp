@@ -28,6 +28,16 @@ void init_graph_bindings(py::module& m);  // graph_bindings.cpp
 void init_memory_bindings(py::module& m);  // memory_bindings.cpp
 void init_ipc_bindings(py::module& m);  // ipc_bindings.cpp
 
+// {"current", "peak", "allocated", "freed"} of an allocator statistic (memory_bindings.cpp too).
+py::dict stat_dict(const c10::CachingAllocator::Stat& s) {
+  py::dict d;
+  d["current"] = s.current;
+  d["peak"] = s.peak;
+  d["allocated"] = s.allocated;
+  d["freed"] = s.freed;
+  return d;
+}
+
 namespace {
 
 constexpr auto kNPU = c10::DeviceType::PrivateUse1;
@@ -43,15 +53,6 @@ void release_gil_while(void (*fn)(void*), void* arg) {
   } else {
     fn(arg);
   }
-}
-
-py::dict stat_dict(const c10::CachingAllocator::Stat& s) {
-  py::dict d;
-  d["current"] = s.current;
-  d["peak"] = s.peak;
-  d["allocated"] = s.allocated;
-  d["freed"] = s.freed;
-  return d;
 }
 
 py::dict stat_array_dict(const c10::CachingAllocator::StatArray& a) {
