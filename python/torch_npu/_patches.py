@@ -230,6 +230,38 @@ def _data_parallel_comm() -> None:
     _data_parallel.install()
 
 
+def _default_tensor_type_npu() -> None:
+    """``torch.set_default_tensor_type`` takes ``torch.npu``'s legacy types (``torch.npu.FloatTensor``
+    or its name), as torch_npu's does.
+
+    torch's accepts only the types it registered in C++. For an npu floating type, factory
+    functions then make npu tensors of its dtype (``set_default_device("npu")`` and
+    ``set_default_dtype``); a CPU type afterwards puts the default device back.
+    """
+    original = torch.set_default_tensor_type
+    state = {"npu": False}
+
+    def set_default_tensor_type(t, /):
+        from torch_npu.npu import _tensor_types
+
+        if isinstance(t, str) and t.startswith("torch.npu."):
+            t = getattr(_tensor_types, t[len("torch.npu."):], t)
+        if isinstance(t, _tensor_types._NpuTensorType):
+            if not t.dtype.is_floating_point:
+                raise TypeError("invalid type object: only floating-point types are supported as the default type")
+            torch.set_default_dtype(t.dtype)
+            torch.set_default_device("npu")
+            state["npu"] = True
+            return
+        original(t)
+        if state["npu"]:
+            torch.set_default_device(None)
+            state["npu"] = False
+
+    set_default_tensor_type.__doc__ = original.__doc__
+    torch.set_default_tensor_type = set_default_tensor_type
+
+
 #: The patches, in application order.
 PATCHES: List[Callable[[], None]] = [
     _alias_torch_npu_submodules,
@@ -240,6 +272,7 @@ PATCHES: List[Callable[[], None]] = [
     _torch_backends_npu,
     _flex_attention_on_npu,
     _data_parallel_comm,
+    _default_tensor_type_npu,
 ]
 
 _applied = False
