@@ -54,7 +54,14 @@ def test_is_op_supported():
     assert torch.npu.is_op_supported(torch.ops.aten.add.Tensor)
     assert torch.npu.is_op_supported("aten::addmm")
     assert torch.npu.is_op_supported("npu_rms_norm")
-    assert torch.npu.is_op_supported("torchvision::nms")  # other libraries' CPU kernels run zero-copy
+    assert torch.npu.is_op_supported("npu::npu_rms_norm")
+    assert not torch.npu.is_op_supported("npu::does_not_exist")
+    assert not torch.npu.is_op_supported("aten::not_an_op") and not torch.npu.is_op_supported("foo::bar")
+    assert not torch.npu.is_op_supported("aten::add.no_such_overload")
+    lib = torch.library.Library("npu_op_support_test", "DEF")  # another library's operator
+    lib.define("twice(Tensor x) -> Tensor")
+    lib.impl("twice", lambda x: x * 2, "CPU")
+    assert torch.npu.is_op_supported("npu_op_support_test::twice")  # its CPU kernel runs zero-copy
     assert not torch.npu.is_op_supported("aten::quantize_per_tensor")
     assert torch.npu.is_op_supported("aten::linalg_lstsq") == (NEEDS_CANN_91 in _op_table.SUPPORTED)
     assert "quantized" in op_support.unsupported_reason("aten::quantize_per_tensor")

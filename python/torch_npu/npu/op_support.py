@@ -56,15 +56,27 @@ def unsupported_reason(op) -> Optional[str]:
     return "; ".join(reasons) or None
 
 
+def _registered(qualified: str) -> bool:
+    """Whether the dispatcher knows ``ns::name[.overload]`` (any overload for a bare name)."""
+    namespace, _, rest = qualified.partition("::")
+    base, _, overload = rest.partition(".")
+    try:
+        packet = getattr(getattr(torch.ops, namespace), base)
+    except (AttributeError, RuntimeError):
+        return False
+    return not overload or overload in packet.overloads()
+
+
 def is_op_supported(op) -> bool:
     """Whether the NPU serves ``op`` ("aten::isin", "aten::add.Tensor", torch.ops.aten.add.Tensor,
-    or a fused "npu_rms_norm") in this PyTorch x CANN pair."""
+    or a fused "npu_rms_norm") in this PyTorch x CANN pair. Operators the dispatcher does not
+    know are not."""
     name = _overload_name(op)
-    if name.startswith("npu::") or name in _op_table.CUSTOM or name.split(".")[0] in _op_table.CUSTOM:
+    if name in _op_table.CUSTOM or name.split(".")[0] in _op_table.CUSTOM:
         return True
-    if "::" in name:  # another library's operator: its CPU kernel runs on NPU memory
-        return True
-    return unsupported_reason(name) is None
+    if "::" in name:  # npu:: fused operators, and other libraries' (their CPU kernels run on NPU memory)
+        return _registered(name)
+    return _registered("aten::" + name) and unsupported_reason(name) is None
 
 
 def set_cpu_fallback(enabled: bool) -> None:
