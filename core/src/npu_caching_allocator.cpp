@@ -737,8 +737,9 @@ class DeviceCachingAllocator {
       collect_finished_kernels();
       lock.lock();
       process_events();
+      // (Part of the same request: not another retry in the statistics.)
       found = get_free_block(params) || alloc_block(params, false) ||
-              (release_cached_blocks(lock) && alloc_block(params, true));
+              (release_cached_blocks(lock) && alloc_block(params, false));
     }
     if (!found) {
       raise_oom(params.alloc_size, stream, params.context);  // throws
