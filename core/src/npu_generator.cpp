@@ -11,22 +11,9 @@
 #include <mutex>
 #include <random>
 
-#include "torch_npu/core/npu_graph.h"
 #include "torch_npu/core/npu_stream.h"
 
 namespace torch_npu {
-namespace {
-
-// Seeding and state changes are host actions that a captured graph would not repeat on
-// replay (its random ops draw from the generator's advancing state instead): refused
-// while the device's current stream captures, as CUDA's generator does.
-void check_not_capturing(c10::DeviceIndex device, const char* what) {
-  TORCH_CHECK(!isStreamCapturing(getCurrentNPUStream(device)), "Cannot call NPUGeneratorImpl::", what,
-              " during NPU graph capture (it would not be part of the graph: replays draw from the "
-              "generator's state as it is then). Seed before the capture or between replays.");
-}
-
-}  // namespace
 
 NPUGeneratorImpl::NPUGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
     : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
@@ -34,7 +21,6 @@ NPUGeneratorImpl::NPUGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
       cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
 
 void NPUGeneratorImpl::set_current_seed(uint64_t seed) {
-  check_not_capturing(device().index(), "set_current_seed");
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   cpu_.set_current_seed(seed);
   philox_offset_ = 0;
@@ -43,14 +29,12 @@ void NPUGeneratorImpl::set_current_seed(uint64_t seed) {
 uint64_t NPUGeneratorImpl::current_seed() const { return cpu_.current_seed(); }
 
 uint64_t NPUGeneratorImpl::seed() {
-  check_not_capturing(device().index(), "seed");
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   philox_offset_ = 0;
   return cpu_.seed();
 }
 
 void NPUGeneratorImpl::set_offset(uint64_t offset) {
-  check_not_capturing(device().index(), "set_offset");
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   philox_offset_ = offset;
 }
@@ -70,7 +54,6 @@ std::pair<uint64_t, uint64_t> NPUGeneratorImpl::philox_seed_and_offset(uint64_t 
 // The state is the CPU generator's state followed by the 8-byte Philox offset; a state
 // without the offset (an older torch_npu's) sets it to 0.
 void NPUGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
-  check_not_capturing(device().index(), "set_state");
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   const auto cpu_size = static_cast<int64_t>(cpu_.unsafeGetGeneratorImpl()->get_state()->numel());
   const int64_t size = new_state.numel();
