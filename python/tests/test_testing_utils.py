@@ -31,6 +31,9 @@ def test_create_common_tensor():
     assert npu_i.dtype == torch.int32 and torch.equal(cpu_i, npu_i.cpu())
     with pytest.raises(TypeError, match="'item'"):
         common_utils.create_common_tensor([np.float32, (2, 2)], 0, 1)
+    # Huawei's tests pass extra entries (e.g. [np.float32, 0, [1024], True]): ignored, as torch_npu's.
+    cpu_x, npu_x = common_utils.create_common_tensor([np.float32, 0, [1024], True], 0, 1)
+    assert cpu_x.shape == (1024,) and torch.equal(cpu_x, npu_x.cpu())
 
 
 def test_create_dtype_tensor_and_broadcast_helper():

@@ -110,16 +110,16 @@ def create_common_tensor(item, minValue, maxValue, device=None):
     """Return ``(cpu_tensor, npu_tensor)`` holding the same uniform random data.
 
     Args:
-        item: ``[dtype, npu_format, shape]``; ``dtype`` a numpy dtype (``np.float32``) or a
+        item: ``[dtype, npu_format, shape, ...]``; ``dtype`` a numpy dtype (``np.float32``) or a
             torch dtype, ``npu_format`` an ACL format number (-1 keeps the default ND),
-            ``shape`` a sequence of ints or an int.
+            ``shape`` a sequence of ints or an int; further entries are ignored, as torch_npu's.
         minValue, maxValue: the range of the values.
         device: the NPU to put the copy on; :func:`get_npu_device` by default.
     """
-    if not isinstance(item, (list, tuple)) or len(item) != 3:
+    if not isinstance(item, (list, tuple)) or len(item) < 3:
         raise TypeError("create_common_tensor(): argument 'item' must be [dtype, npu_format, shape], "
                         f"got {item!r}")
-    dtype, npu_format, shape = item
+    dtype, npu_format, shape = item[:3]
     bfloat16 = dtype is torch.bfloat16
     if isinstance(dtype, torch.dtype):
         if bfloat16:
