@@ -4,6 +4,8 @@ import os
 import textwrap
 import warnings
 
+import re
+
 import pytest
 import torch
 
@@ -45,6 +47,7 @@ def test_invalid_device_index():
         torch.npu.set_device(count)
     message = str(info.value)
     assert "set_device" in message and "'device'" in message and f"[0, {count - 1}]" in message
+    assert re.search(r"Invalid device ID[\s\S]+Check whether the device ID is valid", message)  # torch_npu's
     # Also catchable as torch_npu's AssertionError("Invalid device id").
     with pytest.raises(AssertionError, match="Invalid device id"):
         torch.npu.get_device_name(count + 3)

@@ -125,9 +125,13 @@ def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = Fal
 def _check_device_index(idx: int, *, fn: Optional[str] = None, arg: str = "device") -> int:
     count = device_count()
     if idx < 0 or idx >= count:
+        # torch_npu's words: "Invalid device ID ... Check whether the device ID is valid" from
+        # set_device, "Invalid device id" from the query functions.
+        head, tail = ("Invalid device ID", ". Check whether the device ID is valid") if fn == "set_device" \
+            else ("Invalid device id", "")
         raise _InvalidDeviceError(
-            f"Invalid device id: {_fn_label(fn)}argument '{arg}' is {idx}, but this process "
-            f"sees {count} NPU device(s), so it must be in [0, {count - 1}] "
+            f"{head}: {_fn_label(fn)}argument '{arg}' is {idx}, but this process "
+            f"sees {count} NPU device(s), so it must be in [0, {count - 1}]{tail} "
             f"(ASCEND_RT_VISIBLE_DEVICES selects which devices are visible)")
     return idx
 
