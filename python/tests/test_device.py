@@ -1,10 +1,9 @@
 """torch.npu device functions: selection, context managers, properties, errors."""
 
 import os
+import re
 import textwrap
 import warnings
-
-import re
 
 import pytest
 import torch
