@@ -1956,6 +1956,12 @@ class State {
     return devices_.size();
   }
 
+  PinnedConfig pinned_config() {
+    ensure_init();
+    return {pinned_max_cached_size_.load(std::memory_order_relaxed),
+            pinned_max_round_threshold_.load(std::memory_order_relaxed)};
+  }
+
   void set_settings(const std::string& conf) {
     ensure_init();
     Config c = parse_config(conf);  // validate before touching anything
@@ -2019,14 +2025,8 @@ class State {
     config_ = std::move(c);
   }
 
- public:
-  PinnedConfig pinned_config() {
-    ensure_init();
-    return {pinned_max_cached_size_.load(std::memory_order_relaxed),
-            pinned_max_round_threshold_.load(std::memory_order_relaxed)};
-  }
-
- private:
+  // Copies of config_'s pinned keys that the pinned-host allocator reads without the
+  // devices' locks (which guard config_).
   std::atomic<size_t> pinned_max_cached_size_{0}, pinned_max_round_threshold_{0};
   void apply_memory_fraction() {
     if (config_.memory_fraction < 0) return;

@@ -55,17 +55,20 @@ struct PinnedAllocator final : public at::HostAllocator {
         it->second.pop_back();
       }
     }
-    if (p == nullptr) {
+    const bool fresh = p == nullptr;
+    std::chrono::microseconds alloc_time{0};
+    if (fresh) {
       const auto start = std::chrono::steady_clock::now();
       NPU_CHECK(aclrtMallocHost(&p, size));
-      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
-      std::lock_guard<std::mutex> g(mu);
-      stats.allocations.increase(1);
-      stats.allocated_bytes.increase(size);
-      stats.host_alloc_time.increase(us.count());
-      ++stats.num_host_alloc;
+      alloc_time = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
     }
     std::lock_guard<std::mutex> g(mu);
+    if (fresh) {
+      stats.allocations.increase(1);
+      stats.allocated_bytes.increase(size);
+      stats.host_alloc_time.increase(alloc_time.count());
+      ++stats.num_host_alloc;
+    }
     live.emplace(p, size);
     stats.active_requests.increase(1);
     stats.active_bytes.increase(size);

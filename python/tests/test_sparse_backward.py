@@ -3,16 +3,12 @@ forward and backward on npu against the CPU. The cases run in a child process th
 each case before running it, so a crash (a kernel reading memory it must not) is reported
 as a failure naming the case, and the remaining cases run in a new child."""
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
-import torch_npu
-
+from conftest import run_python
 
 CHILD = textwrap.dedent(r'''
-    import json, sys, unittest, warnings
+    import json, os, unittest, warnings
     import torch, torch_npu
     from torch.testing._internal.common_methods_invocations import op_db
     warnings.simplefilter("ignore")
@@ -71,7 +67,7 @@ CHILD = textwrap.dedent(r'''
         return [(op.op, [s.input, *s.args], dict(s.kwargs)) for s in given[:4]]
 
     all_cases = list(cases())
-    start = int(sys.argv[1])
+    start = int(os.environ["SPARSE_CASES_START"])
     for i, (name, op, layout) in enumerate(all_cases[start:], start):
         print("START", i, name, flush=True)
         result, compared = "OK", 0
@@ -92,11 +88,7 @@ CHILD = textwrap.dedent(r'''
 
 
 def run_child(start):
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    return subprocess.run([sys.executable, "-c", CHILD, str(start)], env=env, capture_output=True, text=True,
-                          timeout=900)
+    return run_python(CHILD, env={"SPARSE_CASES_START": str(start)}, timeout=900)
 
 
 def test_sparse_opinfos_forward_backward_match_cpu_without_crashing():

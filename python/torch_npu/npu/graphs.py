@@ -66,7 +66,9 @@ class NPUGraph(_C._NPUGraph):
     """
 
     def __new__(cls):
-        return super().__new__(cls)
+        graph = super().__new__(cls)
+        graph.generators = []  # registered with register_generator_state
+        return graph
 
     def capture_begin(self, pool=None, capture_error_mode="global"):
         r"""Begin capturing NPU work on the current stream (which must not be the default stream).
@@ -109,13 +111,6 @@ class NPUGraph(_C._NPUGraph):
             raise TypeError(f"register_generator_state: expected an npu torch.Generator, got {generator!r}")
         if not any(g is generator for g in self.generators):
             self.generators.append(generator)
-
-    @property
-    def generators(self):
-        r"""The generators registered with :meth:`register_generator_state`."""
-        if "_generators" not in self.__dict__:
-            self.__dict__["_generators"] = []
-        return self.__dict__["_generators"]
 
     def enable_debug_mode(self):
         r"""Print the captured tasks when the capture ends."""

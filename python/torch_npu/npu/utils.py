@@ -283,11 +283,7 @@ def utilization(device=None):
     """
     _lazy_init()
     idx = _valid_device_index(device, fn="utilization")
-    query = getattr(_C, "_npu_getDeviceUtilizationRate", None)
-    if query is None:
-        raise RuntimeError("torch.npu.utilization() is not supported by this build of "
-                           "torch_npu._C (no _npu_getDeviceUtilizationRate)")
-    return int(query(idx))
+    return int(_C._npu_getDeviceUtilizationRate(idx))
 
 
 # torch_npu's SocVersion enum (what get_soc_version() returns): one number per SoC, grouped
