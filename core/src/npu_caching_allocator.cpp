@@ -52,6 +52,7 @@
 #include <torch_npu/core/npu_caching_allocator.h>
 #include <torch_npu/core/npu_stream.h>
 #include <torch_npu/core/npu_task_queue.h>
+#include <torch_npu/core/npu_trace.h>
 
 #include <acl/acl_rt.h>
 
@@ -1977,8 +1978,11 @@ class State {
     if (size == 0) return nullptr;
     if (C10_UNLIKELY(!used_.load(std::memory_order_relaxed))) used_.store(true);
     Block* block = device(dev).malloc(size, stream);
-    std::lock_guard<std::mutex> g(blocks_mutex_);
-    allocated_blocks_.emplace(block->ptr, block);
+    {
+      std::lock_guard<std::mutex> g(blocks_mutex_);
+      allocated_blocks_.emplace(block->ptr, block);
+    }
+    trace::emit(trace::Kind::MemoryAllocation, block->ptr);
     return block->ptr;
   }
 
@@ -1994,6 +1998,7 @@ class State {
       block = it->second;
       allocated_blocks_.erase(it);
     }
+    trace::emit(trace::Kind::MemoryDeallocation, ptr);
     devices_[static_cast<size_t>(block->device)]->free(block, mark);
   }
 
@@ -2068,8 +2073,11 @@ class CustomState {
     }
     TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "NPU out of memory: the pluggable allocator returned ",
                      "nullptr for ", format_size(size), " on NPU ", static_cast<int>(device));
-    std::lock_guard<std::mutex> g(mu);
-    metadata[ptr] = Allocation{size, device, stream};
+    {
+      std::lock_guard<std::mutex> g(mu);
+      metadata[ptr] = Allocation{size, device, stream};
+    }
+    trace::emit(trace::Kind::MemoryAllocation, ptr);
     return ptr;
   }
 
@@ -2083,6 +2091,7 @@ class CustomState {
       a = it->second;
       metadata.erase(it);
     }
+    trace::emit(trace::Kind::MemoryDeallocation, ptr);
     DeviceSwitch sw(a.device);
     fns->free_fn(ptr, a.size, a.device, a.stream);
   }
@@ -2224,6 +2233,7 @@ c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device) {
 
 void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
   if (!ptr.get()) return;
+  trace::emit(trace::Kind::RecordStream, ptr.get(), acl_stream_of(stream));
   if (ptr.get_deleter() == &custom_delete) {
     if (custom()->fns->record_stream_fn) custom()->fns->record_stream_fn(ptr.get(), acl_stream_of(stream));
     return;
@@ -2239,6 +2249,7 @@ void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
 
 void eraseStream(const c10::DataPtr& ptr, c10::Stream stream) {
   if (!ptr.get()) return;
+  trace::emit(trace::Kind::EraseStream, ptr.get(), acl_stream_of(stream));
   if (ptr.get_deleter() == &custom_delete) {
     if (custom()->fns->erase_stream_fn) custom()->fns->erase_stream_fn(ptr.get(), acl_stream_of(stream));
     return;

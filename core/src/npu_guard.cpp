@@ -5,6 +5,7 @@
 
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/core/npu_trace.h"
 
 namespace torch_npu {
 namespace {
@@ -64,12 +65,15 @@ struct NPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       aclrtEvent e = nullptr;
       NPU_CHECK(aclrtCreateEventWithFlag(&e, f));
       *event = e;
+      trace::emit(trace::Kind::EventCreation, e);
     }
     NPU_CHECK(aclrtRecordEvent(static_cast<aclrtEvent>(*event), stream.stream()));
+    trace::emit(trace::Kind::EventRecord, *event, stream.stream());
   }
   void block(void* event, const c10::Stream& s) const override {
     if (!event) return;
     NPU_CHECK(aclrtStreamWaitEvent(NPUStream(s).stream(), static_cast<aclrtEvent>(event)));
+    trace::emit(trace::Kind::EventWait, event, NPUStream(s).stream());
   }
   bool queryEvent(void* event) const override {
     if (!event) return true;
@@ -78,11 +82,14 @@ struct NPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return st == ACL_EVENT_RECORDED_STATUS_COMPLETE;
   }
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
-    if (event) aclrtDestroyEvent(static_cast<aclrtEvent>(event));
+    if (!event) return;
+    trace::emit(trace::Kind::EventDeletion, event);
+    aclrtDestroyEvent(static_cast<aclrtEvent>(event));
   }
   void synchronizeEvent(void* event) const override {
     if (!event) return;
     NPU_CHECK(aclrtSynchronizeEvent(static_cast<aclrtEvent>(event)));
+    trace::emit(trace::Kind::EventSynchronization, event);
   }
   double elapsedTime(void* e1, void* e2, const c10::DeviceIndex) const override {
     TORCH_CHECK(e1 && e2, "Both events must be recorded before calculating elapsed time.");
@@ -98,7 +105,7 @@ struct NPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream& s) const override { return NPUStream(s).query(); }
   void synchronizeStream(const c10::Stream& s) const override { NPUStream(s).synchronize(); }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
-    wait_device(device_index < 0 ? current_device() : device_index);
+    synchronize_device(device_index < 0 ? current_device() : device_index);
   }
   void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& s) const override;
 };

@@ -15,6 +15,7 @@
 #include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/core/npu_trace.h"
 
 namespace torch_npu {
 namespace {
@@ -62,7 +63,7 @@ struct PinnedAllocator final : public at::HostAllocator {
       NPU_CHECK(aclrtMallocHost(&p, size));
       alloc_time = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
     }
-    std::lock_guard<std::mutex> g(mu);
+    std::unique_lock<std::mutex> g(mu);
     if (fresh) {
       stats.allocations.increase(1);
       stats.allocated_bytes.increase(size);
@@ -72,6 +73,8 @@ struct PinnedAllocator final : public at::HostAllocator {
     live.emplace(p, size);
     stats.active_requests.increase(1);
     stats.active_bytes.increase(size);
+    g.unlock();
+    trace::emit(trace::Kind::HostAllocation, p);  // the sanitizer follows host reads and writes of pinned memory
     return {p, p, &PinnedAllocator::deleter, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &PinnedAllocator::deleter; }
@@ -83,6 +86,8 @@ struct PinnedAllocator final : public at::HostAllocator {
 
   // Takes a block back from its storage's deleter: cached, or returned to the host.
   void release(void* ptr) {
+    if (!is_pinned(ptr)) return;
+    trace::emit(trace::Kind::HostDeallocation, ptr);  // outside the lock: the sink may take the GIL
     size_t size = 0;
     {
       std::lock_guard<std::mutex> g(mu);

@@ -1,4 +1,5 @@
 #include "torch_npu/core/npu_stream.h"
+#include "torch_npu/core/npu_trace.h"
 
 #include <c10/util/Exception.h>
 
@@ -36,6 +37,7 @@ void init_pools(c10::DeviceIndex device) {
     for (int i = 1; i <= 2 * kPoolSize; ++i) {
       // Creating a stream is cheap: its worker thread starts at its first task.
       NPU_CHECK(aclrtCreateStreamWithConfig(&p.streams[i], i > kPoolSize ? 1 : 0, 0));
+      trace::emit(trace::Kind::StreamCreation, p.streams[i]);
     }
     NPU_CHECK(aclrtSetDevice(prev));
   });

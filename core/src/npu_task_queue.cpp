@@ -1,4 +1,5 @@
 #include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/core/npu_trace.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -275,5 +276,15 @@ void wait_device(c10::DeviceIndex device) {
 }  // namespace torch_npu
 
 namespace torch_npu {
-void NPUStream::synchronize() const { wait_stream(*this); }
+
+void synchronize_device(c10::DeviceIndex device) {
+  wait_device(device);
+  trace::emit(trace::Kind::DeviceSynchronization);
+}
+
+void NPUStream::synchronize() const {
+  wait_stream(*this);
+  trace::emit(trace::Kind::StreamSynchronization, stream());
+}
+
 }  // namespace torch_npu

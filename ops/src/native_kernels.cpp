@@ -113,7 +113,7 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
     aliases.store_untiled();
   });
   const bool async_ok = non_blocking && src.is_pinned();
-  if (!async_ok) wait_stream(stream);
+  if (!async_ok) stream.synchronize();
 }
 
 // npu -> host: waits for the stream unless non_blocking into pinned memory.
@@ -134,7 +134,7 @@ void copy_d2h(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
                           ACL_MEMCPY_DEVICE_TO_HOST));
   });
   if (non_blocking && dst.is_pinned() && direct) return;
-  wait_stream(stream);
+  stream.synchronize();
   if (!direct) dst.copy_(host);
 }
 
@@ -204,7 +204,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
-  wait_stream(getCurrentNPUStream(self.device().index()));
+  getCurrentNPUStream(self.device().index()).synchronize();
   if (tiled_storage(self) != nullptr) {
     AliasMap aliases(self.device().index());
     return at::_local_scalar_dense(aliases.alias(self));

@@ -313,6 +313,8 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
       error = std::current_exception();  // rethrown to the caller with its own type
     }
   });
+  // Not stream.synchronize(): the wait is the simulator's, not the program's (on an NPU
+  // these kernels are asynchronous), so the sanitizer's trace does not see it.
   wait_stream(stream);
   warnings.reissue();
   if (error) std::rethrow_exception(error);

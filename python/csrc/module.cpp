@@ -10,6 +10,7 @@
 #include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/core/npu_trace.h"
 #include "torch_npu/distributed/python.h"
 #include "torch_npu/ops/op_support.h"
 #include "torch_npu/ops/zero_copy.h"
@@ -52,6 +53,21 @@ void release_gil_while(void (*fn)(void*), void* arg) {
     fn(arg);
   } else {
     fn(arg);
+  }
+}
+
+// The NPU trace's sink while torch_npu.npu._sanitizer is on: each trace point calls
+// torch_npu.utils._npu_trace._fire(kind, a, b) on the calling (host) thread.
+void fire_python_trace(trace::Kind kind, uintptr_t a, uintptr_t b) {
+  if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+  py::gil_scoped_acquire gil;
+  static PyObject* fire = nullptr;  // leaked: it must outlive interpreter teardown order
+  try {
+    if (fire == nullptr) fire = py::module_::import("torch_npu.utils._npu_trace").attr("_fire").cast<py::object>().release().ptr();
+    py::handle callback(fire);
+    callback(static_cast<int>(kind), a, b);
+  } catch (py::error_already_set& e) {
+    e.discard_as_unraisable("torch_npu NPU trace callback");
   }
 }
 
@@ -112,7 +128,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getDeviceCount", [] { return static_cast<int>(device_count()); });
   m.def("_npu_setDevice", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_npu_getDevice", [] { return static_cast<int>(current_device()); });
-  m.def("_npu_synchronize", [](int d) { wait_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_npu_synchronize", [](int d) { synchronize_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_npu_getDeviceName", [](int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));
     return std::string(aclrtGetSocName());
@@ -182,6 +198,14 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_cachingAllocator_raw_delete", [](uintptr_t p) { NPUCachingAllocator::raw_delete(reinterpret_cast<void*>(p)); });
   m.def("_npu_setAllocatorSettings", [](const std::string& conf) { NPUCachingAllocator::setAllocatorSettings(conf); });
   // torch_npu.erase_stream(tensor, stream): undoes tensor.record_stream(stream).
+  // torch_npu.npu._sanitizer: mode 0 (stream check) sends the NPU trace to Python;
+  // _deactivate_npu_trace turns it off again.
+  m.def("_activate_npu_trace", [](int mode) {
+    TORCH_CHECK(mode == 0, "_activate_npu_trace: mode must be 0 (SanitizerMode.STREAM), got ", mode);
+    trace::set_sink(&fire_python_trace);
+  });
+  m.def("_deactivate_npu_trace", [] { trace::set_sink(nullptr); });
+
   m.def("_npu_eraseStream", [](const at::Tensor& t, int64_t id, int64_t device, int64_t type) {
     TORCH_CHECK(type == static_cast<int64_t>(kNPU), "expected an npu stream, got device type ", type);
     NPUCachingAllocator::eraseStream(

@@ -152,3 +152,16 @@ from torch_npu._checksum import matmul_checksum  # noqa: E402
 __all__ += ["matmul_checksum"]
 
 _transfer_to_npu_if_requested()
+
+
+def _sanitizer_if_requested() -> None:
+    """``TORCH_NPU_SANITIZER=1``: enable the NPU sanitizer (torch_npu.npu._sanitizer)."""
+    import os
+
+    if os.environ.get("TORCH_NPU_SANITIZER", "0").strip() not in ("0", ""):
+        from torch_npu.npu import _sanitizer
+
+        _sanitizer.enable_npu_sanitizer()
+
+
+_sanitizer_if_requested()

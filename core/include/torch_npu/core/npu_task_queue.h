@@ -20,8 +20,11 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
 
 // Waits for `stream`, releasing the Python GIL if the caller holds it (the hook is
 // installed by the bindings; core itself has no Python dependency).
+// These are the runtime's own waits; what the host program asks for (NPUStream::synchronize,
+// synchronize_device, blocking copies) also reports the synchronisation to the NPU trace.
 void wait_stream(const NPUStream& stream);
 void wait_device(c10::DeviceIndex device);
+void synchronize_device(c10::DeviceIndex device);
 using BlockingHook = void (*)(void (*fn)(void*), void* arg);
 void set_blocking_hook(BlockingHook hook);
 
