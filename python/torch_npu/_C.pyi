@@ -24,6 +24,10 @@ def _npu_getDefaultStream(device: int) -> Tuple[int, int, int]: ...
 def _npu_setStream(stream_id: int, device_index: int, device_type: int) -> None: ...
 def _npu_streamRawHandle(stream_id: int, device_index: int) -> int: ...  # aclrtStream address
 
+# ---- the NPU trace (torch_npu.npu._sanitizer) -------------------------------------------
+def _activate_npu_trace(mode: int) -> None: ...  # 0: report to torch_npu.utils._npu_trace._fire
+def _deactivate_npu_trace() -> None: ...
+
 # ---- memory (same shapes as torch._C._cuda_* results) --------------------------------
 def _npu_memoryStats(device: int) -> Dict[str, Any]: ...  # nested: {"allocated_bytes": {"all": {"current",...}}, ..., "num_ooms": n}
 def _npu_hostMemoryStats() -> Dict[str, Any]: ...  # pinned-host allocator: {"allocations": {"current",...}, ..., "num_host_alloc": n}
