@@ -755,10 +755,11 @@ class DeviceCachingAllocator {
     return block;
   }
 
-  // `mark`: record a free marker (see the header comment). Tensor storages skip it: a
-  // queued kernel holds a reference to every storage it uses, so a storage's block is
-  // never freed while queued work can still touch it.
-  void free(Block* block, bool mark) {
+  // Every free records a free marker when the block's stream has queued work (see the
+  // header comment): queued kernels borrow the memory of the storages they use
+  // (NPUCachingAllocator::freesInStreamOrder), so a block may be freed while they can
+  // still touch it.
+  void free(Block* block) {
     auto context = maybe_gather_context(RecordContext::ALL);
     std::lock_guard<std::mutex> lock(mutex_);
     if (C10_UNLIKELY(record_history_)) {
@@ -781,10 +782,10 @@ class DeviceCachingAllocator {
       if (owner != nullptr && block->stream_uses.empty() && stream_capturing(block->stream)) {
         free_block(block);  // reused by this capture's later allocations, in capture order
       } else {
-        deferred_frees_.emplace_back(block, mark);
+        deferred_frees_.push_back(block);
       }
     } else {
-      release_block_to_pool(block, mark);
+      release_block_to_pool(block);
     }
     if (owner != nullptr && owner->use_count == 0) release_unused_pool(owner);
     c10::reportMemoryUsageToProfiler(
@@ -816,15 +817,15 @@ class DeviceCachingAllocator {
       }
     }
     if (!captures_.empty()) return;
-    std::vector<std::pair<Block*, bool>> deferred;
+    std::vector<Block*> deferred;
     deferred.swap(deferred_frees_);
-    for (auto& [block, mark] : deferred) {
+    for (Block* block : deferred) {
       if (capture_touches(block)) {  // a stream still captures (its capture ends later)
-        deferred_frees_.emplace_back(block, mark);
+        deferred_frees_.push_back(block);
         continue;
       }
       PrivatePool* owner = block->pool->owner;
-      release_block_to_pool(block, mark);
+      release_block_to_pool(block);
       if (owner != nullptr && owner->use_count == 0) release_unused_pool(owner);
     }
   }
@@ -1109,8 +1110,8 @@ class DeviceCachingAllocator {
   }
 
   // The usual end of a free: marker, record_stream events, back to the pool.
-  void release_block_to_pool(Block* block, bool mark) {
-    if (mark) mark_free(block);
+  void release_block_to_pool(Block* block) {
+    mark_free(block);
     if (!block->stream_uses.empty()) {
       insert_events(block);
     } else {
@@ -1902,7 +1903,7 @@ class DeviceCachingAllocator {
   std::map<MempoolId_t, std::unique_ptr<PrivatePool>> graph_pools_;
   // Captures under way on this device: their pool and which streams allocate into it.
   std::vector<std::pair<MempoolId_t, std::function<bool(aclrtStream)>>> captures_;
-  std::vector<std::pair<Block*, bool>> deferred_frees_;  // (block, mark), see free()
+  std::vector<Block*> deferred_frees_;  // freed during a capture they touch, see free()
   // Memory history (recordHistory): a ring of the last trace_max_ entries.
   bool record_history_ = false;
   std::vector<TraceEntry> trace_;
@@ -1915,7 +1916,6 @@ class DeviceCachingAllocator {
 // ---------------------------------------------------------------------------------
 
 void local_raw_delete(void* ptr);
-void local_tensor_delete(void* ptr);
 
 class State {
  public:
@@ -1986,7 +1986,7 @@ class State {
     return block->ptr;
   }
 
-  void free(void* ptr, bool mark) {
+  void free(void* ptr) {
     if (!ptr) return;
     Block* block = nullptr;
     {
@@ -1999,7 +1999,7 @@ class State {
       allocated_blocks_.erase(it);
     }
     trace::emit(trace::Kind::MemoryDeallocation, ptr);
-    devices_[static_cast<size_t>(block->device)]->free(block, mark);
+    devices_[static_cast<size_t>(block->device)]->free(block);
   }
 
   Block* find_allocated(void* ptr) {
@@ -2052,8 +2052,7 @@ State& state() {
   return *s;
 }
 
-void local_raw_delete(void* ptr) { state().free(ptr, /*mark=*/true); }
-void local_tensor_delete(void* ptr) { state().free(ptr, /*mark=*/false); }
+void local_raw_delete(void* ptr) { state().free(ptr); }
 
 // ---------------------------------------------------------------------------------
 // Pluggable allocator: the user's alloc/free functions (changeCurrentAllocator)
@@ -2213,7 +2212,7 @@ void raw_delete(void* ptr) {
     c->free(ptr);
     return;
   }
-  state().free(ptr, /*mark=*/true);
+  state().free(ptr);
 }
 
 c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device) {
@@ -2228,7 +2227,7 @@ c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device) {
     return c10::DataPtr(ptr, ptr, &custom_delete, dev);
   }
   void* ptr = state().malloc(device, nbytes, stream.stream());
-  return c10::DataPtr(ptr, ptr, &local_tensor_delete, dev);
+  return c10::DataPtr(ptr, ptr, &local_raw_delete, dev);
 }
 
 void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
@@ -2239,12 +2238,17 @@ void recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
     return;
   }
   // Memory not from this allocator (e.g. from_blob) has nothing to delay.
-  if (ptr.get_deleter() != &local_raw_delete && ptr.get_deleter() != &local_tensor_delete) return;
+  if (ptr.get_deleter() != &local_raw_delete) return;
   Block* block = state().find_allocated(ptr.get_context());
   TORCH_CHECK(block != nullptr, "recordStream: no allocated NPU block found for pointer ",
               ptr.get_context());
   StreamUse use{acl_stream_of(stream), stream.device_index()};
   state().device(block->device).record_stream(block, use);
+}
+
+bool freesInStreamOrder(const c10::DataPtr& ptr) {
+  return ptr.get() != nullptr &&
+         ptr.get_deleter() == &local_raw_delete;
 }
 
 void eraseStream(const c10::DataPtr& ptr, c10::Stream stream) {
@@ -2254,7 +2258,7 @@ void eraseStream(const c10::DataPtr& ptr, c10::Stream stream) {
     if (custom()->fns->erase_stream_fn) custom()->fns->erase_stream_fn(ptr.get(), acl_stream_of(stream));
     return;
   }
-  if (ptr.get_deleter() != &local_raw_delete && ptr.get_deleter() != &local_tensor_delete) return;
+  if (ptr.get_deleter() != &local_raw_delete) return;
   Block* block = state().find_allocated(ptr.get_context());
   TORCH_CHECK(block != nullptr, "erase_stream: no allocated NPU block found for pointer ",
               ptr.get_context());

@@ -97,9 +97,10 @@ void test_zero_and_dataptr() {
     auto d = alloc::get()->allocate(1000);
     CHECK(d.get() != nullptr);
     CHECK(d.device() == c10::Device(c10::DeviceType::PrivateUse1, 0));
-    // Tensor storages free without a marker (queued kernels hold references to them);
-    // raw_allocate'd memory goes through raw_deleter(), which records one.
-    CHECK(d.get_deleter() != nullptr && d.get_deleter() != alloc::get()->raw_deleter());
+    // Tensor storages free like raw_allocate'd memory, with a free marker (queued kernels
+    // borrow the memory they use), so the memory frees in stream order.
+    CHECK(d.get_deleter() == alloc::get()->raw_deleter());
+    CHECK(alloc::freesInStreamOrder(d));
     CHECK(aclsimPointerDevice(d.get()) == 0);
     std::memset(d.get(), 0x5a, 1000);  // device memory is host memory
     first = d.get();

@@ -99,7 +99,7 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   const auto device = dst.device().index();
   NPUStream stream = getCurrentNPUStream(device);
   at::Tensor host = src.to(dst.scalar_type()).contiguous();  // src is already expanded to dst
-  launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = twin(dst), device] {
+  launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = borrowed_twin(dst), device] {
     if (plain_layout(dst) && !dst.is_conj() && !dst.is_neg()) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), host.nbytes(), host.const_data_ptr(), host.nbytes(), ACL_MEMCPY_HOST_TO_DEVICE));
       return;
@@ -122,7 +122,7 @@ void copy_d2h(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   NPUStream stream = getCurrentNPUStream(device);
   const bool direct = plain_bytes(src, dst);
   at::Tensor host = direct ? dst : at::empty(dst.sizes(), dst.options().memory_format(at::MemoryFormat::Contiguous));
-  launch(stream, "aten::copy_(D2H)", [src = twin(src), host = twin(host), device, direct] {
+  launch(stream, "aten::copy_(D2H)", [src = borrowed_twin(src), host = twin(host), device, direct] {
     if (direct) {
       NPU_CHECK(aclrtMemcpy(bytes(host), host.nbytes(), bytes(src), host.nbytes(), ACL_MEMCPY_DEVICE_TO_HOST));
       return;
@@ -159,7 +159,7 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
   const bool across = src.device().index() != device;
   NPUStream stream = getCurrentNPUStream(src.device().index());
   if (across) stream_wait(stream, getCurrentNPUStream(device));
-  launch(stream, "aten::copy_", [src = twin(src), dst = twin(dst), device] {
+  launch(stream, "aten::copy_", [src = borrowed_twin(src), dst = borrowed_twin(dst), device] {
     if (plain_bytes(src, dst) && src.device() != dst.device()) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), dst.nbytes(), bytes(src), src.nbytes(), ACL_MEMCPY_DEVICE_TO_DEVICE));
       return;

@@ -95,6 +95,21 @@ KernelAllocator& kernel_allocator() {
 }
 
 void release_npu_storage(void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); }
+void borrowed_bytes(void*) {}  // the caching allocator owns them
+
+bool frees_in_stream_order(const at::Tensor& t) {
+  return t.device().type() == kNPU && tiled_storage(t) == nullptr &&
+         NPUCachingAllocator::freesInStreamOrder(t.storage().data_ptr());
+}
+
+// What a CPU alias's storage holds of npu storage `npu`: a reference, or (borrow) nothing.
+c10::DataPtr alias_bytes(c10::StorageImpl* npu, bool borrow) {
+  void* data = const_cast<void*>(npu->data());
+  const c10::Device cpu(c10::DeviceType::CPU);
+  if (borrow) return c10::DataPtr(data, data, &borrowed_bytes, cpu);
+  c10::raw::intrusive_ptr::incref(npu);
+  return c10::DataPtr(data, npu, &release_npu_storage, cpu);
+}
 
 // A tensor over `storage` with `like`'s dtype, sizes, strides, offset and conj/neg bits.
 at::Tensor tensor_over(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
@@ -118,7 +133,7 @@ c10::DataPtr take_buffer(c10::StorageImpl* cpu, c10::DeviceIndex device) {
   // No bytes behind it (a ZeroTensor's storage claims nbytes over a null pointer).
   if (cpu->data() == nullptr) return c10::DataPtr(nullptr, c10::Device(kNPU, device));
   if (cpu->data() != nullptr && aclsimPointerDevice(cpu->data()) == device &&
-      cpu->data_ptr().get_deleter() != &release_npu_storage) {
+      cpu->data_ptr().get_deleter() != &release_npu_storage && cpu->data_ptr().get_deleter() != &borrowed_bytes) {
     c10::DataPtr dp = cpu->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::DeviceType::CPU)));
     dp.unsafe_set_device(c10::Device(kNPU, device));
     cpu->set_data_ptr_noswap(c10::DataPtr(dp.get(), c10::Device(c10::DeviceType::CPU)));
@@ -172,9 +187,7 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
     cpu = untiled_copy(t);
     entries_.push_back({cpu.unsafeGetStorageImpl(), npu});
   } else if (!cpu) {
-    c10::raw::intrusive_ptr::incref(npu_impl);
-    c10::DataPtr dp(const_cast<void*>(npu_impl->data()), npu_impl, &release_npu_storage,
-                    c10::Device(c10::DeviceType::CPU));
+    c10::DataPtr dp = alias_bytes(npu_impl, borrow_ && frees_in_stream_order(t));
     cpu = c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), npu_impl->nbytes(),
                                                              std::move(dp), &kernel_allocator(),
                                                              /*resizable=*/true));
@@ -230,6 +243,18 @@ at::Tensor AliasMap::to_npu(const at::Tensor& cpu) {
 at::Tensor twin(const at::Tensor& t) {
   if (!t.defined()) return t;
   return tensor_over(t.storage(), t.device().type() == kNPU ? c10::DispatchKey::PrivateUse1 : c10::DispatchKey::CPU, t);
+}
+
+at::Tensor borrowed_twin(const at::Tensor& t) {
+  if (!t.defined() || !frees_in_stream_order(t) || isStreamCapturing(getCurrentNPUStream(t.device().index()))) {
+    return twin(t);  // a graph's replays need what it captured
+  }
+  const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
+  void* data = const_cast<void*>(impl->data());
+  c10::Storage borrowed(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), impl->nbytes(), c10::DataPtr(data, data, &borrowed_bytes, t.device()),
+      nullptr, /*resizable=*/false));
+  return tensor_over(std::move(borrowed), c10::DispatchKey::PrivateUse1, t);
 }
 
 void AliasMap::sync_back(const WrittenArg& w) {
@@ -322,13 +347,14 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
 
 void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Tensor> tensors, int64_t work_numel,
                    std::function<void(const std::vector<at::Tensor>&)> kernel) {
-  AliasMap aliases(device);
-  for (auto& t : tensors) {
-    if (t.defined() && t.device().type() == kNPU) t = aliases.alias(t);
-  }
   NPUStream stream = getCurrentNPUStream(device);
   // A capturing stream records the kernel (launch); it must not run here.
   const bool capture = !in_kernel() && isStreamCapturing(stream);
+  AliasMap aliases(device);
+  if (!capture) aliases.borrow_stream_ordered_memory();  // run inline, the caller holds the tensors
+  for (auto& t : tensors) {
+    if (t.defined() && t.device().type() == kNPU) t = aliases.alias(t);
+  }
   if (aliases.has_untiled() ||
       (!capture && (!task_queue_enabled() || in_kernel() || (work_numel <= kInlineNumel && stream.query())))) {
     if (!in_kernel()) wait_stream(stream);
@@ -339,7 +365,6 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
     aliases.store_untiled();  // arguments in tiled formats: whatever the kernel wrote
     return;
   }
-  // The aliases keep the npu storages alive until the kernel has run and is collected.
   launch(stream, name, [device, tensors = std::move(tensors), kernel = std::move(kernel), work_numel] {
     KernelScope scope(device);
     SerialBlasScope blas(work_numel);
@@ -926,6 +951,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     for (size_t i = args_begin; i < stack->size(); ++i) clone_cpu_tensors((*stack)[i]);
   }
   AliasMap aliases(device);
+  if (async && !capture) aliases.borrow_stream_ordered_memory();
   std::vector<WrittenArg> written;
   to_cpu_arguments(traits, *stack, args_begin, device, aliases, written);
 
@@ -937,6 +963,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
                          std::make_move_iterator(stack->end()));
 
     queued->written = std::move(written);
+    for (auto& w : queued->written) w.npu_storage = c10::Storage();  // only sync_back needs it
     stack->erase(stack->begin() + args_begin, stack->end());
     launch(stream, schema.name().c_str(), [queued, capture] {
       KernelScope scope(queued->device);

@@ -36,6 +36,12 @@ void raw_delete(void* ptr);
 c10::DataPtr allocate(size_t nbytes, c10::DeviceIndex device);
 
 void recordStream(const c10::DataPtr& ptr, c10::Stream stream);
+// True for memory of the caching allocator (not a pluggable allocator's, not from_blob's):
+// freed while queued work still uses it, a block is reused at once by later work of its
+// own stream only (stream order protects it), by other streams after that work (its free
+// marker and record_stream events), and never returned to the device before. A queued
+// kernel may therefore borrow such memory instead of keeping its storage alive.
+bool freesInStreamOrder(const c10::DataPtr& ptr);
 // torch_npu.erase_stream: undoes recordStream(ptr, stream) (the memory no longer waits
 // for `stream` when it is freed).
 void eraseStream(const c10::DataPtr& ptr, c10::Stream stream);

@@ -57,6 +57,10 @@ struct WrittenArg {
 class AliasMap {
  public:
   explicit AliasMap(c10::DeviceIndex device) : device_(device) {}
+  // Aliases made from now on borrow npu memory that frees in stream order
+  // (NPUCachingAllocator::freesInStreamOrder) instead of keeping its storage alive: for a
+  // kernel queued on the stream that owns the memory, so that `del x` frees at once.
+  void borrow_stream_ordered_memory() { borrow_ = true; }
   // CPU tensor over the same memory, sizes, strides and offset as `npu`.
   at::Tensor alias(const at::Tensor& npu);
   // The npu tensor for a CPU kernel's output.
@@ -79,6 +83,7 @@ class AliasMap {
     c10::Storage npu;
   };
   c10::DeviceIndex device_;
+  bool borrow_ = false;
   c10::SmallVector<Entry, 8> entries_;
   struct Untiled {
     c10::Storage copy;  // CPU storage of the base array, plain
@@ -95,6 +100,9 @@ class AliasMap {
 // twins, never the user's tensors: dropping the last reference to a tensor that owns a
 // Python object would take the GIL on the stream's worker thread.
 at::Tensor twin(const at::Tensor& t);
+// For a kernel queued on the current stream of t's device: a twin that borrows t's bytes
+// when they free in stream order (see AliasMap::borrow_stream_ordered_memory), else twin(t).
+at::Tensor borrowed_twin(const at::Tensor& t);
 
 // Tensors up to this many elements are processed by one thread (ATen's grain size).
 constexpr int64_t kInlineNumel = 32768;
