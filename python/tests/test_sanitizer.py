@@ -199,3 +199,20 @@ def test_enabled_by_environment_in_both_modes(task_queue):
     assert r.stdout.strip() == "caught"
     r = run_python(RACE, env={"TASK_QUEUE_ENABLE": task_queue})
     assert r.stdout.strip() == "missed", r.stderr
+
+
+def test_the_contrib_prefetcher_needs_no_record_stream_warning(handler):
+    # Its batches are allocated on a side stream and used on the current one: found by
+    # the sanitizer, the prefetcher now calls record_stream (else the next preload could
+    # reuse a batch's memory while the current stream still reads it).
+    from torch_npu.contrib.module.prefetcher import Prefetcher
+
+    prefetcher = Prefetcher([torch.randn(64, 64) for _ in range(4)])
+    total = 0.0
+    batch = prefetcher.next()
+    while batch is not None:
+        total += (batch * 2).sum().item()
+        batch = prefetcher.next()
+    del prefetcher
+    gc.collect()
+    assert handler.record_stream_errors == []

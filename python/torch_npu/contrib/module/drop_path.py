@@ -75,6 +75,9 @@ class NpuDropPath(nn.Module):
             torch.npu.current_stream().wait_stream(cls.droppath_stream)
 
         def generate(module, inputs):
+            # The uniforms freed since were used on the current stream: their memory may
+            # only be reused on droppath_stream after that use.
+            cls.droppath_stream.wait_stream(torch.npu.current_stream())
             with torch.npu.stream(cls.droppath_stream), torch.no_grad():
                 for task in cls.task_dict.values():
                     shape = (task.shape[0],) + (1,) * (task.ndim - 1)

@@ -33,8 +33,12 @@ class Prefetcher(object):
             self.next_batch = _to_npu(batch)
 
     def next(self):
-        torch.npu.current_stream().wait_stream(self.stream)
+        current = torch.npu.current_stream()
+        current.wait_stream(self.stream)
         batch = self.next_batch
         if batch is not None:
+            # The batch was allocated on the side stream and is used on this one: without
+            # record_stream, its memory could go to the next preload while still in use.
+            torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.record_stream(current), batch)
             self.preload()
         return batch
