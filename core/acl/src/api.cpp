@@ -627,6 +627,13 @@ aclrtStream aclsimDefaultStream(int32_t deviceId) {
 
 int aclsimOnWorkerThread(void) { return CurrentWorkerStream() != nullptr; }
 
+int aclsimOnWorkerOf(aclrtStream stream) {
+  Stream* own = CurrentWorkerStream();
+  if (own == nullptr) return 0;
+  if (stream == nullptr) return own->is_default && own->device == CurrentDevice();
+  return own == static_cast<Stream*>(stream);
+}
+
 uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind) {
   if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_DEVICE_TO_DEVICE) return 0;
   return RT().copied[kind].load(std::memory_order_relaxed);

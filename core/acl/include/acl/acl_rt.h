@@ -295,6 +295,9 @@ int32_t aclsimStreamDevice(aclrtStream stream);
 aclrtStream aclsimDefaultStream(int32_t deviceId);
 // True when called from a stream worker thread (kernels must not synchronise).
 int aclsimOnWorkerThread(void);
+// True when called from the worker thread of `stream` (NULL = current device's default
+// stream), i.e. from a task of that stream.
+int aclsimOnWorkerOf(aclrtStream stream);
 // Copy accounting: bytes moved by aclrtMemcpy/aclrtMemcpyAsync per kind since start
 // (kind in aclrtMemcpyKind). Used by tests proving "no hidden copies".
 uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind);
