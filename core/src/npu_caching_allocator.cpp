@@ -33,7 +33,7 @@
 //    and the rest follows as the tensors holding them are freed. A block of a capturing
 //    stream outside the pool, or used by a capturing stream, freed during a capture is
 //    freed once the captures of the device ended (no event can be recorded on a
-//    capturing stream, and a query would invalidate the capture).
+//    capturing stream, and it refuses queries).
 //  - Free markers (no CUDA counterpart): a block freed while its stream still has queued
 //    work gets an event recorded on that stream (unless a task of that stream frees it). The simulator's aclrtFree, unlike
 //    cudaFree, does not synchronise (nor does aclrtUnmapMem), so memory is only
@@ -556,7 +556,7 @@ bool record_context_at(RecordContext level) {
   return history().when.load(std::memory_order_relaxed) >= static_cast<int>(level);
 }
 
-// True while `stream` takes part in a capture (querying it then would invalidate it).
+// True while `stream` takes part in a capture (it then refuses queries).
 bool stream_capturing(aclrtStream stream) {
   aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
   return aclmdlRICaptureGetInfo(stream, &status, nullptr) == ACL_SUCCESS &&

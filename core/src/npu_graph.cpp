@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_task_queue.h"
 
 namespace torch_npu {
@@ -102,7 +103,11 @@ void NPUGraph::replay() {
   TORCH_CHECK(has_graph_exec_, "Called NPUGraph::replay without a preceding successful capture.");
   NPUStream stream = getCurrentNPUStream(capture_dev_);
   collect_finished_kernels();
-  NPU_CHECK(aclmdlRIExecuteAsync(model_, stream.stream()));
+  if (captured_random_draws(model_)) {
+    replay_in_draw_order(stream, [&] { NPU_CHECK(aclmdlRIExecuteAsync(model_, stream.stream())); });
+  } else {
+    NPU_CHECK(aclmdlRIExecuteAsync(model_, stream.stream()));
+  }
 }
 
 void NPUGraph::reset() {
@@ -115,6 +120,7 @@ void NPUGraph::reset() {
   }
   if (has_graph_exec_) {
     // Queued replays keep the model (and the memory its kernels hold) until they ran.
+    forget_captured_model(model_);
     NPU_CHECK(aclmdlRIDestroy(model_));
     model_ = nullptr;
     has_graph_exec_ = false;

@@ -8,10 +8,12 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace torch_npu {
@@ -198,6 +200,18 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     delete task;
     NPU_CHECK(err);
   }
+}
+
+void sleep_on_stream(const NPUStream& stream, int64_t cycles) {
+  TORCH_CHECK(cycles >= 0, "torch.npu._sleep(): argument 'cycles' must be a non-negative number of cycles, got ",
+              cycles);
+  constexpr double kAICoreGHz = 1.8;
+  const auto ns = static_cast<uintptr_t>(static_cast<double>(cycles) / kAICoreGHz);
+  auto sleep = [](void* user, char*, size_t) {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(reinterpret_cast<uintptr_t>(user)));
+    return 0;
+  };
+  NPU_CHECK(aclsimLaunchKernel(stream.stream(), sleep, reinterpret_cast<void*>(ns), "aclnnSleep"));
 }
 
 namespace {

@@ -813,6 +813,11 @@ torch::jit::Stack capture_run(const c10::OperatorHandle& op, c10::DeviceIndex de
   saved.reserve(targets.size());
   for (const auto& t : targets) saved.push_back(t.clone());  // host memory
   torch::jit::Stack args(stack->begin() + args_begin, stack->end());
+  // This run draws from copies of the generators: the numbers are the replays' to draw
+  // (multinomial replayed after manual_seed gives eager's numbers).
+  for (auto it = stack->begin() + args_begin; it != stack->end(); ++it) {
+    if (it->isGenerator()) *it = it->toGenerator().clone();
+  }
   try {
     KernelScope scope(device);
     SerialBlasScope blas(max_numel);

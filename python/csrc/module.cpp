@@ -128,6 +128,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getDeviceCount", [] { return static_cast<int>(device_count()); });
   m.def("_npu_setDevice", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_npu_getDevice", [] { return static_cast<int>(current_device()); });
+  m.def("_npu_sleep", [](int64_t cycles) {
+    sleep_on_stream(getCurrentNPUStream(), cycles);
+  });
   m.def("_npu_synchronize", [](int d) { synchronize_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_npu_getDeviceName", [](int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));

@@ -204,3 +204,29 @@ def test_external_stream():
         t = torch.ones(8, device="npu") * 3
     ext.synchronize()
     assert t.sum().item() == 24
+
+
+def test_sleep_keeps_the_current_stream_busy():
+    """torch.npu._sleep(cycles), as torch.cuda._sleep: queued, 1.8e6 cycles a millisecond."""
+    s = torch.npu.Stream()
+    other = torch.npu.Stream()
+    with torch.npu.stream(s):
+        start = torch.npu.Event(enable_timing=True)
+        end = torch.npu.Event(enable_timing=True)
+        start.record()
+        torch.npu._sleep(int(50 * 1.8e6))  # 50 ms
+        end.record()
+    assert not s.query() and not end.query()
+    with torch.npu.stream(other):  # another stream is not held up
+        y = torch.ones(10, device="npu") + 1
+        done = torch.npu.Event()
+        done.record()
+    done.synchronize()
+    assert not end.query()
+    assert torch.equal(y.cpu(), torch.full((10,), 2.0))
+    end.synchronize()
+    assert start.elapsed_time(end) >= 45
+    with pytest.raises(RuntimeError, match="'cycles' must be a non-negative"):
+        torch.npu._sleep(-1)
+    with pytest.raises(TypeError, match="expected 'int'"):
+        torch.npu._sleep(1.5)

@@ -230,11 +230,13 @@ aclError CaptureEventWait(Stream* s, Event* e, bool* handled) {
   return Fail(ACL_ERROR_RT_CAPTURE_DEPENDENCY, "%s", msg.c_str());
 }
 
+// Synchronisations and queries of what a capture holds are refused, and (unlike CUDA,
+// whose capture they invalidate) the capture goes on: Ascend's runtime rejects them
+// without invalidating it (Huawei's test_graph_rng_after_failed_capture relies on it).
 aclError CheckStreamNotCapturing(Stream* s, const char* api) {
   ModelRI* m = s->capture.load(std::memory_order_acquire);
   if (m == nullptr) return ACL_SUCCESS;
   std::string msg = NotPermitted(api, "operation not permitted when stream is capturing");
-  Invalidate(m, msg);
   return Fail(ACL_ERROR_RT_STREAM_CAPTURED, "%s", msg.c_str());
 }
 
@@ -242,9 +244,8 @@ aclError CheckDeviceNotCapturing(Device* d, const char* api) {
   aclError rc = ACL_SUCCESS;
   if (g_active_count.load(std::memory_order_acquire) == 0) return rc;
   for (auto& s : d->Snapshot()) {
-    if (ModelRI* m = s->capture.load(std::memory_order_acquire)) {
+    if (s->capture.load(std::memory_order_acquire) != nullptr) {
       std::string msg = NotPermitted(api, "operation not permitted while a stream of the device is capturing");
-      Invalidate(m, msg);
       rc = Fail(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, "%s", msg.c_str());
     }
   }
@@ -255,7 +256,6 @@ aclError CheckEventNotCaptured(Event* e, const char* api) {
   ModelRef m(ActiveCapture(e->capture_id.load(std::memory_order_acquire)));
   if (m == nullptr) return ACL_SUCCESS;
   std::string msg = NotPermitted(api, "the event's latest record is part of a stream capture under way");
-  Invalidate(m.get(), msg);
   return Fail(ACL_ERROR_RT_EVENT_CAPTURED, "%s", msg.c_str());
 }
 

@@ -21,6 +21,7 @@ from torch_npu import _C
 from . import utils
 from .utils import (
     _get_device_index,
+    _sleep,
     can_device_access_peer,
     current_blas_handle,
     current_device,

@@ -6,8 +6,9 @@ runtime instance of the (simulated) AscendCL runtime (``aclmdlRICaptureBegin`` /
 ``aclmdlRIExecuteAsync``, on the same memory, without any Python or dispatcher work.
 As with CUDA graphs, tensors allocated during the capture come from a private memory
 pool of the caching allocator, inputs are fed by copying into the tensors the capture
-used, and synchronising with a capturing stream (``.item()``, ``.cpu()``,
-``torch.npu.synchronize()``) raises and invalidates the capture.
+used. Synchronising with a capturing stream (``.item()``, ``.cpu()``,
+``torch.npu.synchronize()``) raises; unlike CUDA's, the capture goes on (Ascend's runtime
+refuses the call without invalidating the capture).
 """
 
 __all__ = [
@@ -165,7 +166,7 @@ class graph:
             if exc_type is None:
                 self.npu_graph.capture_end()
             else:
-                # The error raised inside the block says more than the invalidated capture.
+                # The error raised inside the block says more than a failed capture_end.
                 try:
                     self.npu_graph.capture_end()
                 except RuntimeError:

@@ -173,6 +173,16 @@ def synchronize(device=None):
     _C._npu_synchronize(idx)
 
 
+def _sleep(cycles):
+    r"""Queue a task that keeps the current stream busy for ``cycles`` AI Core cycles
+    (1.8 GHz: 1.8e6 cycles take a millisecond), as ``torch.cuda._sleep``; the call returns
+    at once. Tests use it to have work queued behind a running task."""
+    if not isinstance(cycles, int) or isinstance(cycles, bool):
+        raise TypeError(f"torch.npu._sleep(): expected 'int' for argument 'cycles', got {type(cycles).__name__}")
+    _lazy_init()
+    _C._npu_sleep(cycles)
+
+
 def can_device_access_peer(device_id, peer_device_id):
     r"""Return whether ``device_id`` can access the memory of ``peer_device_id``.
 

@@ -18,6 +18,11 @@ bool task_queue_enabled();
 // current stream are the stream's.
 void launch(const NPUStream& stream, const char* name, std::function<void()> fn);
 
+// Queues a task keeping `stream` busy for `cycles` AI Core cycles (at the simulated
+// 910B's 1.8 GHz), whatever TASK_QUEUE_ENABLE says: torch.npu._sleep, which tests use
+// to have work queued behind a running task.
+void sleep_on_stream(const NPUStream& stream, int64_t cycles);
+
 // Waits for `stream`, releasing the Python GIL if the caller holds it (the hook is
 // installed by the bindings; core itself has no Python dependency).
 // These are the runtime's own waits; what the host program asks for (NPUStream::synchronize,
