@@ -237,3 +237,10 @@ def test_run_tests_entry_point(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "Ran 2 tests" in output and "OK" in output
+
+
+def test_get_cycles_per_ms_matches_the_simulated_clock():
+    from torch_npu.testing.common_utils import get_cycles_per_ms
+    cycles = get_cycles_per_ms()
+    # 1.8 GHz AI Core: 1.8e6 cycles a millisecond; a descheduled sleep only lowers it
+    assert 0.5e6 < cycles <= 1.9e6

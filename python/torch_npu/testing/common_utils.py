@@ -63,6 +63,23 @@ def iter_indices(tensor):
     return product(*(range(s) for s in tensor.size()))
 
 
+@functools.lru_cache(maxsize=None)
+def get_cycles_per_ms() -> float:
+    """Cycles of ``torch.npu._sleep`` per millisecond, measured with timing events (the
+    median of nine runs of a 1M-cycle sleep, so that a descheduled run does not count)."""
+    def measure() -> float:
+        start = torch.npu.Event(enable_timing=True)
+        end = torch.npu.Event(enable_timing=True)
+        start.record()
+        torch.npu._sleep(1000000)
+        end.record()
+        end.synchronize()
+        return 1000000 / start.elapsed_time(end)
+
+    runs = sorted(measure() for _ in range(9))
+    return runs[len(runs) // 2]
+
+
 def is_iterable(obj):
     try:
         iter(obj)
