@@ -173,6 +173,13 @@ PYBIND11_MODULE(_C, m) {
                                                             static_cast<c10::DeviceIndex>(device));
   });
 
+  m.def("_npu_eventRecordedTime", [](uintptr_t event) {
+    TORCH_CHECK(event, "Event must be recorded before getting recorded timestamp.");
+    uint64_t us = 0;
+    NPU_CHECK(aclrtEventGetTimestamp(reinterpret_cast<aclrtEvent>(event), &us));
+    return us;
+  });
+
   m.def("_npu_memoryStats", [](int d) { return memory_stats(static_cast<c10::DeviceIndex>(d)); });
   m.def("_npu_resetAccumulatedMemoryStats", [](int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));

@@ -230,3 +230,18 @@ def test_sleep_keeps_the_current_stream_busy():
         torch.npu._sleep(-1)
     with pytest.raises(TypeError, match="expected 'int'"):
         torch.npu._sleep(1.5)
+
+
+def test_event_recorded_time():
+    """torch_npu's Event.recorded_time(): µs when the record completed; waits for it."""
+    e1 = torch.npu.Event(enable_timing=True)
+    with pytest.raises(RuntimeError, match="must be recorded"):
+        e1.recorded_time()
+    e1.record()
+    torch.npu._sleep(int(5 * 1.8e6))  # 5 ms
+    e2 = torch.npu.Event()
+    e2.record()
+    t1, t2 = e1.recorded_time(), e2.recorded_time()
+    assert isinstance(t1, int) and t1 > 0
+    assert t2 - t1 >= 4000  # the sleep lies between the two records
+    assert e2.query()

@@ -89,6 +89,7 @@ def _npu_cpuAlias(tensor: torch.Tensor) -> torch.Tensor: ...  # CPU tensor over 
 # torch.Event.elapsed_time() only accepts an exact torch.Event (a Py_TYPE check), so
 # torch.npu.Event times through this. Ids are torch.Event.event_id (the aclrtEvent); ms.
 def _npu_eventElapsedTime(start_event: int, end_event: int, device_index: int) -> float: ...
+def _npu_eventRecordedTime(event: int) -> int: ...   # µs; the event must have completed
 
 # ---- graphs (python/csrc/graph_bindings.cpp; used by torch_npu/npu/graphs.py) -------------
 class _NPUGraph:

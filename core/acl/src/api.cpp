@@ -587,6 +587,23 @@ aclError aclrtEventElapsedTime(float* ms, aclrtEvent start, aclrtEvent end) {
   return ACL_SUCCESS;
 }
 
+aclError aclrtEventGetTimestamp(aclrtEvent event, uint64_t* timestamp) {
+  if (timestamp == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclrtEventGetTimestamp: timestamp is null");
+  aclError err = ACL_SUCCESS;
+  Event* e = ResolveEvent(event, "aclrtEventGetTimestamp", &err);
+  if (!e) return err;
+  uint64_t gen = e->recorded.load(std::memory_order_acquire);
+  if (gen == 0) return Fail(ACL_ERROR_RT_EVENT_NOT_RECORDED, "aclrtEventGetTimestamp: the event was never recorded");
+  if (!e->Done(gen))
+    return Fail(ACL_ERROR_RT_EVENT_NOT_RECORDED,
+                "aclrtEventGetTimestamp: the event has not completed yet (synchronise it first)");
+  const int64_t ns = e->stamp_ns.load(std::memory_order_acquire);
+  if (ns < 0)
+    return Fail(ACL_ERROR_RT_EVENT_NOT_RECORDED, "aclrtEventGetTimestamp: the event was reset after its last record");
+  *timestamp = static_cast<uint64_t>(ns) / 1000;
+  return ACL_SUCCESS;
+}
+
 // ---- simulator extensions ----------------------------------------------------------
 aclError aclsimLaunchKernel(aclrtStream stream, aclsimKernelFn fn, void* userData,
                             const char* name) {

@@ -203,14 +203,16 @@ class Event(torch.Event):
             return super().elapsed_time(end_event)
         # torch.Event.elapsed_time() rejects subclasses of torch.Event as its argument
         # (exact type check in torch/csrc/Event.cpp): time the raw events instead.
-        timer = getattr(_C, "_npu_eventElapsedTime", None)
-        if timer is None:
-            raise RuntimeError("torch.npu.Event.elapsed_time() between two torch.npu.Event "
-                               "objects needs torch_npu._C._npu_eventElapsedTime, which this "
-                               "build lacks; record the end with a torch.Event('npu', "
-                               "enable_timing=True) meanwhile")
         device = self.device.index if self.device.index is not None else -1
-        return float(timer(self.event_id, end_event.event_id, device))
+        return float(_C._npu_eventElapsedTime(self.event_id, end_event.event_id, device))
+
+    def recorded_time(self):
+        r"""When the event's latest record completed, in microseconds since the device
+        started (an int). As in torch_npu, this waits for the event to complete."""
+        if not self.event_id:
+            raise RuntimeError("Event must be recorded before getting recorded timestamp.")
+        self.synchronize()
+        return int(_C._npu_eventRecordedTime(self.event_id))
 
     def synchronize(self):
         r"""Wait until the work captured by the event has completed."""

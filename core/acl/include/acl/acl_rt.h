@@ -232,6 +232,9 @@ aclError aclrtSynchronizeEvent(aclrtEvent event);
 // COMPLETE for an event never recorded (as CUDA's cudaEventQuery).
 aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus* status);
 aclError aclrtEventElapsedTime(float* ms, aclrtEvent start, aclrtEvent end);
+// When the event's latest record completed, in microseconds since the device started
+// (here: the host's steady clock). The event must have completed.
+aclError aclrtEventGetTimestamp(aclrtEvent event, uint64_t* timestamp);
 
 // ---- model runtime instances: stream capture (acl/acl_mdl.h) ------------------------
 // Between aclmdlRICaptureBegin and aclmdlRICaptureEnd the tasks launched on a stream
