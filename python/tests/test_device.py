@@ -127,14 +127,35 @@ def test_device_capability(monkeypatch):
     monkeypatch.setenv("TORCH_NPU_DEVICE_CAPABILITY", "eight")
     with pytest.warns(UserWarning, match="Cannot parse"):
         assert torch.npu.get_device_capability() is None
+    # The device is not used (as torch_npu): a device name is accepted too.
+    monkeypatch.delenv("TORCH_NPU_DEVICE_CAPABILITY")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.npu.get_device_capability(torch.npu.get_device_name(0)) is None
+        assert torch.npu.get_device_capability(torch.npu.device("npu")) is None
 
 
 def test_peer_access():
     assert torch.npu.can_device_access_peer(0, 1)
     assert torch.npu.can_device_access_peer("npu:3", torch.device("npu:2"))
     assert not torch.npu.can_device_access_peer(1, 1)
-    with pytest.raises(AssertionError, match="peer_device"):
+    with pytest.raises(AssertionError, match="Invalid peer device id: .*'peer_device_id' is 42"):
         torch.npu.can_device_access_peer(0, 42)
+    with pytest.raises(AssertionError, match="Invalid device id: .*'device_id' is -1"):
+        torch.npu.can_device_access_peer(-1, 0)
+
+
+def test_op_timeout_is_an_unsigned_32_bit_count():
+    torch.npu.set_op_timeout_ms(1000)
+    torch.npu.set_op_timeout_ms(2 ** 32 - 1)
+    with pytest.raises(ValueError, match=r"timeout must be > 0, got -1 \(can't convert negative "
+                                         r"value to unsigned int\)"):
+        torch.npu.set_op_timeout_ms(-1)
+    with pytest.raises(OverflowError, match="at most 4294967295 ms.*Overflow when unpacking"):
+        torch.npu.set_op_timeout_ms(2 ** 32)
+    with pytest.raises(ValueError, match="got 0"):
+        torch.npu.set_op_timeout_ms(0)
+    torch.npu.set_op_timeout_ms(1000)
 
 
 def test_synchronize_waits_for_work():
@@ -167,8 +188,11 @@ def test_misc_queries():
     assert torch.npu.get_sync_debug_mode() == 1
     torch.npu.set_sync_debug_mode(0)
     assert torch.npu.get_sync_debug_mode() == 0
-    with pytest.raises(RuntimeError, match="debug_mode"):
+    with pytest.raises(RuntimeError, match="expected one of `default`, `warn`, `error`, got 'loud'"):
         torch.npu.set_sync_debug_mode("loud")
+    with pytest.raises(RuntimeError, match="invalid value of debug_mode, expected one of 0,1,2, got 3"):
+        torch.npu.set_sync_debug_mode(3)
+    assert torch.npu.get_sync_debug_mode() == 0
 
 
 def test_config_options():
@@ -176,17 +200,31 @@ def test_config_options():
     assert torch.npu.get_option("ACL_PRECISION_MODE") == "must_keep_origin_dtype"
     assert torch.npu.get_option("ACL_AICORE_NUM") == "8"
     assert torch.npu.get_option("NEVER_SET") is None
-    with pytest.raises(ValueError, match="ACL_PRECISION_MODE"):
+    with pytest.raises(ValueError, match=r"value of ACL_PRECISION_MODE should be in "
+                                         r"\['allow_fp32_to_fp16', 'must_keep_origin_dtype'\] "
+                                         r"but got fastest"):
         torch.npu.set_option({"ACL_PRECISION_MODE": "fastest"})
-    with pytest.raises(ValueError, match="ACL_AICORE_NUM"):
+    with pytest.raises(ValueError, match=r"ACL_AICORE_NUM should be an integer in \[1, 32\] but got 99"):
         torch.npu.set_option({"ACL_AICORE_NUM": 99})
-    with pytest.raises(TypeError, match="dict"):
+    with pytest.raises(TypeError, match="npu option must be a dict .*'option'.*got list"):
         torch.npu.set_option(["ACL_PRECISION_MODE"])
+    with pytest.raises(RuntimeError, match="invalid npu option name:ACL_OP_SELECT_IMPL .*known "
+                                           "options are .*'ACL_OP_SELECT_IMPL_MODE'"):
+        torch.npu.set_option({"ACL_OP_SELECT_IMPL": "high_precision"})
+    assert torch.npu.get_option("ACL_OP_SELECT_IMPL") is None
     torch.npu.set_compile_mode(jit_compile=False)
     assert torch.npu.is_jit_compile_false()
     torch.npu.set_compile_mode(jit_compile=True)
     assert not torch.npu.is_jit_compile_false()
     torch.npu.set_compile_mode(jit_compile=False)
+
+
+def test_set_aoe_sets_the_autotune_options(tmp_path):
+    path = tmp_path / "aoe"
+    torch.npu.set_aoe(str(path))
+    assert path.is_dir()
+    assert torch.npu.get_option("autotune") == "enable"
+    assert torch.npu.get_option("autotunegraphdumppath") == str(path.resolve())
 
 
 def test_hf32_and_internal_format_flags():

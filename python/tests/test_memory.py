@@ -42,6 +42,21 @@ def test_stats_are_per_device():
     del t
 
 
+def test_statistics_of_a_missing_device_name_it():
+    # torch_npu's caching allocator words ("Invalid device argument"), plus the argument and
+    # the valid range.
+    bad = f"npu:{torch.npu.device_count()}"
+    for fn in (torch.npu.memory_allocated, torch.npu.max_memory_allocated,
+               torch.npu.memory_reserved, torch.npu.max_memory_reserved, torch.npu.memory_stats,
+               torch.npu.reset_peak_memory_stats, torch.npu.reset_accumulated_memory_stats,
+               torch.npu.memory_summary):
+        with pytest.raises(AssertionError, match=r"Invalid device argument: .*argument 'device' "
+                                                 r"is \d+, .* must be in \[0, \d+\]"):
+            fn(bad)
+    with pytest.warns(FutureWarning), pytest.raises(AssertionError, match="Invalid device argument"):
+        torch.npu.reset_max_memory_allocated(bad)
+
+
 def test_peak_and_reset():
     _settle()
     t = torch.empty(8 * MiB, dtype=torch.uint8, device="npu")
@@ -154,6 +169,9 @@ def test_memory_fraction_validation_and_limit():
         torch.npu.set_per_process_memory_fraction(-0.1)
     with pytest.raises(TypeError, match="'fraction'"):
         torch.npu.set_per_process_memory_fraction("half")
+    # torch_npu's error code suffix (an int is not a float either).
+    with pytest.raises(TypeError, match="(?s)must be a float, got int.*ERR00002 PTA invalid type"):
+        torch.npu.set_per_process_memory_fraction(1)
     with pytest.raises(AssertionError, match="Invalid device id"):
         torch.npu.set_per_process_memory_fraction(0.5, device=99)
     device = 2

@@ -120,6 +120,29 @@ def test_setup_seeds_rng(monkeypatch):
     assert torch.equal(draws[0], draws[1])
 
 
+def test_setup_leaves_sparse_invariant_checks_alone():
+    seen = []
+
+    class Case(testcase.TestCase):
+        def test_state(self):
+            seen.append(torch.sparse.check_sparse_tensor_invariants.is_enabled())
+            # Invalid CSR indices (2-D col_indices) build without the checks, as on torch_npu.
+            torch.sparse_compressed_tensor(torch.tensor([0, 1, 2]), torch.tensor([[0], [1]]),
+                                           torch.tensor([1.0, 2.0]), size=(2, 2),
+                                           layout=torch.sparse_csr)
+
+    assert not torch.sparse.check_sparse_tensor_invariants.is_enabled()
+    assert _run_case(Case).wasSuccessful()
+    torch.sparse.check_sparse_tensor_invariants.enable()
+    try:
+        result = _run_case(Case)
+        assert torch.sparse.check_sparse_tensor_invariants.is_enabled()  # restored
+    finally:
+        torch.sparse.check_sparse_tensor_invariants.disable()
+    assert seen == [False, True]
+    assert len(result.errors) == 1 and "dimensionalities" in result.errors[0][1]
+
+
 def test_instantiate_tests_with_dtypes_and_formats():
     calls = []
 

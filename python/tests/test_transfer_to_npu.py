@@ -431,6 +431,145 @@ def test_distributed_nccl_becomes_hccl():
     assert "NCCL_AVAILABLE True" in out
 
 
+def test_distributed_process_group_and_default_backends():
+    out = _run("""
+        import os
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+        from torch_npu.contrib import transfer_to_npu
+
+        hccl = torch_npu._C._distributed_c10d.ProcessGroupHCCL
+        print("PG_CLASS", dist.ProcessGroupNCCL is hccl, c10d.ProcessGroupNCCL is hccl,
+              type(dist.ProcessGroupNCCL.Options()).__name__)
+        print("DEFAULTS", "cuda" in dist.Backend.default_device_backend_map,
+              dist.get_default_backend_for_device("cuda"),
+              dist.get_default_backend_for_device(torch.device("cuda", 0)))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29000 + os.getpid() % 1000))
+        dist.init_process_group("nccl", rank=0, world_size=1)
+        backend = dist.group.WORLD._get_backend(torch.device("cuda"))
+        x = torch.ones(2, device="cuda")
+        dist.all_reduce(x)
+        print("PG", dist.get_backend(), type(backend) is hccl, x.device)
+        dist.destroy_process_group()
+    """)
+    assert "PG_CLASS True True Options" in out
+    assert "DEFAULTS False hccl hccl" in out
+    assert "PG hccl True npu:0" in out
+
+
+def test_amp_modules_memory_history_profiler_and_extensions():
+    out = _run("""
+        import logging
+        import torch.utils.cpp_extension as cpp_extension
+        from torch.profiler import ProfilerActivity
+        from torch_npu.contrib import transfer_to_npu
+
+        amp = torch.npu.amp
+        print("AMP_MODULES", torch.cuda.amp.autocast_mode is amp.autocast_mode,
+              torch.cuda.amp.common is amp.common, torch.cuda.amp.grad_scaler is amp.grad_scaler)
+        print("HOST_CACHE", torch._C._host_emptyCache is torch_npu._C._npu_hostEmptyCache)
+
+        torch.cuda.memory._record_memory_history(device="cuda:0")
+        x = torch.ones(1024, device="cuda")
+        snapshot = torch.cuda.memory._snapshot(device=torch.device("cuda", 0))
+        torch.cuda.memory._record_memory_history(enabled=None)
+        print("HISTORY", any(t["action"] == "alloc" for t in snapshot["device_traces"][0]))
+
+        records = []
+        handler = logging.Handler()
+        handler.emit = records.append
+        logging.getLogger().addHandler(handler)
+        config = torch._C._profiler._ExperimentalConfig()
+        with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                                    experimental_config=config) as prof:
+            (x * 2).sum().item()
+        print("PROFILER", type(prof) is torch_npu.profiler.profile,
+              isinstance(prof, torch.profiler.profile), prof._npu, prof._cpu,
+              len(records) == 1 and "experimental_config" in records[0].getMessage())
+        print("SCHEDULE", torch.profiler.schedule is torch_npu.profiler.schedule,
+              torch.profiler.tensorboard_trace_handler is torch_npu.profiler.tensorboard_trace_handler)
+        print("INCLUDES", cpp_extension.include_paths(device_type="cuda")
+              == cpp_extension.include_paths(device_type="npu"))
+    """)
+    assert "AMP_MODULES True True True" in out
+    assert "HOST_CACHE True" in out
+    assert "HISTORY True" in out
+    assert "PROFILER True True True True True" in out
+    assert "SCHEDULE True True" in out
+    assert "INCLUDES True" in out
+
+
+def test_library_functions_see_cuda_unavailable(tmp_path):
+    # A stand-in library, installed (dist-info) at version 2.0.
+    (tmp_path / "fakelib.py").write_text(
+        "import torch\n"
+        "def probe():\n    return torch.cuda.is_available()\n"
+        "def failing():\n    raise RuntimeError(torch.cuda.is_available())\n"
+        "class Tool:\n    def probe(self):\n        return torch.cuda.is_available()\n")
+    dist = tmp_path / "fakelib-2.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakelib\nVersion: 2.0\n")
+    out = _run("""
+        import fakelib
+        from torch_npu.contrib import transfer_to_npu as t
+
+        config = t._load_json_file(t._CONFIG_PATH)
+        print("SHIPPED", sorted(config), config["transformers"]["apis"][
+            "transformers.utils.import_utils.is_torch_cuda_available"])
+        t._do_wrapper_libraries_func({"fakelib": {"version": "3.0", "apis": {"fakelib.probe": "function"}}})
+        print("TOO_OLD", fakelib.probe())
+        t._do_wrapper_libraries_func({"fakelib": {"version": "1.5", "apis": {
+            "fakelib.probe": "function", "fakelib.failing": "function",
+            "fakelib.Tool.probe": "method", "fakelib.missing": "function",
+            "nolib.probe": "function"}}, "notinstalled": {"version": "0", "apis": {}}})
+        try:
+            fakelib.failing()
+        except RuntimeError as e:
+            raised = str(e)
+        print("WRAPPED", fakelib.probe(), fakelib.Tool().probe(), raised, torch.cuda.is_available())
+    """, env={"PYTHONPATH": str(tmp_path)})
+    assert "SHIPPED ['accelerate', 'peft', 'transformers', 'trl'] function" in out
+    assert "TOO_OLD True" in out
+    assert "WRAPPED False False False True" in out
+
+
+def test_config_file_checks_and_helpers(tmp_path):
+    out = _run(f"""
+        import os
+        from torch_npu.contrib import transfer_to_npu as t
+
+        folder = {str(tmp_path)!r}
+        good, link, bad, listed = (os.path.join(folder, n) for n in ("a.json", "l.json", "b.json", "c.json"))
+        with open(good, "w") as f:
+            f.write('{{"k": 1}}')
+        os.symlink(good, link)
+        with open(bad, "w") as f:
+            f.write("not json")
+        with open(listed, "w") as f:
+            f.write("[1, 2]")
+        print("VALID", t._check_input_file_valid(good), t._check_input_file_valid(link),
+              t._check_input_file_valid(folder + "/missing.json"))
+        print("LOADED", t._load_json_file(good), t._load_json_file(link), t._load_json_file(bad),
+              t._load_json_file(listed))
+        print("DICT", t._replace_cuda_to_npu_in_dict({{"cuda:0": "cuda:1", 3: torch.device("cuda")}}))
+
+        @t._wrapper_cuda
+        def devices(*args, **kwargs):
+            return args, kwargs
+        print("CUDA_WRAPPER", devices("cuda:1", 2, device_ids=("cuda:0", 1)))
+
+        @t._wrapper_hccl
+        def backend(*args, **kwargs):
+            return args, kwargs
+        print("HCCL_WRAPPER", backend("nccl", "tcp://cuda:1", backend="cuda:nccl"))
+    """)
+    assert "VALID True False False" in out
+    assert "LOADED {'k': 1} {} {} {}" in out
+    assert "DICT {'npu:0': 'npu:1', 3: device(type='cuda')}" in out
+    assert "CUDA_WRAPPER (('npu:1', 2), {'device_ids': ('npu:0', 1)})" in out
+    assert "HCCL_WRAPPER (('hccl', 'tcp://cuda:1'), {'backend': 'npu:hccl'})" in out
+
+
 def test_cuda_graphs_mapped_only_if_npu_has_them():
     out = _run("""
         stock = {name: getattr(torch.cuda, name) for name in

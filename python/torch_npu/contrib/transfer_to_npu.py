@@ -18,14 +18,17 @@ imports this module; ``0`` or unset does nothing, other values are an error).
 Importing the module changes ``torch`` for the whole process, once (importing it again
 changes nothing) and says so with one warning (on rank 0 only when ``RANK`` is set):
 
-* ``torch.cuda`` (and ``torch.cuda.amp``, ``.amp.autocast_mode``, ``.amp.grad_scaler``,
-  ``.random``, ``.memory``, ``.streams``) gets every public name of the matching
-  ``torch.npu`` module: ``is_available`` (so ``torch.cuda.is_available()`` is ``True``),
-  ``device_count``, ``set_device``, ``synchronize``, ``Stream``/``Event``/``stream``, the
-  memory statistics, ``manual_seed*``, ``amp.autocast``/``amp.GradScaler``,
+* ``torch.cuda`` (and ``torch.cuda.amp``, ``.amp.autocast_mode``, ``.amp.common``,
+  ``.amp.grad_scaler``, ``.random``, ``.memory``, ``.streams``) gets every public name of
+  the matching ``torch.npu`` module: ``is_available`` (so ``torch.cuda.is_available()`` is
+  ``True``), ``device_count``, ``set_device``, ``synchronize``, ``Stream``/``Event``/
+  ``stream``, the memory statistics, ``manual_seed*``, ``amp.autocast``/``amp.GradScaler``,
   ``get_device_name``/``get_device_properties``, ... Their device arguments accept
   ``"cuda"``, ``"cuda:N"`` and ``torch.device("cuda", N)``; ``isinstance`` checks against
-  ``torch.cuda.Stream``/``torch.cuda.device`` hold for the NPU objects.
+  ``torch.cuda.Stream``/``torch.cuda.device`` hold for the NPU objects. The attributes
+  ``torch.cuda.amp.autocast_mode``/``common``/``grad_scaler`` are the ``torch.npu.amp``
+  modules; ``torch.cuda.memory._record_memory_history``/``_snapshot``/``_dump_snapshot``
+  are the NPU ones and ``torch._C._host_emptyCache`` empties the NPU pinned-memory cache.
 * ``Tensor.cuda()``, ``Module.cuda()`` and ``Storage.cuda()`` are ``.npu()``;
   ``Tensor.is_cuda`` (and ``TypedStorage.is_cuda``) is ``is_npu``.
 * A CUDA device (``"cuda"``, ``"cuda:N"``, ``torch.device("cuda"[, N])``) given to the
@@ -36,15 +39,24 @@ changes nothing) and says so with one warning (on rank 0 only when ``RANK`` is s
   ``"npu"``), ``torch.amp.custom_fwd``/``custom_bwd``, ``torch.is_autocast_enabled`` and
   friends, ``torch.Generator``, ``torch.Event``, ``torch.set_default_device``,
   ``with torch.device("cuda")``, ``torch.get_device_module``, ``torch.fft.fftfreq``,
-  ``DataLoader(pin_memory_device=...)``, ``torch.autograd.profiler_util.Kernel`` and
-  ``torch.load(map_location=...)`` means the
-  NPU of the same index. Checkpoints saved on a CUDA machine load onto the NPUs.
+  ``DataLoader(pin_memory_device=...)``, ``torch.autograd.profiler_util.Kernel``,
+  ``torch.utils.cpp_extension.include_paths`` and ``torch.load(map_location=...)`` means
+  the NPU of the same index. Checkpoints saved on a CUDA machine load onto the NPUs.
 * ``torch.distributed``: backend ``"nccl"`` (also inside ``"cpu:gloo,cuda:nccl"``) is
   ``"hccl"`` in ``init_process_group``, ``new_group`` (and everything built on it),
-  ``new_subgroups*`` and ``split_group``; ``is_nccl_available`` answers for hccl; CUDA
-  devices are accepted by ``init_process_group(device_id=...)``,
+  ``new_subgroups*`` and ``split_group``; ``is_nccl_available`` answers for hccl and
+  ``ProcessGroupNCCL`` is ``ProcessGroupHCCL``; ``"cuda"`` has no entry in
+  ``Backend.default_device_backend_map``; CUDA devices are accepted by
+  ``init_process_group(device_id=...)``, ``get_default_backend_for_device``,
+  ``ProcessGroup._get_backend``,
   ``DistributedDataParallel(device_ids=..., output_device=...)``,
   ``FullyShardedDataParallel(device_id=...)``, ``DeviceMesh``/``init_device_mesh``.
+* ``torch.profiler.profile``/``schedule``/``tensorboard_trace_handler`` are
+  ``torch_npu.profiler``'s; ``ProfilerActivity.CUDA`` among the activities records the
+  NPUs, and an ``experimental_config`` that is not torch_npu's is dropped (logged).
+* The library functions listed in ``apis_config.json`` (transformers, accelerate, peft,
+  trl: bitsandbytes/flash-attention probes, NCCL set-ups, ...) see torch's own
+  ``torch.cuda.is_available()`` while they run, so they keep their NPU code paths.
 * ``torch.cuda.CUDAGraph``/``graph``/``make_graphed_callables``/``graph_pool_handle``/
   ``is_current_stream_capturing`` become the ``torch.npu`` equivalents when those exist.
 
@@ -54,22 +66,29 @@ indices are passed through unchanged. ``torch.backends.cuda``/``cudnn`` flags (e
 ``torch.backends.cuda.matmul.allow_tf32 = True``) are left alone: setting them is
 harmless and has no effect on NPUs.
 
-Not mapped: ``x.device.type == "cuda"`` comparisons in user code, the legacy typed
-tensor classes (``torch.cuda.FloatTensor``), ``torch.cuda.nvtx``, private
-``torch.cuda._*`` functions, ``torch.profiler`` (torch_npu has no profiler yet),
-TorchScript code, Inductor internals (Huawei's ``has_triton``/``get_gpu_type`` patches;
-Dynamo itself traces through the wrappers), ``torch.distributed.pipelining``,
-``ProcessGroupNCCL`` (no HCCL process group class exists yet), the library-specific
-``is_available`` workarounds of Huawei's ``apis_config.json`` (transformers, ...).
-Unlike Huawei's module this one does not disable ``torch.jit.script``, does not change
-the global warning filters, and rewrites only arguments that are exactly CUDA devices.
+The legacy typed tensor classes (``torch.cuda.FloatTensor(2)``) make NPU tensors;
+``torch.cuda.DoubleTensor`` keeps float64, which the simulated NPUs compute (torch_npu
+narrows it to ``FloatTensor``).
+
+Not mapped: ``x.device.type == "cuda"`` comparisons in user code, ``torch.cuda.nvtx``, other
+private ``torch.cuda._*`` functions, TorchScript code, Inductor internals (Huawei's
+``has_triton``/``get_gpu_type`` patches; Dynamo itself traces through the wrappers),
+``torch.distributed.pipelining`` (wrapping its stages would import it, over a second, in
+every process). Unlike Huawei's module this one does not disable
+``torch.jit.script``, does not change the global warning filters, and rewrites only
+arguments that are exactly CUDA devices (``_replace_cuda_to_npu_in_dict``, kept for code
+calling torch_npu's helper, replaces every "cuda" substring).
 """
 
 import functools
 import importlib
+import importlib.metadata
 import inspect
+import json
+import logging
 import os
 import re
+import sys
 import types
 import warnings
 
@@ -226,13 +245,15 @@ def _takes_device(fn):
 _aliases = {}
 
 
-def _device_translating_alias(cls, module, qualname):
-    if cls in _aliases:
-        return _aliases[cls]
+def _device_translating_alias(cls, module, qualname, translate=_translate):
+    """The alias of ``cls``; ``translate(args, kwargs) -> (args, kwargs)`` rewrites the
+    constructor's arguments (CUDA devices by default)."""
+    if (cls, translate) in _aliases:
+        return _aliases[cls, translate]
 
     class _AliasMeta(type(cls)):
         def __call__(self, *args, **kwargs):
-            args, kwargs = _translate(args, kwargs)
+            args, kwargs = translate(args, kwargs)
             if self is alias:
                 return cls(*args, **kwargs)
             return super().__call__(*args, **kwargs)
@@ -253,7 +274,7 @@ def _device_translating_alias(cls, module, qualname):
         "__doc__": cls.__doc__,
         _MARK: True,
     })
-    _aliases[cls] = alias
+    _aliases[cls, translate] = alias
     return alias
 
 
@@ -295,13 +316,14 @@ _GRAPH_NAMES = (
 
 def _patch_cuda():
     npu = torch_npu.npu
-    for name in ("amp.autocast_mode", "amp.grad_scaler", "memory", "random", "streams"):
+    for name in ("amp.autocast_mode", "amp.common", "amp.grad_scaler", "memory", "random", "streams"):
         importlib.import_module("torch.cuda." + name)
 
     pairs = [
         (torch.cuda, npu),
         (torch.cuda.amp, npu.amp),
         (torch.cuda.amp.autocast_mode, npu.amp.autocast_mode),
+        (torch.cuda.amp.common, npu.amp.common),
         (torch.cuda.amp.grad_scaler, npu.amp.grad_scaler),
         (torch.cuda.random, npu.random),
         (torch.cuda.memory, npu.memory),
@@ -317,6 +339,18 @@ def _patch_cuda():
     for cuda_name, npu_name in _GRAPH_NAMES:
         if hasattr(npu, npu_name):
             setattr(torch.cuda, cuda_name, getattr(npu, npu_name))
+
+    # torch.cuda.amp's submodules are torch.npu.amp's (as in torch_npu); the modules
+    # imported under the torch.cuda.amp names (above) hold the NPU names as well.
+    for name in ("autocast_mode", "common", "grad_scaler"):
+        setattr(torch.cuda.amp, name, getattr(npu.amp, name))
+
+    # The memory history and snapshots (private in torch.cuda.memory too).
+    for name in ("_record_memory_history", "_snapshot", "_dump_snapshot"):
+        if hasattr(npu.memory, name):
+            setattr(torch.cuda.memory, name, _device_args(getattr(npu.memory, name)))
+    # torch.cuda.graph's capture empties the pinned host cache through this binding.
+    torch._C._host_emptyCache = torch_npu._C._npu_hostEmptyCache
 
     # default_generators is filled when the NPU runtime initialises.
     def _copy_default_generators():
@@ -492,6 +526,13 @@ def _patch_torch():
             return _get_available_device_type()
 
         torch_utils._get_available_device_type = _mark(_available_device_type)
+        # Modules that imported it by name before (distributed checkpoint loading).
+        filesystem = sys.modules.get("torch.distributed.checkpoint.filesystem")
+        if getattr(filesystem, "_get_available_device_type", None) is _get_available_device_type:
+            filesystem._get_available_device_type = torch_utils._get_available_device_type
+
+    cpp_extension = importlib.import_module("torch.utils.cpp_extension")
+    _patch(cpp_extension, "include_paths", _device_args)
 
 
 def _patch_tensor_module_storage():
@@ -590,6 +631,17 @@ def _is_hccl_available():
     return "hccl" in dist.Backend.backend_list
 
 
+def _del_nccl_device_backend_map():
+    """Forget the default backend of CUDA devices (``Backend.default_device_backend_map``).
+
+    ``is_nccl_available()`` answers for hccl, so c10d would otherwise pick "nccl" for a
+    "cuda" device type it meets untranslated; without the entry it has no default there.
+    """
+    backend_map = getattr(torch.distributed.Backend, "default_device_backend_map", None)
+    if isinstance(backend_map, dict):
+        backend_map.pop("cuda", None)
+
+
 def _patch_distributed():
     if not torch.distributed.is_available():
         return
@@ -600,8 +652,16 @@ def _patch_distributed():
         for name in ("init_process_group", "new_group", "_new_group_with_tag", "new_subgroups",
                      "new_subgroups_by_enumeration", "split_group"):
             _patch(owner, name, _hccl_backend)
+        _patch(owner, "get_default_backend_for_device", _device_args)
         if not _is_ours(getattr(owner, "is_nccl_available", None)):
             owner.is_nccl_available = _is_hccl_available
+    _patch(dist.ProcessGroup, "_get_backend", _device_args, 1)
+
+    # c10d refers to ProcessGroupNCCL wherever is_nccl_available() is true (options,
+    # isinstance checks): the HCCL process group stands for it.
+    hccl = getattr(getattr(torch_npu._C, "_distributed_c10d", None), "ProcessGroupHCCL", None)
+    if hccl is not None:
+        dist.ProcessGroupNCCL = distributed_c10d.ProcessGroupNCCL = hccl
 
     from torch.nn.parallel import DistributedDataParallel
 
@@ -623,6 +683,191 @@ def _patch_distributed():
         FullyShardedDataParallel = None
     if FullyShardedDataParallel is not None:
         _patch(FullyShardedDataParallel, "__init__", _device_args, 1)
+
+    # Last: importing FSDP registers the "fake" backend, which claims "cuda" when free.
+    _del_nccl_device_backend_map()
+
+
+# ----------------------------------------------------------------------------------
+# torch.profiler -> torch_npu.profiler
+
+
+def _profiler_arguments(args, kwargs):
+    """Arguments of ``torch.profiler.profile`` for ``torch_npu.profiler.profile``.
+
+    ``ProfilerActivity.CUDA`` among the activities is the NPU activity. An
+    ``experimental_config`` that is not torch_npu's ``_ExperimentalConfig`` (torch's is
+    for CUDA) is dropped with a logged warning, so the NPU defaults apply.
+    """
+    import torch_npu.profiler as npu_profiler
+
+    config = kwargs.get("experimental_config")
+    if config is not None and not isinstance(config, npu_profiler._ExperimentalConfig):
+        logging.warning(
+            "transfer_to_npu: torch.profiler.profile(experimental_config=%r) is not a "
+            "torch_npu.profiler._ExperimentalConfig (a CUDA profiler setting?) and was dropped; "
+            "pass torch_npu.profiler._ExperimentalConfig(...) to configure the NPU profiler.",
+            config)
+        del kwargs["experimental_config"]
+    activities = kwargs.get("activities")
+    if activities is not None:
+        cuda = torch.profiler.ProfilerActivity.CUDA
+        kwargs["activities"] = [npu_profiler.ProfilerActivity.NPU if a == cuda else a
+                                for a in activities]
+    return args, kwargs
+
+
+def _wrapper_profiler(fn):
+    """Wrap a profiler constructor so that it takes the arguments CUDA code passes to
+    ``torch.profiler.profile`` (see ``_profiler_arguments``)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        args, kwargs = _profiler_arguments(args, kwargs)
+        return fn(*args, **kwargs)
+
+    return _mark(wrapper)
+
+
+def _patch_profiler():
+    import torch_npu.profiler as npu_profiler
+
+    if not _is_ours(torch.profiler.profile):
+        torch.profiler.profile = _device_translating_alias(
+            npu_profiler.profile, "torch.profiler", "profile", _profiler_arguments)
+    torch.profiler.schedule = npu_profiler.schedule
+    torch.profiler.tensorboard_trace_handler = npu_profiler.tensorboard_trace_handler
+
+
+# ----------------------------------------------------------------------------------
+# Libraries that must see whether CUDA itself is available
+#
+# apis_config.json (next to this file) names, per library and minimum version, functions
+# and methods that ask ``torch.cuda.is_available()`` to choose CUDA-only code (bitsandbytes,
+# flash-attn, NCCL set-ups, ...) where the library has an NPU path of its own:
+# ``{"<distribution>": {"version": "<min>", "apis": {"<module>.<function>": "function",
+# "<module>.<Class>.<method>": "method"}}}``. While such a function runs,
+# ``torch.cuda.is_available`` is torch's own again.
+
+_CONFIG_PATH = os.path.join(os.path.dirname(os.path.realpath(__file__)), "apis_config.json")
+_MAX_CONFIG_BYTES = 10 * 1024 ** 2
+_MAX_CONFIG_NAME = 200
+
+#: torch's own torch.cuda.is_available (kept by importlib.reload, which reuses globals).
+_cuda_is_available = globals().get("_cuda_is_available", torch.cuda.is_available)
+
+
+def _check_input_file_valid(file_path):
+    """Whether ``file_path`` is a file to read a configuration from: not a symbolic link,
+    existing, readable, a name of at most 200 characters and at most 10 MiB."""
+    if os.path.islink(os.path.abspath(file_path)):
+        return False
+    path = os.path.realpath(file_path)
+    if not os.path.exists(path) or not os.access(path, os.R_OK):
+        return False
+    return len(os.path.basename(path)) <= _MAX_CONFIG_NAME and os.path.getsize(path) <= _MAX_CONFIG_BYTES
+
+
+def _load_json_file(file_path):
+    """The JSON object in ``file_path``; ``{}`` if the file is not valid (see
+    ``_check_input_file_valid``), not JSON, or holds something other than an object."""
+    if not _check_input_file_valid(file_path):
+        return {}
+    try:
+        with open(file_path, "r", encoding="utf-8") as file:
+            content = json.load(file)
+    except (OSError, ValueError):  # json.JSONDecodeError is a ValueError
+        return {}
+    return content if isinstance(content, dict) else {}
+
+
+def _wrapper_libraries_func(fn):
+    """Run ``fn`` with torch's own ``torch.cuda.is_available`` (False without CUDA).
+
+    The swap is process-wide for the duration of the call (as in torch_npu).
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        patched = torch.cuda.is_available
+        torch.cuda.is_available = _cuda_is_available
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            torch.cuda.is_available = patched
+
+    return _mark(wrapper)
+
+
+def _version_at_least(version, minimum):
+    try:
+        from packaging.version import Version
+    except ImportError:  # pragma: no cover  (packaging comes with torch's dependencies)
+        def Version(text):
+            return tuple(int(part) for part in re.findall(r"\d+", text))
+    try:
+        return Version(version) >= Version(minimum)
+    except Exception:  # an unparsable version: leave the library alone
+        return False
+
+
+def _resolve(full_name, kind):
+    """``(owner, attribute)`` of ``module.function`` / ``module.Class.method``, or None."""
+    parts = full_name.split(".")
+    split = -1 if kind == "function" else -2
+    if kind not in ("function", "method") or len(parts) <= -split:
+        return None
+    try:
+        owner = importlib.import_module(".".join(parts[:split]))
+        if kind == "method":
+            owner = getattr(owner, parts[-2])
+    except Exception:  # the library's optional parts may not import: nothing to wrap
+        return None
+    return (owner, parts[-1]) if callable(getattr(owner, parts[-1], None)) else None
+
+
+def _do_wrapper_libraries_func(config):
+    """Wrap the functions ``config`` (apis_config.json's content) names in the installed
+    libraries that are at least the given version."""
+    for distribution, entry in config.items():
+        if not isinstance(entry, dict):
+            continue
+        try:
+            installed = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        minimum, apis = entry.get("version"), entry.get("apis")
+        if not (isinstance(minimum, str) and isinstance(apis, dict)
+                and _version_at_least(installed, minimum)):
+            continue
+        for full_name, kind in apis.items():
+            found = _resolve(full_name, kind)
+            if found is not None:
+                _patch(found[0], found[1], _wrapper_libraries_func)
+
+
+# ----------------------------------------------------------------------------------
+# torch_npu's helper names, for code written against them
+
+
+#: Wrap a function so that CUDA devices among its arguments (``device_ids`` lists included)
+#: become NPU devices.
+_wrapper_cuda = _device_args
+#: Wrap a c10d function: backend nccl -> hccl, CUDA devices -> NPU devices.
+_wrapper_hccl = _hccl_backend
+
+
+def _replace_cuda_to_npu_in_dict(device_dict):
+    """A copy of ``device_dict`` with "cuda" replaced by "npu" in every string key and value
+    (``{"cuda:0": "cuda:1"}`` -> ``{"npu:0": "npu:1"}``), as torch_npu's helper does.
+
+    The patched functions do not use it: ``torch.load``'s ``map_location`` dicts are
+    translated by ``_to_npu_map_location``, which rewrites only whole device names.
+    """
+    def replace(value):
+        return value.replace("cuda", _NPU) if isinstance(value, str) else value
+
+    return {replace(key): replace(value) for key, value in device_dict.items()}
 
 
 # ----------------------------------------------------------------------------------
@@ -653,6 +898,8 @@ def _apply():
     _patch_cuda()
     _patch_torch()
     _patch_distributed()
+    _patch_profiler()
+    _do_wrapper_libraries_func(_load_json_file(_CONFIG_PATH))
     _patch_tensor_module_storage()  # last: its Tensor.cuda marks the whole as applied
     _warn()
 

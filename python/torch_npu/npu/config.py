@@ -16,6 +16,8 @@ numerical results.
 import threading
 from typing import Dict, Optional
 
+from torch_npu.utils._error_code import ErrCode, pta_error
+
 __all__ = [
     "set_option",
     "get_option",
@@ -47,8 +49,16 @@ _OPTION_VALUES = {
     "ACL_DEBUG_DIR": None,
     "ACL_OP_COMPILER_CACHE_MODE": ("disable", "enable", "force"),
     "ACL_OP_COMPILER_CACHE_DIR": None,
+    "ACL_OP_DEBUG_OPTION": None,
     "MM_BMM_ND_ENABLE": ("enable", "disable"),
     "NPU_FUZZY_COMPILE_BLACKLIST": None,
+}
+#: Every option name torch_npu's runtime knows (others are rejected, as there).
+_OPTION_NAMES = frozenset(_OPTION_VALUES) | {
+    "ALLOW_CONV_HF32", "ALLOW_INTERNAL_FORMAT", "ALLOW_MATMUL_HF32", "CUBE_MATH_TYPE",
+    "FORCE_ACLNN_OP_LIST", "OP_HOOK_ENABLE", "STRONG_CONSISTENCY",
+    "TORCH_NPU_USE_COMPATIBLE_IMPL", "autotune", "autotunegraphdumppath", "bmmv2_enable",
+    "jitCompile", "jitCompileInit", "mdldumpconfigpath", "mdldumpswitch",
 }
 
 
@@ -56,24 +66,28 @@ def set_option(option):
     r"""Set NPU runtime options, e.g. ``{"ACL_PRECISION_MODE": "must_keep_origin_dtype"}``.
 
     Values are converted to ``str``; the options CANN validates must have one of
-    their allowed values (``ValueError`` otherwise).
+    their allowed values (``ValueError`` otherwise); an unknown option name is a
+    ``RuntimeError``. The error texts are torch_npu's, with the argument named.
     """
     if not isinstance(option, dict):
-        raise TypeError(f"set_option(): argument 'option' must be a dict, got "
-                        f"{type(option).__name__}")
+        raise TypeError(f"npu option must be a dict (set_option(): argument 'option'), got "
+                        f"{type(option).__name__}" + pta_error(ErrCode.PARAM))
     checked = {}
     for name, value in option.items():
         if not isinstance(name, str):
             raise TypeError(f"set_option(): option names must be str, got {type(name).__name__}")
+        if name not in _OPTION_NAMES:
+            raise RuntimeError(f"invalid npu option name:{name} (set_option(): known options are "
+                               f"{sorted(_OPTION_NAMES)})" + pta_error(ErrCode.PARAM))
         text = str(value)
         allowed = _OPTION_VALUES.get(name)
         if callable(allowed):
             if not allowed(text):
-                raise ValueError(f"set_option(): value of {name} must be an integer in [1, 32], "
-                                 f"got {value!r}")
+                raise ValueError(f"set_option(): value of {name} should be an integer in [1, 32] "
+                                 f"but got {value}" + pta_error(ErrCode.PARAM))
         elif allowed is not None and text not in allowed:
-            raise ValueError(f"set_option(): value of {name} must be one of {list(allowed)}, "
-                             f"got {value!r}")
+            raise ValueError(f"set_option(): value of {name} should be in {list(allowed)} "
+                             f"but got {value}" + pta_error(ErrCode.PARAM))
         checked[name] = text
     global _mm_bmm_nd
     with _lock:

@@ -18,6 +18,7 @@ import torch
 
 from torch_npu import _C
 from .utils import _valid_device_index, _lazy_init
+from ..utils._error_code import ErrCode, pta_error
 
 __all__ = [
     "OutOfMemoryError",
@@ -120,11 +121,13 @@ def set_per_process_memory_fraction(fraction, device=None) -> None:
     """
     # Only a float, as torch_npu and torch.cuda accept (an int 1 is rejected too).
     if not isinstance(fraction, float):
-        raise TypeError("Invalid type for fraction argument: set_per_process_memory_fraction(): "
-                        f"argument 'fraction' must be a float, got {type(fraction).__name__}")
+        raise TypeError("Invalid type for fraction argument, must be `float`: "
+                        "set_per_process_memory_fraction(): argument 'fraction' must be a float, "
+                        f"got {type(fraction).__name__}" + pta_error(ErrCode.TYPE))
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1 "
-                         f"(set_per_process_memory_fraction(): argument 'fraction')")
+                         f"(set_per_process_memory_fraction(): argument 'fraction')"
+                         + pta_error(ErrCode.VALUE))
     _lazy_init()
     idx = _valid_device_index(device, fn="set_per_process_memory_fraction")
     _C._npu_setMemoryFraction(fraction, idx)

@@ -30,11 +30,12 @@ _dump_state = {"initialized": False, "config": None}
 
 def set_aoe(dump_path):
     r"""Enable AOE (operator auto-tuning) with ``dump_path`` for its graphs; the directory is
-    created (mode 0o750) and the option ``ACL_OP_DEBUG_AOE_PATH`` recorded."""
+    created (mode 0o750) and the options ``autotune`` ("enable") and
+    ``autotunegraphdumppath`` (the directory) recorded, as torch_npu sets them."""
     if not isinstance(dump_path, str) or not dump_path:
         raise TypeError("set_aoe(): dump_path must be a non-empty str")
     os.makedirs(dump_path, mode=0o750, exist_ok=True)
-    set_option({"ACL_AOE_MODE": "1", "ACL_OP_DEBUG_AOE_PATH": os.path.realpath(dump_path)})
+    set_option({"autotune": "enable", "autotunegraphdumppath": os.path.realpath(dump_path)})
 
 
 def init_dump():

@@ -15,6 +15,7 @@ import torch
 
 from torch_npu import _C
 from .utils import _valid_device_index, _lazy_init
+from ..utils._error_code import ErrCode, pta_error
 
 __all__ = [
     "Stream",
@@ -329,13 +330,14 @@ def set_sync_debug_mode(debug_mode):
     if isinstance(debug_mode, str):
         if debug_mode not in _SYNC_DEBUG_MODES:
             raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, "
-                               f"`error`, got {debug_mode!r}")
+                               f"`error`, got {debug_mode!r}" + pta_error(ErrCode.PARAM))
         debug_mode = _SYNC_DEBUG_MODES[debug_mode]
     elif isinstance(debug_mode, bool) or not isinstance(debug_mode, int):
         raise TypeError("set_sync_debug_mode(): argument 'debug_mode' must be a str or an int, "
                         f"got {type(debug_mode).__name__}")
     elif debug_mode not in (0, 1, 2):
-        raise RuntimeError(f"invalid value of debug_mode, expected 0, 1 or 2, got {debug_mode}")
+        raise RuntimeError(f"invalid value of debug_mode, expected one of 0,1,2, got {debug_mode}"
+                           + pta_error(ErrCode.PARAM))
     _sync_debug_mode = debug_mode
 
 

@@ -122,13 +122,25 @@ def _get_device_index(device: Any, optional: bool = False, allow_cpu: bool = Fal
                     f"got {type(device).__name__}")
 
 
+#: The functions whose out-of-range device torch_npu reports in its caching allocator's
+#: words ("Invalid device argument"): the memory statistics and the memory pools.
+_ALLOCATOR_FNS = frozenset({"memory_stats", "memory_summary", "reset_accumulated_memory_stats",
+                            "reset_peak_memory_stats", "use_mem_pool"})
+
+
 def _check_device_index(idx: int, *, fn: Optional[str] = None, arg: str = "device") -> int:
     count = device_count()
     if idx < 0 or idx >= count:
         # torch_npu's words: "Invalid device ID ... Check whether the device ID is valid" from
-        # set_device, "Invalid device id" from the query functions.
-        head, tail = ("Invalid device ID", ". Check whether the device ID is valid") if fn == "set_device" \
-            else ("Invalid device id", "")
+        # set_device, "Invalid device argument" from the caching allocator, "Invalid peer
+        # device id" for a peer, "Invalid device id" from the other query functions.
+        head, tail = "Invalid device id", ""
+        if fn == "set_device":
+            head, tail = "Invalid device ID", ". Check whether the device ID is valid"
+        elif fn in _ALLOCATOR_FNS:
+            head = "Invalid device argument"
+        elif arg == "peer_device_id":
+            head = "Invalid peer device id"
         raise _InvalidDeviceError(
             f"{head}: {_fn_label(fn)}argument '{arg}' is {idx}, but this process "
             f"sees {count} NPU device(s), so it must be in [0, {count - 1}]{tail} "
@@ -253,10 +265,10 @@ def get_device_capability(device=None):
     r"""Return ``None``: NPUs have no CUDA compute capability.
 
     For code that insists on a tuple, set ``TORCH_NPU_DEVICE_CAPABILITY="major.minor"``
-    (as with torch_npu); the value is then returned as ``(major, minor)``.
+    (as with torch_npu); the value is then returned as ``(major, minor)``, the same for
+    every device. ``device`` is accepted for compatibility and not used: as torch_npu,
+    any value is taken (an index, a device, a device name such as ``"Ascend910B1"``).
     """
-    if device is not None:
-        _valid_device_index(device, fn="get_device_capability")
     note = ("The return value of get_device_capability is only for compatibility with PyTorch "
             "and does not describe the NPU.")
     env = os.environ.get("TORCH_NPU_DEVICE_CAPABILITY")
@@ -488,6 +500,9 @@ def check_uce_in_memory(device_id):
 _op_timeout_ms = None
 
 
+_UINT32_MAX = 2 ** 32 - 1
+
+
 def set_op_timeout_ms(timeout):
     r"""Set the execution timeout of one operator, in milliseconds (> 0). The simulator records
     it (``torch_npu.npu.utils._op_timeout_ms``); its kernels run on the host CPU without an
@@ -495,6 +510,13 @@ def set_op_timeout_ms(timeout):
     global _op_timeout_ms
     if isinstance(timeout, bool) or not isinstance(timeout, int):
         raise TypeError(f"set_op_timeout_ms(): timeout must be an int, got {type(timeout).__name__}")
-    if timeout <= 0:
-        raise ValueError(f"set_op_timeout_ms(): timeout must be > 0, got {timeout}")
+    # The timeout is an unsigned 32-bit count; the texts in parentheses are torch_npu's.
+    if timeout < 0:
+        raise ValueError(f"set_op_timeout_ms(): timeout must be > 0, got {timeout} (can't convert "
+                         "negative value to unsigned int)")
+    if timeout == 0:
+        raise ValueError("set_op_timeout_ms(): timeout must be > 0, got 0")
+    if timeout > _UINT32_MAX:
+        raise OverflowError(f"set_op_timeout_ms(): timeout must be at most {_UINT32_MAX} ms, got "
+                            f"{timeout} (Overflow when unpacking long)")
     _op_timeout_ms = timeout

@@ -9,7 +9,8 @@ torch_npu's conventions on top:
 * ``assertRtolEqual(x, y, prec=1e-4, prec16=1e-3)``: the relative/absolute check of
   torch_npu's operator tests, for tensors, numpy arrays, numbers and sequences.
 * ``setUpClass`` selects the test device (``SET_NPU_DEVICE``), ``setUp`` seeds torch's and
-  Python's RNGs with ``SEED`` (default 666), not numpy's (as torch_npu).
+  Python's RNGs with ``SEED`` (default 666), not numpy's (as torch_npu), and does not
+  turn on the sparse tensor invariant checks that PyTorch's ``setUp`` turns on.
 """
 
 import os
@@ -69,6 +70,10 @@ class TestCase(_torch_common_utils.TestCase):
         np_state = np.random.get_state()
         super().setUp()
         np.random.set_state(np_state)
+        # PyTorch's setUp turns the sparse invariant checks on for every test; torch_npu's
+        # TestCase leaves them as they were (tearDown restores the saved state either way).
+        if not self._check_invariants:
+            torch.sparse.check_sparse_tensor_invariants.disable()
         seed = int(os.getenv("SEED", "666"))
         torch.manual_seed(seed)
         random.seed(seed)
