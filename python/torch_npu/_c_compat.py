@@ -62,7 +62,7 @@ _npu_getCurrentRawStreamNoWait = _npu_getCurrentRawStream
 
 
 def install(c_module) -> None:
-    """Put the functions above, and the submodule ``_mstx``, on ``torch_npu._C`` (where the
+    """Put the functions above, and the submodules ``_mstx`` and ``_npurt``, on ``torch_npu._C`` (where the
     extension has none of its own)."""
     functions = {"_npu_get_soc_version": _npu_get_soc_version,
                  "_get_cann_version": _get_cann_version,
@@ -73,7 +73,8 @@ def install(c_module) -> None:
     for name, fn in functions.items():
         if not hasattr(c_module, name):
             setattr(c_module, name, fn)
-    if not hasattr(c_module, "_mstx"):
-        from torch_npu import _mstx
+    from torch_npu import _mstx, _npurt
 
-        c_module._mstx = _mstx  # the marker runtime of torch_npu.npu.mstx
+    for name, module in (("_mstx", _mstx), ("_npurt", _npurt)):  # the markers' runtime, raw runtime calls
+        if not hasattr(c_module, name):
+            setattr(c_module, name, module)

@@ -135,7 +135,7 @@ __all__ = [
     # device
     "is_available", "device_count", "set_device", "current_device", "synchronize", "device",
     "device_of", "get_device_name", "get_device_properties", "get_device_capability",
-    "can_device_access_peer", "utilization", "mem_get_info", "is_initialized", "init",
+    "can_device_access_peer", "utilization", "mem_get_info", "is_initialized", "init", "npurt",
     "get_soc_version", "is_support_inf_nan", "current_blas_handle", "get_cann_version",
     # streams / events
     "Stream", "Event", "ExternalStream", "StreamContext", "stream", "set_stream",
@@ -213,6 +213,15 @@ def _lazy_call(cb: Callable[[], None], seed: bool = False, seed_all: bool = Fals
 def init():
     r"""Initialise the NPU runtime of this process (done on demand by every NPU API)."""
     _lazy_init()
+
+
+def npurt():
+    r"""The NPU runtime API module ``torch_npu._C._npurt`` (after initialising the runtime):
+    ``npuHostRegister(ptr, size, flags)``, ``npuHostUnregister(ptr)``,
+    ``npuStreamCreate(stream_p)`` and ``npuStreamDestroy(stream)``, each returning the runtime's
+    error code (0: success). See torch_npu/_npurt.py for what the simulator does."""
+    _lazy_init()
+    return _C._npurt
 
 
 def _lazy_init() -> None:
