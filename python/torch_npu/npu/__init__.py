@@ -18,6 +18,7 @@ import torch
 
 from torch_npu import _C
 
+from . import _acl_init
 from . import utils
 from .utils import (
     _get_device_index,
@@ -234,6 +235,7 @@ def _lazy_init() -> None:
         if _is_in_bad_fork():
             raise RuntimeError("Cannot re-initialize NPU in forked subprocess. To use NPU with "
                                "multiprocessing, you must use the 'spawn' start method")
+        _acl_init.check_environment()  # TORCH_ACL_INIT_CONFIG_PATH, ACL_OP_INIT_MODE
         _C._npu_init()
         default_generators = tuple(_C._npu_getDefaultGenerator(i)
                                    for i in range(device_count()))
