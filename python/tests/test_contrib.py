@@ -142,6 +142,27 @@ def test_roll_matmul_transpose_fuse_add_softmax_dropout():
     torch.testing.assert_close(out.cpu(), F.softmax(mask + scores / 4., -1), atol=1e-5, rtol=1e-5)
 
 
+def test_matmul_apply_gradients_with_broadcast():
+    from torch_npu.contrib.function._matmul_transpose import MatmulApply
+
+    a = torch.randn(2, 3, 4, 8)
+    b = torch.randn(5, 8)  # broadcast over a's batch dimensions
+    an, bn = a.npu().requires_grad_(), b.npu().requires_grad_()
+    ac, bc = a.clone().requires_grad_(), b.clone().requires_grad_()
+    out = MatmulApply.apply(an, bn)
+    ref = ac @ bc.transpose(-2, -1)
+    torch.testing.assert_close(out.cpu(), ref.detach(), atol=1e-5, rtol=1e-5)
+    g = torch.randn_like(ref)
+    out.backward(g.npu())
+    ref.backward(g)
+    torch.testing.assert_close(an.grad.cpu(), ac.grad, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(bn.grad.cpu(), bc.grad, atol=1e-5, rtol=1e-5)
+    assert bn.grad.shape == (5, 8)
+    # float64 on the cpu: the Function's own backward against finite differences
+    assert torch.autograd.gradcheck(MatmulApply.apply, (a[:1, :1].double().requires_grad_(),
+                                                        b[:3].double().requires_grad_()))
+
+
 def test_dropout_with_byte_mask():
     x = torch.ones(1000, 10).npu()
     y = cf.dropout_with_byte_mask(x, 0.3)

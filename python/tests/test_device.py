@@ -1,5 +1,6 @@
 """torch.npu device functions: selection, context managers, properties, errors."""
 
+import json
 import os
 import re
 import textwrap
@@ -319,3 +320,83 @@ def test_forked_child_raises_instead_of_hanging():
     assert result.returncode == 0, result.stderr
     assert "CHILD [True, True, True, True]" in result.stdout, result.stdout + result.stderr
     assert "EXIT 0 True" in result.stdout
+
+
+# ---- start-up environment: TORCH_ACL_INIT_CONFIG_PATH, ACL_OP_INIT_MODE (npu/_acl_init.py) ----
+
+@pytest.mark.parametrize("content, message", [
+    (None, "is invalid"),  # no such file
+    ("", "Failed to parse user acl json"),
+    ("not a json{{{", "Failed to parse user acl json"),
+    ("[1, 2]", "must hold a JSON object"),
+    ('{"dump": {"dump_scene": "lite_exception"}}', "lacks 'defaultDevice' object"),
+    ('{"defaultDevice": "0"}', "lacks 'defaultDevice' object"),
+    ('{"defaultDevice": {"default_device": "1"}}', "requires 'defaultDevice.default_device' to be \"0\""),
+    ('{"defaultDevice": {"default_device": 0}}', "requires 'defaultDevice.default_device' to be \"0\""),
+])
+def test_user_acl_json_is_checked(tmp_path, monkeypatch, content, message):
+    from torch_npu.npu import _acl_init
+
+    path = tmp_path / "acl.json"
+    if content is not None:
+        path.write_text(content)
+    monkeypatch.setenv("TORCH_ACL_INIT_CONFIG_PATH", str(path))
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        _acl_init.check_environment()
+
+
+def test_user_acl_json_accepted_and_kept(tmp_path, monkeypatch):
+    from torch_npu.npu import _acl_init
+
+    assert torch_npu.utils._is_gte_cann_version("8.3.RC1")  # lazy set_device: defaultDevice is required
+    config = {"dump": {"dump_scene": "lite_exception"}, "defaultDevice": {"default_device": "0"}}
+    path = tmp_path / "acl.json"
+    path.write_text(json.dumps(config))
+    monkeypatch.setenv("TORCH_ACL_INIT_CONFIG_PATH", str(path))
+    try:
+        _acl_init.check_environment()
+        assert _acl_init.user_acl_config() == config
+        monkeypatch.delenv("TORCH_ACL_INIT_CONFIG_PATH")
+        _acl_init.check_environment()
+        assert _acl_init.user_acl_config() is None
+    finally:
+        _acl_init.check_environment()
+
+
+@pytest.mark.parametrize("value, mode, warns", [(None, 0, False), ("2", 2, False), (" 1", 1, False),
+                                                ("999", 0, True), ("-1", 0, True), ("abc", 0, False)])
+def test_acl_op_init_mode(monkeypatch, value, mode, warns):
+    from torch_npu.npu import _acl_init
+
+    if value is None:
+        monkeypatch.delenv("ACL_OP_INIT_MODE", raising=False)
+    else:
+        monkeypatch.setenv("ACL_OP_INIT_MODE", value)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _acl_init.check_environment()
+        assert _acl_init.acl_op_init_mode() == mode
+        assert any("ACL_OP_INIT_MODE not in [0, 1, 2]" in str(w.message) for w in caught) == warns
+    finally:
+        monkeypatch.delenv("ACL_OP_INIT_MODE", raising=False)
+        _acl_init.check_environment()
+
+
+def test_set_device_starts_the_runtime_and_a_bad_acl_json_fails_it(tmp_path):
+    code = textwrap.dedent("""
+        import torch, torch_npu
+        assert not torch_npu.npu.is_initialized()
+        try:
+            torch_npu.npu.set_device(0)
+        except RuntimeError as e:
+            print("FAILED", e)
+        else:
+            print("INITIALIZED", torch_npu.npu.is_initialized())
+    """)
+    bad = tmp_path / "bad.json"
+    bad.write_text("not a json{{{")
+    result = run_python(code, env={"TORCH_ACL_INIT_CONFIG_PATH": str(bad)})
+    assert "FAILED Failed to parse user acl json" in result.stdout, result.stderr
+    result = run_python(code)
+    assert "INITIALIZED True" in result.stdout, result.stderr

@@ -192,6 +192,26 @@ def test_dump_snapshot_pickle(tmp_path):
     del x
 
 
+def test_npu_memory_viz_flame_graph_lines():
+    from torch_npu.npu import _memory_viz as npu_viz
+
+    npu_memory._record_memory_history("all")
+    x = torch.ones(1024, device="npu")
+    snap = npu_memory._snapshot()
+    raw = lambda text: text  # noqa: E731  (the folded lines, instead of flamegraph.pl's svg)
+    seg_lines = npu_viz.segments(snap, raw).splitlines()
+    mem_lines = npu_viz.memory(snap, raw).splitlines()
+    (seg,) = [s for s in snap["segments"] if s["address"] <= x.data_ptr() < s["address"] + s["total_size"]]
+    # one line per block: stream;seg_<address>;<state>;<frames> <bytes>
+    ours = [line for line in seg_lines if line.startswith(f"stream_{seg['stream']};seg_{seg['address']};")]
+    assert any("active_allocated" in line and "test_memory_api.py" in line and line.endswith(" 4096")
+               for line in ours)
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in ours) == seg["total_size"]
+    assert all(line.startswith("stream_") and ";seg_" not in line for line in mem_lines)
+    assert npu_viz.__all__ == ["segments", "memory"] and npu_viz._write_blocks is _memory_viz._write_blocks
+    del x
+
+
 def test_history_bad_arguments():
     with pytest.raises(ValueError, match="'enabled'"):
         npu_memory._record_memory_history("everything")

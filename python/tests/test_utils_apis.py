@@ -322,3 +322,67 @@ def test_fsdp_fully_shard_shards_npu_parameters():
     """)
     r = run_python(code)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# ---------------------------------------------------------------- _path_manager, _dynamo
+
+def test_path_manager_makes_and_removes(tmp_path):
+    from torch_npu.utils._path_manager import PathManager
+
+    d = tmp_path / "a" / "b"
+    PathManager.make_dir_safety(str(d))
+    assert d.is_dir() and (d.stat().st_mode & 0o777) == 0o750
+    PathManager.make_dir_safety(str(d))  # exists: nothing to do
+    f = d / "data.bin"
+    PathManager.create_file_safety(str(f))
+    assert f.is_file() and (f.stat().st_mode & 0o777) == 0o640
+    PathManager.check_input_file_path(str(f))
+    PathManager.check_input_directory_path(str(d))
+    with pytest.raises(RuntimeError, match="is a file path"):
+        PathManager.check_input_directory_path(str(f))
+    with pytest.raises(RuntimeError, match="is a directory path"):
+        PathManager.check_input_file_path(str(d))
+    assert PathManager.check_path_is_readable(str(f)) and PathManager.check_path_is_writeable(str(d))
+    PathManager.check_directory_path_writeable(str(d))
+    PathManager.remove_file_safety(str(f))
+    PathManager.remove_file_safety(str(f))  # already gone: nothing to do
+    assert not f.exists()
+    PathManager.remove_path_safety(str(tmp_path / "a"))
+    assert not (tmp_path / "a").exists()
+    with pytest.raises(RuntimeError, match="does not exist"):
+        PathManager.check_directory_path_readable(str(tmp_path / "a"))
+
+
+def test_path_manager_warns_about_links_and_odd_names(tmp_path):
+    from torch_npu.utils._path_manager import PathManager
+
+    target = tmp_path / "target"
+    target.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        PathManager.check_input_directory_path(str(link))
+        PathManager.check_input_directory_path(str(tmp_path / "a*b"))
+        PathManager.check_input_directory_path("x" * 300)
+    messages = [str(w.message) for w in caught]
+    assert any("symbolic link" in m for m in messages)
+    assert any(m.startswith("Invalid input path:") for m in messages)
+    assert any("exceeds the limit" in m for m in messages)
+    with pytest.raises(RuntimeError, match="Failed to remove path"):
+        PathManager.remove_path_safety(str(link))  # rmtree refuses a link
+    with pytest.raises(TypeError, match="path must be a str"):
+        PathManager.check_input_file_path(3)
+
+
+def test_utils_dynamo_registers_the_npu_device_interface():
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    from torch_npu.utils._dynamo import _dynamo_register_interface_for_device
+
+    _dynamo_register_interface_for_device()
+    interface = get_interface_for_device("npu")
+    assert get_interface_for_device("npu:0") is interface
+    s = torch.npu.Stream()
+    with torch.npu.stream(s):
+        assert interface.get_raw_stream(0) == s.npu_stream == torch_npu._C._npu_getCurrentRawStream(0)

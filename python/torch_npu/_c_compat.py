@@ -62,7 +62,8 @@ _npu_getCurrentRawStreamNoWait = _npu_getCurrentRawStream
 
 
 def install(c_module) -> None:
-    """Put the functions above on ``torch_npu._C`` (where the extension has none of its own)."""
+    """Put the functions above, and the submodules ``_mstx`` and ``_npurt``, on ``torch_npu._C`` (where the
+    extension has none of its own)."""
     functions = {"_npu_get_soc_version": _npu_get_soc_version,
                  "_get_cann_version": _get_cann_version,
                  "_empty_strided_npu": _empty_strided_npu,
@@ -72,3 +73,8 @@ def install(c_module) -> None:
     for name, fn in functions.items():
         if not hasattr(c_module, name):
             setattr(c_module, name, fn)
+    from torch_npu import _mstx, _npurt
+
+    for name, module in (("_mstx", _mstx), ("_npurt", _npurt)):  # the markers' runtime, raw runtime calls
+        if not hasattr(c_module, name):
+            setattr(c_module, name, module)

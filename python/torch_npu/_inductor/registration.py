@@ -32,8 +32,8 @@ def _private(module: str, name: str):
 
 # ---- Dynamo ------------------------------------------------------------------------------
 @functools.lru_cache(None)
-def register_dynamo() -> None:
-    """The npu device interface and torch_npu's Dynamo backends (``torch.compile(backend=...)``)."""
+def register_device_interface() -> None:
+    """Dynamo's device interface of ``npu`` and ``npu:<i>`` (``get_interface_for_device``)."""
     register_interface_for_device = _private("torch._dynamo.device_interface",
                                              "register_interface_for_device")
     from torch_npu._inductor.device_interface import NpuInterface
@@ -41,6 +41,12 @@ def register_dynamo() -> None:
     register_interface_for_device(DEVICE, NpuInterface)
     for index in range(torch.npu.device_count()):
         register_interface_for_device(f"{DEVICE}:{index}", NpuInterface)
+
+
+@functools.lru_cache(None)
+def register_dynamo() -> None:
+    """The npu device interface and torch_npu's Dynamo backends (``torch.compile(backend=...)``)."""
+    register_device_interface()
 
     from torch_npu import dynamo
     from torch_npu.dynamo.trace_rules import register_trace_rules

@@ -18,6 +18,7 @@ import torch
 
 from torch_npu import _C
 
+from . import _acl_init
 from . import utils
 from .utils import (
     _get_device_index,
@@ -136,7 +137,7 @@ __all__ = [
     # device
     "is_available", "device_count", "set_device", "current_device", "synchronize", "device",
     "device_of", "get_device_name", "get_device_properties", "get_device_capability",
-    "can_device_access_peer", "utilization", "mem_get_info", "is_initialized", "init",
+    "can_device_access_peer", "utilization", "mem_get_info", "is_initialized", "init", "npurt",
     "get_soc_version", "is_support_inf_nan", "current_blas_handle", "get_cann_version",
     # streams / events
     "Stream", "Event", "ExternalStream", "StreamContext", "stream", "set_stream",
@@ -216,6 +217,15 @@ def init():
     _lazy_init()
 
 
+def npurt():
+    r"""The NPU runtime API module ``torch_npu._C._npurt`` (after initialising the runtime):
+    ``npuHostRegister(ptr, size, flags)``, ``npuHostUnregister(ptr)``,
+    ``npuStreamCreate(stream_p)`` and ``npuStreamDestroy(stream)``, each returning the runtime's
+    error code (0: success). See torch_npu/_npurt.py for what the simulator does."""
+    _lazy_init()
+    return _C._npurt
+
+
 def _lazy_init() -> None:
     global _initialized, _original_pid, default_generators, _queued_seed, _queued_seed_all
     if _initialized or hasattr(_tls, "is_initializing"):
@@ -226,6 +236,7 @@ def _lazy_init() -> None:
         if _is_in_bad_fork():
             raise RuntimeError("Cannot re-initialize NPU in forked subprocess. To use NPU with "
                                "multiprocessing, you must use the 'spawn' start method")
+        _acl_init.check_environment()  # TORCH_ACL_INIT_CONFIG_PATH, ACL_OP_INIT_MODE
         _C._npu_init()
         default_generators = tuple(_C._npu_getDefaultGenerator(i)
                                    for i in range(device_count()))

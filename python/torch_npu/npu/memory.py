@@ -411,7 +411,7 @@ def _dump_snapshot(filename: str = "dump_snapshot.pickle", augment_with_fx_trace
 
 def _save_segment_usage(filename: str = "output.svg", snapshot=None) -> None:
     r"""Write an SVG of the segments of ``snapshot`` (:func:`_snapshot` if ``None``)."""
-    from torch.cuda._memory_viz import segments as _segments
+    from ._memory_viz import segments as _segments
 
     with open(filename, "w") as f:
         f.write(_segments(_snapshot() if snapshot is None else snapshot))
@@ -419,7 +419,7 @@ def _save_segment_usage(filename: str = "output.svg", snapshot=None) -> None:
 
 def _save_memory_usage(filename: str = "output.svg", snapshot=None) -> None:
     r"""Write an SVG of the memory use over the history of ``snapshot``."""
-    from torch.cuda._memory_viz import memory as _memory
+    from ._memory_viz import memory as _memory
 
     with open(filename, "w") as f:
         f.write(_memory(_snapshot() if snapshot is None else snapshot))

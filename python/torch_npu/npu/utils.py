@@ -165,6 +165,7 @@ def set_device(device):
     if idx < 0:
         return
     _check_device_index(idx, fn="set_device")
+    _lazy_init()  # as torch_npu's (and torch.cuda's): choosing a device starts the runtime
     _C._npu_setDevice(idx)
 
 

@@ -103,6 +103,11 @@ def write_db(raw, tasks, host, steps, out, rank=None):
                              sid(";".join(map(str, dtypes)) if dtypes else ""), sid(_analysis._shapes(e)), _INVALID,
                              _TORCH_OP))
 
+    for e in trace.get("traceEvents", []):  # torch_npu.npu.mstx's marks and ranges
+        if e.get("cat") == "mstx":
+            api_rows.append((str(ns(e["ts"])), str(ns(e["ts"] + e.get("dur", 0))), global_tid(e["tid"]), _INVALID,
+                             sid(e["name"]), _INVALID, 0, sid(""), sid(""), _INVALID, _MSTX_OP))
+
     events = _analysis.memory_events(trace)
     pta = sid("PTA")
     mem_rows = [(pta, ns(e["ts"]), e["args"]["Total Allocated"], e["args"]["Total Reserved"],

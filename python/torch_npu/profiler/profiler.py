@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Optional, Union
 import torch
 import torch.profiler as _tp
 
+from torch_npu import _mstx
+
 from . import _analysis
 from .experimental_config import _ExperimentalConfig
 from .scheduler import ProfilerAction, Schedule
@@ -100,6 +102,7 @@ class profile(_tp.profile):
         self._user_on_trace_ready = on_trace_ready
         self._raw = None  # the last finished run (see _analysis)
         self._records = []
+        self._mstx_markers = []  # torch_npu.npu.mstx's, see torch_npu/_mstx.py
         self._npu_metadata = {}
         kwargs = dict(activities=[_tp.ProfilerActivity.CPU], schedule=schedule, on_trace_ready=self._collect_run,
                       record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
@@ -132,6 +135,7 @@ class profile(_tp.profile):
 
     def start_trace(self):
         super().start_trace()
+        _mstx.start(self._npu_config)
         if self._npu:
             from torch_npu import _C
 
@@ -150,6 +154,7 @@ class profile(_tp.profile):
             if dropped:
                 _warn(f"{dropped} npu task records were dropped (buffer full); profile fewer steps.")
             self._records = records
+        self._mstx_markers = _mstx.stop()
         super().stop_trace()
 
     def _collect_run(self, _):
@@ -160,6 +165,8 @@ class profile(_tp.profile):
                 host = json.load(f)
         for key, value in self._npu_metadata.items():
             host.setdefault(key, value)
+        host["traceEvents"] = host.get("traceEvents", []) + _mstx.trace_events(
+            self._mstx_markers, int(host.get("baseTimeNanoseconds", 0)), os.getpid())
         self._raw = {"trace": host, "records": [list(r) for r in self._records],
                      "epoch_minus_steady_ns": getattr(self, "_epoch_minus_steady", 0), "with_cpu": self._cpu,
                      "with_npu": self._npu, "config": self._npu_config._to_dict(), "rank": _rank(),
