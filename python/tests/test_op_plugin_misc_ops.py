@@ -237,3 +237,52 @@ def test_atb_ops_trace_under_torch_compile():
     expected = torch.round(x / 0.1).clamp(-128, 127)
     _close(out, expected * 2)
     _close(y, expected.to(torch.int8))
+
+
+def test_paged_cache_load_gathers_sequences_from_their_start_block():
+    torch.manual_seed(2)
+    key_cache, value_cache = torch.randn(6, 2, 1, 3), torch.randn(6, 2, 1, 5)
+    table = torch.tensor([[4, 1, 0, 5], [2, 3, 5, 0]], dtype=torch.int32)
+    lens, starts = torch.tensor([3, 2], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
+    # sequence 0 starts at its block 1 (seq_starts 2 // block_size 2): blocks 1, 0; sequence 1: block 2
+    rows = [(1, 0), (1, 1), (0, 0), (2, 0), (2, 1)]
+    expected_k = torch.stack([key_cache[b, o] for b, o in rows])
+    expected_v = torch.stack([value_cache[b, o] for b, o in rows])
+    k, v = torch_npu.atb.npu_paged_cache_load(key_cache.npu(), value_cache.npu(), table.npu(), lens.npu(),
+                                              seq_starts=starts.npu())
+    _close(k, expected_k)
+    _close(v, expected_v)
+    k_out, v_out = torch.empty(5, 1, 3).npu(), torch.empty(5, 1, 5).npu()
+    torch_npu.atb.npu_paged_cache_load(key_cache.npu(), value_cache.npu(), table.npu(),
+                                       torch.tensor([3, 5], dtype=torch.int32).npu(), seq_starts=starts.npu(),
+                                       cumsum=True, key=k_out, value=v_out)
+    _close(k_out, expected_k)
+    _close(v_out, expected_v)
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_rotary_embedding_in_place(neox):
+    torch.manual_seed(3)
+    heads, head_size, rot = 2, 8, 4
+    positions = torch.tensor([0, 3, 1])
+    freqs = torch.arange(10.)[:, None] * torch.tensor([1.0, 0.1])
+    cache = torch.cat([freqs.cos(), freqs.sin()], -1)
+    q, k = torch.randn(3, heads * head_size), torch.randn(3, heads, head_size)
+
+    def reference(x):
+        x = x.reshape(3, heads, head_size).clone()
+        cos, sin = cache[positions].chunk(2, -1)
+        cos, sin = cos[:, None], sin[:, None]
+        r = x[..., :rot]
+        if neox:
+            x1, x2 = r[..., :rot // 2], r[..., rot // 2:]
+            x[..., :rot] = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+        else:
+            x1, x2 = r[..., 0::2], r[..., 1::2]
+            x[..., 0:rot:2], x[..., 1:rot:2] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        return x
+
+    qn, kn = q.npu(), k.npu()
+    torch_npu._npu_rotary_embedding(positions.npu(), qn, kn, head_size, cache.npu(), neox)
+    _close(qn, reference(q).reshape(3, -1), rtol=1e-5, atol=1e-5)
+    _close(kn, reference(k), rtol=1e-5, atol=1e-5)

@@ -17,7 +17,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from torch_npu._composite_ops import _check, _op, _quantize_int8, _scatter_paged
+from torch_npu._composite_ops import _check, _npu_mrope, _op, _quantize_int8, _scatter_paged
 
 _lib = torch.library.Library("atb", "FRAGMENT")
 
@@ -33,7 +33,9 @@ def _atb_op(schema: str, module_level: bool = True):
     """An atb operator (see ``_composite_ops._op``) whose tensors ATB accepts: at most 8
     dimensions each. ``module_level``: exposed as torch_npu.<name>, else torch_npu.atb.<name>."""
     name = schema.split("(", 1)[0].split(".", 1)[0]
-    (TORCH_NPU_NAMES if module_level else ATB_NAMES).append(name)
+    names = TORCH_NPU_NAMES if module_level else ATB_NAMES
+    if name not in names:  # an .out overload shares its name
+        names.append(name)
 
     def register(fn):
         @functools.wraps(fn)
@@ -174,6 +176,65 @@ def _npu_reshape_and_cache(key, value, key_cache, value_cache, slot_indices):
 def _npu_reshape_and_cache_siso(key, key_cache, slot_indices):
     """_npu_reshape_and_cache of the keys alone."""
     _scatter_paged(key_cache, key, slot_indices, _is_nz(key_cache), "_npu_reshape_and_cache_siso")
+
+
+def _paged_cache_load(name, key_cache, value_cache, block_table, context_lens, seq_starts, cumsum, key, value):
+    """Gathers each sequence's cached tokens, sequence after sequence, into key / value
+    [tokens, heads, head_size]: sequence b has context_lens[b] tokens (with cumsum, context_lens
+    are cumulative ends) in the blocks block_table[b], from its block seq_starts[b] //
+    block_size on."""
+    _check(key_cache.dim() == 4 and value_cache.dim() == 4 and not _is_nz(key_cache),
+           f"{name}: the caches must be ND [blocks, block_size, heads, head_size] (FRACTAL_NZ caches are not "
+           f"simulated), got {list(key_cache.shape)} and {list(value_cache.shape)}")
+    batch = block_table.size(0)
+    lens = _lengths(name, "context_lens", context_lens, batch)
+    if cumsum:
+        lens = [end - start for start, end in zip([0] + lens[:-1], lens)]
+    _check(all(n >= 0 for n in lens), f"{name}: context_lens must not be negative, got {lens}")
+    starts = [0] * batch if seq_starts is None else _lengths(name, "seq_starts", seq_starts, batch)
+    block_size = key_cache.size(1)
+    row = 0
+    for b, n in enumerate(lens):
+        blocks = block_table[b, starts[b] // block_size:]
+        key[row:row + n] = _gather_paged(key_cache, blocks, n)
+        value[row:row + n] = _gather_paged(value_cache, blocks, n)
+        row += n
+    return key, value
+
+
+@_atb_op("npu_paged_cache_load(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, *, "
+         "Tensor? seq_starts=None, bool cumsum=False) -> (Tensor, Tensor)", module_level=False)
+def _npu_paged_cache_load(key_cache, value_cache, block_table, context_lens, *, seq_starts=None, cumsum=False):
+    """The cached tokens of each sequence, concatenated: (key, value) [tokens, heads, head_size]
+    (see _paged_cache_load)."""
+    lens = context_lens.tolist()
+    tokens = (lens[-1] if lens else 0) if cumsum else sum(lens)
+    key = key_cache.new_empty(tokens, key_cache.size(2), key_cache.size(3))
+    value = value_cache.new_empty(tokens, value_cache.size(2), value_cache.size(3))
+    return _paged_cache_load("npu_paged_cache_load", key_cache, value_cache, block_table, context_lens, seq_starts,
+                             cumsum, key, value)
+
+
+@_atb_op("npu_paged_cache_load.out(Tensor key_cache, Tensor value_cache, Tensor block_table, Tensor context_lens, *, "
+         "Tensor? seq_starts=None, bool cumsum=False, Tensor(a!) key, Tensor(b!) value) -> (Tensor(a!), Tensor(b!))",
+         module_level=False)
+def _npu_paged_cache_load_out(key_cache, value_cache, block_table, context_lens, *, seq_starts=None, cumsum=False,
+                              key, value):
+    return _paged_cache_load("npu_paged_cache_load", key_cache, value_cache, block_table, context_lens, seq_starts,
+                             cumsum, key, value)
+
+
+# ---- rotary embedding ---------------------------------------------------------------------------
+
+@_atb_op("_npu_rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!) key, int head_size, "
+         "Tensor cos_sin_cache, bool is_neox_style) -> ()")
+def _npu_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox_style):
+    """vLLM's rotary embedding in place: npu_mrope with 1-D positions, NeoX (halves) or GPT-J
+    (even/odd pairs) rotation."""
+    q, k = _npu_mrope(positions.reshape(-1), query, key, cos_sin_cache, head_size,
+                      rotary_mode="half" if is_neox_style else "interleave")
+    query.copy_(q)
+    key.copy_(k)
 
 
 # ---- paged attention ----------------------------------------------------------------------------
