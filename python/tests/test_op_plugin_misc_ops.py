@@ -286,3 +286,23 @@ def test_rotary_embedding_in_place(neox):
     torch_npu._npu_rotary_embedding(positions.npu(), qn, kn, head_size, cache.npu(), neox)
     _close(qn, reference(q).reshape(3, -1), rtol=1e-5, atol=1e-5)
     _close(kn, reference(k), rtol=1e-5, atol=1e-5)
+
+
+def test_flash_attention_unpad_attends_within_each_sequence():
+    torch.manual_seed(4)
+    h, kvh, d, dv = 4, 2, 8, 5
+    lens = [3, 5]
+    q, k, v = torch.randn(8, h, d), torch.randn(8, kvh, d), torch.randn(8, kvh, dv)
+    for op, kwargs in ((torch_npu._npu_flash_attention_unpad, {}),
+                       (torch_npu._npu_flash_attention_unpad_v2, {"kernel_type": 2})):
+        out = torch.zeros(8, h, dv).npu()
+        op(q.npu(), k.npu(), v.npu(), torch.tensor(lens, dtype=torch.int32), 0.4, h, kvh, out=out, **kwargs)
+        start = 0
+        for n in lens:
+            rows = slice(start, start + n)
+            for t in range(start, start + n):
+                _close(out[t], _sdpa_reference(q[t], k[rows], v[rows], 0.4), rtol=1e-5, atol=1e-5)
+            start += n
+    with pytest.raises(RuntimeError, match="kernel_type only supports"):
+        torch_npu._npu_flash_attention_unpad_v2(q.npu(), k.npu(), v.npu(), torch.tensor(lens), 0.4, h, kvh,
+                                                kernel_type=1, out=out)

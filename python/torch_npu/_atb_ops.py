@@ -266,3 +266,43 @@ def _npu_paged_attention_mla(query, key_cache, num_kv_heads, num_heads, scale_va
            f"{name}: mla_vheadsize must be in (0, {key_cache.size(-1)}], got {mla_vheadsize}")
     _paged_decode(name, query, key_cache, key_cache[..., :mla_vheadsize], num_kv_heads, num_heads, scale_value,
                   block_table, context_lens, out)
+
+
+# ---- self attention ------------------------------------------------------------------------------
+
+def _unpad_attention(name, query, key, value, seq_len, scale_value, num_heads, num_kv_heads, out):
+    """Self attention of unpadded sequences: query [tokens, H, D], key [tokens, KVH, D] and
+    value [tokens, KVH, Dv] hold the sequences one after the other (seq_len [B] tokens each);
+    each token attends to every token of its sequence. Writes out [tokens, H, Dv]."""
+    _check(query.dim() == 3 and key.dim() == 3 and value.dim() == 3,
+           f"{name}: query, key and value must be [tokens, heads, head_size], got {list(query.shape)}, "
+           f"{list(key.shape)} and {list(value.shape)}")
+    _check_heads(name, num_heads, num_kv_heads, query.size(1), key.size(1))
+    lens = _lengths(name, "seq_len", seq_len, seq_len.numel() if isinstance(seq_len, torch.Tensor) else len(seq_len))
+    _check(sum(lens) <= query.size(0) and sum(lens) <= key.size(0),
+           f"{name}: seq_len sums to {sum(lens)} tokens, more than query ({query.size(0)}) or key ({key.size(0)}) hold")
+    start = 0
+    for n in lens:
+        rows = slice(start, start + n)
+        out[rows] = _attention(query[rows], key[rows], value[rows], scale_value).to(out.dtype)
+        start += n
+
+
+@_atb_op("_npu_flash_attention_unpad(Tensor query, Tensor key, Tensor value, Tensor seq_len, float scale_value, "
+         "int num_heads, int num_kv_heads, Tensor(a!) out) -> ()")
+def _npu_flash_attention_unpad(query, key, value, seq_len, scale_value, num_heads, num_kv_heads, out):
+    """Self attention of unpadded sequences without a mask (see _unpad_attention)."""
+    _unpad_attention("_npu_flash_attention_unpad", query, key, value, seq_len, scale_value, num_heads, num_kv_heads,
+                     out)
+
+
+@_atb_op("_npu_flash_attention_unpad_v2(Tensor query, Tensor key, Tensor value, Tensor seq_len, float scale_value, "
+         "int num_heads, int num_kv_heads, *, int ? kernel_type = 0, Tensor(a!) out) -> ()")
+def _npu_flash_attention_unpad_v2(query, key, value, seq_len, scale_value, num_heads, num_kv_heads, *,
+                                  kernel_type=0, out):
+    """_npu_flash_attention_unpad; kernel_type picks ATB's kernel precision (0 default, 2
+    EXP_M8V2), which the simulator's float32 computation does not need."""
+    _check(kernel_type in (None, 0, 2), f"_npu_flash_attention_unpad_v2: kernel_type only supports "
+                                        f"KERNELTYPE_DEFAULT(0) and KERNELTYPE_EXP_M8V2(2), but got: {kernel_type}")
+    _unpad_attention("_npu_flash_attention_unpad_v2", query, key, value, seq_len, scale_value, num_heads,
+                     num_kv_heads, out)
