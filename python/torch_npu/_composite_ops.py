@@ -39,12 +39,13 @@ def _dtype(op: str, arg: str, code) -> torch.dtype:
     return _SCALAR_TYPES[code]
 
 
-def _op(schema: str):
-    """Defines torch.ops.npu.<name> with op-plugin's schema; the function is its kernel. The
-    dispatcher hands a Python kernel whatever it was given for a `Tensor` argument (None
-    included), so the kernel first checks that each required tensor is one."""
+def _op(schema: str, lib: torch.library.Library = _lib):
+    """Defines torch.ops.npu.<name> (or the operator of `lib`'s namespace) with op-plugin's
+    schema; the function is its kernel. The dispatcher hands a Python kernel whatever it was
+    given for a `Tensor` argument (None included), so the kernel first checks that each
+    required tensor is one."""
     name = schema.split("(", 1)[0]
-    arguments = torch._C.parse_schema("npu::" + schema).arguments
+    arguments = torch._C.parse_schema(f"{lib.ns}::{schema}").arguments
     tensors = [(i, a.name) for i, a in enumerate(arguments) if isinstance(a.type, torch.TensorType)]
 
     def register(fn):
@@ -55,8 +56,8 @@ def _op(schema: str):
                 if not isinstance(value, torch.Tensor):
                     raise TypeError(f"{name}: {arg} must be a Tensor, got {type(value).__name__}")
             return fn(*args, **kwargs)
-        _lib.define(schema)
-        _lib.impl(name, kernel, "CompositeImplicitAutograd")
+        lib.define(schema)
+        lib.impl(name, kernel, "CompositeImplicitAutograd")
         return fn
     return register
 
@@ -226,6 +227,17 @@ def _npu_gemma_rms_norm(self, gamma, epsilon=1e-6):
     return (x * rstd * (1.0 + gamma.float())).to(self.dtype), rstd
 
 
+@_op("batch_norm_reduce(Tensor input, float eps) -> (Tensor, Tensor)")
+def _batch_norm_reduce(input, eps):
+    """Per-channel (dimension 1) sum and sum of squares of input [N, C, ...], both float32 [C];
+    eps is not used (it is part of the schema)."""
+    _check(input.dim() >= 2, f"batch_norm_reduce: input must have more than 1 dimension (N, C, ...), "
+                             f"got a {input.dim()}-dim input tensor")
+    x = input.float()
+    dims = [0] + list(range(2, x.dim()))
+    return x.sum(dims), x.pow(2).sum(dims)
+
+
 @_op("npu_add_layer_norm(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, "
      "bool additional_output=False) -> (Tensor, Tensor, Tensor, Tensor)")
 def _npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-5, additional_output=False):
@@ -391,6 +403,40 @@ def _npu_dropout_do_mask(self, mask, p):
 def _npu_dropout_op(self, p):
     mask = _npu_dropout_gen_mask(list(self.shape), p, device=self.device)
     return _npu_dropout_do_mask(self, mask, p)
+
+
+def _check_dropout_p(name, p):
+    _check(0.0 <= p <= 1.0, f"{name}: dropout probability p has to be between 0 and 1, but got {p}")
+
+
+@_op("_dropout_with_byte_mask(Tensor self, float p) -> (Tensor, Tensor)")
+def _dropout_with_byte_mask_op(self, p):
+    """Dropout with a byte mask: mask (uint8, self's shape) is 1 where an element is kept
+    (probability 1 - p); returns (self * mask / (1 - p), mask)."""
+    _check_dropout_p("_dropout_with_byte_mask", p)
+    _check(self.is_floating_point(), f"_dropout_with_byte_mask: self must be floating point, got {self.dtype}")
+    mask = (torch.rand(self.shape, device=self.device) >= p).to(torch.uint8)
+    return _dropout_with_byte_mask_backward(self, mask, p), mask
+
+
+@_op("_dropout_with_byte_mask_backward(Tensor grad_output, Tensor mask, float p) -> Tensor")
+def _dropout_with_byte_mask_backward(grad_output, mask, p):
+    """grad_output * mask / (1 - p) (0 where p is 1): the same masking as the forward pass."""
+    _check(mask.dtype == torch.uint8, f"_dropout_with_byte_mask_backward: mask must be torch.uint8, got {mask.dtype}")
+    scale = 0.0 if p >= 1.0 else 1.0 / (1.0 - p)
+    return grad_output * mask.to(grad_output.dtype) * scale
+
+
+@_op("dropout_with_byte_mask(Tensor self, float p, bool train) -> Tensor")
+def _dropout_with_byte_mask(self, p, train):
+    """self itself when not training, p is 0 or self is empty; zeros when p is 1."""
+    _check_dropout_p("dropout_with_byte_mask", p)
+    _check(self.device.type == "npu", f"dropout_with_byte_mask: self must be an npu tensor, got {self.device}")
+    if p == 0 or not train or self.numel() == 0:
+        return self
+    if p == 1:
+        return self * 0
+    return _dropout_with_byte_mask_op(self, p)[0]
 
 
 # ---- recurrent cells -------------------------------------------------------------------------
@@ -939,6 +985,31 @@ def _npu_cross_entropy_loss(input, target, weight=None, reduction="mean", ignore
         zloss, lse_for_zloss = input.new_empty(0), input.new_empty(0, dtype=torch.float32)
     loss = loss.reshape(1) if reduction != "none" else loss
     return loss.to(input.dtype), log_prob.to(input.dtype), zloss, lse_for_zloss
+
+
+@_op("npu_fused_cross_entropy_loss_with_max_sum(Tensor logits_max, Tensor sum_exp_logits, Tensor predicted_logits, "
+     "*, float? label_smoothing=0.0, Tensor? input=None, Tensor? weight=None, Tensor? vocab_parallel_logits=None) "
+     "-> (Tensor, Tensor)")
+def _npu_fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predicted_logits, *, label_smoothing=0.0,
+                                               input=None, weight=None, vocab_parallel_logits=None):
+    """Vocabulary-parallel cross entropy from the (all-reduced) row statistics [N]:
+    loss = log(sum_exp_logits) - predicted_logits; with vocab_parallel_logits [N, V] also
+    softmax = exp(logits - logits_max) / sum_exp_logits (float32), else None."""
+    name = "npu_fused_cross_entropy_loss_with_max_sum"
+    _check(label_smoothing in (None, 0.0), f"{name}: only label_smoothing=0.0 is supported, got {label_smoothing}")
+    _check(input is None and weight is None, f"{name}: input and weight must be None")
+    _check(logits_max.dim() == 1 and logits_max.shape == sum_exp_logits.shape == predicted_logits.shape,
+           f"{name}: logits_max, sum_exp_logits and predicted_logits must be 1-D of one shape, got "
+           f"{list(logits_max.shape)}, {list(sum_exp_logits.shape)} and {list(predicted_logits.shape)}")
+    loss = torch.log(sum_exp_logits.float()) - predicted_logits.float()
+    softmax = None
+    if vocab_parallel_logits is not None:
+        _check(vocab_parallel_logits.dim() == 2 and vocab_parallel_logits.size(0) == logits_max.size(0),
+               f"{name}: vocab_parallel_logits must be [{logits_max.size(0)}, V], got "
+               f"{list(vocab_parallel_logits.shape)}")
+        shifted = vocab_parallel_logits.float() - logits_max.float().unsqueeze(-1)
+        softmax = shifted.exp() / sum_exp_logits.float().unsqueeze(-1)
+    return loss, softmax
 
 
 @_op("npu_group_norm_silu(Tensor input, Tensor? weight, Tensor? bias, int group, float eps=0.00001) "
@@ -1530,3 +1601,66 @@ def _npu_batch_nms(self, scores, score_threshold, iou_threshold, max_size_per_cl
         out_classes[b, :n] = torch.cat(found_classes)[best].to(scores.dtype)
         counts[b] = n
     return out_boxes, out_scores, out_classes, counts
+
+
+# ---- optimizers ------------------------------------------------------------------------------
+
+@_op("npu_bert_apply_adam(Scalar lr, Scalar beta1, Scalar beta2, Scalar epsilon, Tensor grad, Scalar max_grad_norm, "
+     "Scalar global_grad_norm, Scalar weight_decay, Scalar? step_size=None, int adam_mode=0) "
+     "-> (Tensor var, Tensor m, Tensor v)")
+def _npu_bert_apply_adam_functional(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm, weight_decay,
+                                    step_size=None, adam_mode=0):
+    # as op-plugin's: the update needs the state, which only the out= form takes
+    raise RuntimeError("npu_bert_apply_adam is not implemented for Tensor: pass the state as out=(var, m, v)")
+
+
+@_op("npu_bert_apply_adam.out(Scalar lr, Scalar beta1, Scalar beta2, Scalar epsilon, Tensor grad, Scalar max_grad_norm, "
+     "Scalar global_grad_norm, Scalar weight_decay, Scalar? step_size=None, int adam_mode=0, *, Tensor(a!) var, "
+     "Tensor(b!) m, Tensor(c!) v) -> (Tensor(a!), Tensor(b!), Tensor(c!))")
+def _npu_bert_apply_adam_out(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm, weight_decay,
+                             step_size=None, adam_mode=0, *, var, m, v):
+    """One BERT Adam step in place (CANN's ApplyAdamV2), in var's dtype:
+    adam_mode 0 ("adam"): grad /= global_grad_norm when max_grad_norm > 0 and global_grad_norm > 1;
+    m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; u = m / (sqrt(v) + epsilon)
+    (+ weight_decay * var when weight_decay > 0); var -= lr * u.
+    adam_mode 1 ("mbart_adam"): no clipping; u = step_size * m / (sqrt(v) + epsilon)
+    (+ weight_decay * lr * var when weight_decay > 0); var -= u."""
+    name = "npu_bert_apply_adam"
+    _check(adam_mode in (0, 1), f"{name}: adam_mode must be 0 (adam) or 1 (mbart_adam), got {adam_mode}")
+    _check(adam_mode == 0 or step_size is not None, f"{name}: adam_mode 1 (mbart_adam) needs step_size")
+    _check(var.dtype in (torch.float16, torch.float32), f"{name}: var must be float16 or float32, got {var.dtype}")
+    for arg, t in (("m", m), ("v", v), ("grad", grad)):
+        _check(t.shape == var.shape and t.dtype == var.dtype,
+               f"{name}: {arg} must have var's shape {list(var.shape)} and dtype {var.dtype}, "
+               f"got {list(t.shape)} and {t.dtype}")
+    lr, beta1, beta2, epsilon = float(lr), float(beta1), float(beta2), float(epsilon)
+    weight_decay, global_grad_norm = float(weight_decay), float(global_grad_norm)
+    g = grad
+    if adam_mode == 0 and float(max_grad_norm) > 0 and global_grad_norm > 1:
+        g = g / global_grad_norm
+    m.mul_(beta1).add_(g, alpha=1 - beta1)
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+    update = m / (v.sqrt() + epsilon)
+    if adam_mode == 0:
+        if weight_decay > 0:
+            update = update + weight_decay * var
+        var.sub_(update, alpha=lr)
+    else:
+        update = update * float(step_size)
+        if weight_decay > 0:
+            update = update + weight_decay * lr * var
+        var.sub_(update)
+    return var, m, v
+
+
+def npu_bert_apply_adam(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm, weight_decay,
+                        step_size=None, adam_mode=0, *, out=None):
+    """torch_npu.npu_bert_apply_adam: the state is passed and updated as out=(var, m, v)."""
+    if out is None:
+        return torch.ops.npu.npu_bert_apply_adam(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm,
+                                                 weight_decay, step_size, adam_mode)
+    if not (isinstance(out, (tuple, list)) and len(out) == 3):
+        raise TypeError(f"npu_bert_apply_adam: out must be a tuple (var, m, v), got {type(out).__name__}")
+    var, m, v = out
+    return torch.ops.npu.npu_bert_apply_adam.out(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm,
+                                                 weight_decay, step_size, adam_mode, var=var, m=m, v=v)

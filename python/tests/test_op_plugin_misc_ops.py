@@ -1,0 +1,308 @@
+"""op-plugin operators with Python kernels: torch_npu.batch_norm_reduce, dropout_with_byte_mask,
+npu_fused_cross_entropy_loss_with_max_sum, npu_bert_apply_adam (torch.ops.npu) and the ATB
+operators (torch.ops.atb: torch_npu._npu_paged_attention, ...), against references computed
+here on the CPU."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_npu
+
+
+def _close(npu_result, expected, **tol):
+    torch.testing.assert_close(npu_result.cpu(), expected, **tol)
+
+
+# ---- torch.ops.npu --------------------------------------------------------------------------
+
+def test_batch_norm_reduce_sums_per_channel():
+    x = torch.randn(2, 3, 4, 5)
+    s, sq = torch_npu.batch_norm_reduce(x.half().npu(), 1e-5)
+    assert s.dtype == sq.dtype == torch.float32 and s.shape == (3,)
+    xh = x.half().double()
+    _close(s, torch.stack([xh[:, c].sum() for c in range(3)]).float(), rtol=1e-5, atol=1e-4)
+    _close(sq, torch.stack([(xh[:, c] ** 2).sum() for c in range(3)]).float(), rtol=1e-5, atol=1e-4)
+    with pytest.raises(RuntimeError, match="more than 1 dimension"):
+        torch_npu.batch_norm_reduce(torch.ones(3).npu(), 1e-5)
+
+
+def test_dropout_with_byte_mask_keeps_and_scales():
+    torch.manual_seed(0)
+    x = torch.ones(200, 50).npu()
+    out, mask = torch.ops.npu._dropout_with_byte_mask(x, 0.25)
+    assert mask.dtype == torch.uint8 and mask.shape == x.shape
+    assert set(mask.unique().tolist()) == {0, 1}
+    assert 0.7 < mask.float().mean().item() < 0.8
+    _close(out, mask.cpu().float() / 0.75)
+    grad = torch.ops.npu._dropout_with_byte_mask_backward(torch.full_like(x, 2.0), mask, 0.25)
+    _close(grad, mask.cpu().float() * 2 / 0.75)
+    y = torch_npu.dropout_with_byte_mask(x, 0.25, True)
+    assert ((y == 0) | (y == 1 / 0.75)).all()
+    assert torch_npu.dropout_with_byte_mask(x, 0.25, False) is x
+    _close(torch_npu.dropout_with_byte_mask(x, 1.0, True), torch.zeros(200, 50))
+    with pytest.raises(RuntimeError, match="between 0 and 1"):
+        torch_npu.dropout_with_byte_mask(x, 1.5, True)
+    with pytest.raises(RuntimeError, match="must be an npu tensor"):
+        torch_npu.dropout_with_byte_mask(torch.ones(3), 0.5, True)
+    # autograd: the gradient is masked and scaled like the output
+    xg = torch.randn(8, 8).npu().requires_grad_()
+    yg = torch_npu.contrib.function.dropout_with_byte_mask(xg, 0.5)
+    yg.sum().backward()
+    _close(xg.grad, (yg.detach() != 0).cpu().float() * 2)
+
+
+def test_fused_cross_entropy_loss_with_max_sum_matches_cross_entropy():
+    logits = torch.randn(6, 10)
+    target = torch.randint(0, 10, (6,))
+    logits_max = logits.max(-1).values
+    sum_exp = (logits - logits_max[:, None]).exp().sum(-1)
+    predicted = logits.gather(1, target[:, None]).squeeze(1) - logits_max
+    loss, softmax = torch_npu.npu_fused_cross_entropy_loss_with_max_sum(
+        logits_max.npu(), sum_exp.npu(), predicted.npu(), vocab_parallel_logits=logits.half().npu())
+    _close(loss, F.cross_entropy(logits, target, reduction="none"), rtol=1e-5, atol=1e-5)
+    assert softmax.dtype == torch.float32
+    _close(softmax, torch.softmax(logits.half().float(), -1), rtol=2e-3, atol=2e-3)
+    loss, softmax = torch_npu.npu_fused_cross_entropy_loss_with_max_sum(logits_max.npu(), sum_exp.npu(),
+                                                                          predicted.npu())
+    assert softmax is None
+    with pytest.raises(RuntimeError, match="label_smoothing"):
+        torch_npu.npu_fused_cross_entropy_loss_with_max_sum(logits_max.npu(), sum_exp.npu(), predicted.npu(),
+                                                            label_smoothing=0.1)
+
+
+def _bert_adam_reference(var, m, v, grad, lr, b1, b2, eps, max_norm, global_norm, wd, step_size, mode):
+    var, m, v, g = var.double(), m.double(), v.double(), grad.double()
+    if mode == 0 and max_norm > 0 and global_norm > 1:
+        g = g / global_norm
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    u = m / (v.sqrt() + eps)
+    if mode == 0:
+        var = var - lr * (u + (wd * var if wd > 0 else 0))
+    else:
+        var = var - (u * step_size + (wd * lr * var if wd > 0 else 0))
+    return var.float(), m.float(), v.float()
+
+
+@pytest.mark.parametrize("mode,max_norm,global_norm,wd,step_size",
+                         [(0, 1.0, 4.0, 0.01, None), (0, -1.0, 4.0, 0.0, None), (1, 1.0, 4.0, 0.01, 0.5)])
+def test_bert_apply_adam_updates_state_in_place(mode, max_norm, global_norm, wd, step_size):
+    var, m, v, grad = torch.randn(64), torch.randn(64) * 0.1, torch.rand(64) * 0.1, torch.randn(64)
+    expected = _bert_adam_reference(var, m, v, grad, 1e-2, 0.9, 0.99, 1e-6, max_norm, global_norm, wd,
+                                    step_size, mode)
+    state = (var.npu(), m.npu(), v.npu())
+    out = torch_npu.npu_bert_apply_adam(1e-2, 0.9, 0.99, 1e-6, grad.npu(), max_norm, global_norm, wd,
+                                        step_size, mode, out=state)
+    for o, s, e in zip(out, state, expected):
+        assert o is s
+        _close(s, e, rtol=1e-5, atol=1e-6)
+
+
+def test_bert_apply_adam_needs_out():
+    with pytest.raises(RuntimeError, match="out=\\(var, m, v\\)"):
+        torch_npu.npu_bert_apply_adam(0.1, 0.9, 0.99, 1e-6, torch.ones(3).npu(), -1., 0., 0.)
+    with pytest.raises(RuntimeError, match="needs step_size"):
+        state = tuple(torch.zeros(3).npu() for _ in range(3))
+        torch_npu.npu_bert_apply_adam(0.1, 0.9, 0.99, 1e-6, torch.ones(3).npu(), -1., 0., 0., adam_mode=1, out=state)
+
+
+# ---- torch.ops.atb ---------------------------------------------------------------------------
+
+def test_atb_ops_are_exposed_as_in_torch_npu():
+    assert torch_npu._npu_paged_attention is torch.ops.atb._npu_paged_attention
+    assert torch_npu._npu_quantize_per_tensor is torch.ops.atb._npu_quantize_per_tensor
+    # the newer ATB operators are attributes of the module torch_npu.atb
+    assert all(getattr(torch_npu.atb, n) is getattr(torch.ops.atb, n) for n in torch_npu.atb.__all__)
+
+
+def test_quantize_per_tensor_rounds_half_to_even_and_saturates():
+    x = torch.tensor([[0.5, 1.5, 2.5, -0.5], [100.0, -100.0, 3.0, 0.0]])
+    scale = torch.tensor([1.0, 1.0, 1.0, 0.5])
+    offset = torch.tensor([0, 0, 1, 2], dtype=torch.int8)
+    y = torch.zeros(2, 4, dtype=torch.int8).npu()
+    torch_npu._npu_quantize_per_tensor(x.npu(), scale.npu(), offset.npu(), y)
+    _close(y, torch.tensor([[0, 2, 3, 1], [100, -100, 4, 2]], dtype=torch.int8))
+    y = torch.zeros(1, 2, dtype=torch.int8).npu()
+    torch_npu._npu_quantize_per_tensor(torch.tensor([[300.0, -300.0]]).npu(), torch.ones(2).npu(),
+                                       torch.empty(0, dtype=torch.int8).npu(), y)
+    _close(y, torch.tensor([[127, -128]], dtype=torch.int8))
+    with pytest.raises(RuntimeError, match="at most 8 dimensions, but got 9"):
+        torch_npu._npu_quantize_per_tensor(x.npu(), torch.ones((1,) * 9), offset.npu(), y)
+
+
+def test_quant_rms_norm():
+    x, gamma, beta = torch.randn(3, 2, 16), torch.randn(16), torch.randn(16)
+    scale, offset = torch.tensor([0.05]), torch.tensor([3], dtype=torch.int8)
+    out = torch.empty(3, 2, 16, dtype=torch.int8).npu()
+    torch_npu._npu_quant_rms_norm(x.npu(), gamma.npu(), beta.npu(), scale.npu(), offset.npu(), out, eps=1e-6)
+    rms = (x.double().pow(2).mean(-1, keepdim=True) + 1e-6).sqrt()
+    y = x.double() / rms * gamma.double() + beta.double()
+    expected = torch.round(y / 0.05 + 3).clamp(-128, 127).to(torch.int8)
+    assert (out.cpu().int() - expected.int()).abs().max() <= 1  # a tie may round either way in float32
+    assert (out.cpu() == expected).float().mean() > 0.95
+
+
+def test_matmul_add_fp32_accumulates_transposed_product():
+    x, w, c = torch.randn(8, 5).half(), torch.randn(8, 7).half(), torch.randn(5, 7)
+    cn = c.npu()
+    torch_npu._npu_matmul_add_fp32(x.npu(), w.npu(), cn)
+    _close(cn, c + x.double().t().mm(w.double()).float(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="C must be float32"):
+        torch_npu._npu_matmul_add_fp32(x.npu(), w.npu(), torch.zeros(5, 7).half().npu())
+
+
+def test_reshape_and_cache_nd_and_nz():
+    key, value = torch.randn(3, 2, 8), torch.randn(3, 2, 16)
+    key_cache, value_cache = torch.zeros(4, 4, 2, 8), torch.zeros(4, 4, 2, 16)
+    slots = torch.tensor([5, -1, 14], dtype=torch.int32)
+    kc, vc = key_cache.npu(), value_cache.npu()
+    torch_npu._npu_reshape_and_cache(key.npu(), value.npu(), kc, vc, slots.npu())
+    key_cache[1, 1], key_cache[3, 2] = key[0], key[2]
+    value_cache[1, 1], value_cache[3, 2] = value[0], value[2]
+    _close(kc, key_cache)
+    _close(vc, value_cache)
+    # FRACTAL_NZ cache [blocks, heads * head_size / 16, block_size, 16]
+    nz = torch_npu.npu_format_cast(torch.zeros(4, 2, 4, 16).npu(), 29)
+    torch_npu._npu_reshape_and_cache_siso(value.npu(), nz, slots.npu())
+    expected = torch.zeros(4, 2, 4, 16)
+    expected[1, :, 1], expected[3, :, 2] = value[0].reshape(2, 16), value[2].reshape(2, 16)
+    _close(nz, expected)
+
+
+def _paged(cache_tokens, block_size, num_blocks, perm):
+    """A paged cache holding each sequence's tokens [B, L, ...] in blocks perm[b] (a block table)."""
+    b, length = cache_tokens.shape[:2]
+    per_seq = math.ceil(length / block_size)
+    cache = torch.zeros((num_blocks, block_size) + cache_tokens.shape[2:])
+    table = perm[:b * per_seq].reshape(b, per_seq)
+    for i in range(b):
+        for t in range(length):
+            cache[table[i, t // block_size], t % block_size] = cache_tokens[i, t]
+    return cache, table.to(torch.int32)
+
+
+def _sdpa_reference(q, k, v, scale):
+    # q [H, D], k [L, KVH, D], v [L, KVH, Dv] with query head h reading KV head h // (H / KVH)
+    group = q.size(0) // k.size(1)
+    k, v = k.repeat_interleave(group, 1).double(), v.repeat_interleave(group, 1).double()
+    out = F.scaled_dot_product_attention(q.double()[:, None], k.transpose(0, 1), v.transpose(0, 1), scale=scale)
+    return out[:, 0].float()
+
+
+def test_paged_attention_matches_sdpa_over_gathered_tokens():
+    torch.manual_seed(0)
+    b, h, kvh, d, dv, bs = 3, 4, 2, 8, 6, 4
+    keys, values = torch.randn(b, 10, kvh, d), torch.randn(b, 10, kvh, dv)
+    key_cache, table = _paged(keys, bs, 12, torch.randperm(12))
+    value_cache, _ = _paged(values, bs, 12, torch.cat([table.flatten().long(), torch.arange(0)]))
+    lens = torch.tensor([10, 3, 7], dtype=torch.int32)
+    q = torch.randn(b, h, d)
+    out = torch.zeros(b, h, dv).npu()
+    torch_npu._npu_paged_attention(q.npu(), key_cache.npu(), value_cache.npu(), kvh, h, 0.3, table.npu(), lens, out)
+    for i in range(b):
+        n = int(lens[i])
+        _close(out[i], _sdpa_reference(q[i], keys[i, :n], values[i, :n], 0.3), rtol=1e-5, atol=1e-5)
+    ws = torch_npu._npu_paged_attention_get_workspace(q.npu(), key_cache.npu(), value_cache.npu(), kvh, h, 0.3,
+                                                      table.npu(), lens, out)
+    assert ws.numel() == 0
+    with pytest.raises(RuntimeError, match="num_kv_heads"):
+        torch_npu._npu_paged_attention(q.npu(), key_cache.npu(), value_cache.npu(), 3, h, 0.3, table.npu(), lens, out)
+
+
+def test_paged_attention_mla_reads_values_from_the_key_cache():
+    torch.manual_seed(1)
+    b, h, d, dv, bs = 2, 4, 12, 8, 4
+    keys = torch.randn(b, 6, 1, d)
+    key_cache, table = _paged(keys, bs, 6, torch.randperm(6))
+    lens = torch.tensor([6, 2], dtype=torch.int32)
+    q = torch.randn(b, h, d)
+    out = torch.zeros(b, h, dv).npu()
+    torch_npu._npu_paged_attention_mla(q.npu(), key_cache.npu(), 1, h, 0.25, table.npu(), lens.npu(), dv, out)
+    for i in range(b):
+        n = int(lens[i])
+        _close(out[i], _sdpa_reference(q[i], keys[i, :n], keys[i, :n, :, :dv], 0.25), rtol=1e-5, atol=1e-5)
+
+
+def test_atb_ops_trace_under_torch_compile():
+    def f(x, scale, offset, y):
+        torch_npu._npu_quantize_per_tensor(x, scale, offset, y)
+        return y.float() * 2
+
+    x = torch.randn(4, 8)
+    y = torch.zeros(4, 8, dtype=torch.int8).npu()
+    out = torch.compile(f, backend="aot_eager", fullgraph=True)(x.npu(), torch.full((8,), 0.1).npu(),
+                                                                  torch.zeros(8, dtype=torch.int8).npu(), y)
+    expected = torch.round(x / 0.1).clamp(-128, 127)
+    _close(out, expected * 2)
+    _close(y, expected.to(torch.int8))
+
+
+def test_paged_cache_load_gathers_sequences_from_their_start_block():
+    torch.manual_seed(2)
+    key_cache, value_cache = torch.randn(6, 2, 1, 3), torch.randn(6, 2, 1, 5)
+    table = torch.tensor([[4, 1, 0, 5], [2, 3, 5, 0]], dtype=torch.int32)
+    lens, starts = torch.tensor([3, 2], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
+    # sequence 0 starts at its block 1 (seq_starts 2 // block_size 2): blocks 1, 0; sequence 1: block 2
+    rows = [(1, 0), (1, 1), (0, 0), (2, 0), (2, 1)]
+    expected_k = torch.stack([key_cache[b, o] for b, o in rows])
+    expected_v = torch.stack([value_cache[b, o] for b, o in rows])
+    k, v = torch_npu.atb.npu_paged_cache_load(key_cache.npu(), value_cache.npu(), table.npu(), lens.npu(),
+                                              seq_starts=starts.npu())
+    _close(k, expected_k)
+    _close(v, expected_v)
+    k_out, v_out = torch.empty(5, 1, 3).npu(), torch.empty(5, 1, 5).npu()
+    torch_npu.atb.npu_paged_cache_load(key_cache.npu(), value_cache.npu(), table.npu(),
+                                       torch.tensor([3, 5], dtype=torch.int32).npu(), seq_starts=starts.npu(),
+                                       cumsum=True, key=k_out, value=v_out)
+    _close(k_out, expected_k)
+    _close(v_out, expected_v)
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_rotary_embedding_in_place(neox):
+    torch.manual_seed(3)
+    heads, head_size, rot = 2, 8, 4
+    positions = torch.tensor([0, 3, 1])
+    freqs = torch.arange(10.)[:, None] * torch.tensor([1.0, 0.1])
+    cache = torch.cat([freqs.cos(), freqs.sin()], -1)
+    q, k = torch.randn(3, heads * head_size), torch.randn(3, heads, head_size)
+
+    def reference(x):
+        x = x.reshape(3, heads, head_size).clone()
+        cos, sin = cache[positions].chunk(2, -1)
+        cos, sin = cos[:, None], sin[:, None]
+        r = x[..., :rot]
+        if neox:
+            x1, x2 = r[..., :rot // 2], r[..., rot // 2:]
+            x[..., :rot] = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+        else:
+            x1, x2 = r[..., 0::2], r[..., 1::2]
+            x[..., 0:rot:2], x[..., 1:rot:2] = x1 * cos - x2 * sin, x2 * cos + x1 * sin
+        return x
+
+    qn, kn = q.npu(), k.npu()
+    torch_npu._npu_rotary_embedding(positions.npu(), qn, kn, head_size, cache.npu(), neox)
+    _close(qn, reference(q).reshape(3, -1), rtol=1e-5, atol=1e-5)
+    _close(kn, reference(k), rtol=1e-5, atol=1e-5)
+
+
+def test_flash_attention_unpad_attends_within_each_sequence():
+    torch.manual_seed(4)
+    h, kvh, d, dv = 4, 2, 8, 5
+    lens = [3, 5]
+    q, k, v = torch.randn(8, h, d), torch.randn(8, kvh, d), torch.randn(8, kvh, dv)
+    for op, kwargs in ((torch_npu._npu_flash_attention_unpad, {}),
+                       (torch_npu._npu_flash_attention_unpad_v2, {"kernel_type": 2})):
+        out = torch.zeros(8, h, dv).npu()
+        op(q.npu(), k.npu(), v.npu(), torch.tensor(lens, dtype=torch.int32), 0.4, h, kvh, out=out, **kwargs)
+        start = 0
+        for n in lens:
+            rows = slice(start, start + n)
+            for t in range(start, start + n):
+                _close(out[t], _sdpa_reference(q[t], k[rows], v[rows], 0.4), rtol=1e-5, atol=1e-5)
+            start += n
+    with pytest.raises(RuntimeError, match="kernel_type only supports"):
+        torch_npu._npu_flash_attention_unpad_v2(q.npu(), k.npu(), v.npu(), torch.tensor(lens), 0.4, h, kvh,
+                                                kernel_type=1, out=out)
