@@ -102,8 +102,19 @@ struct NPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   // ---- synchronisation ----
-  bool queryStream(const c10::Stream& s) const override { return NPUStream(s).query(); }
-  void synchronizeStream(const c10::Stream& s) const override { NPUStream(s).synchronize(); }
+  // An external stream is the program's to track, as in torch_npu (which refuses these).
+  bool queryStream(const c10::Stream& s) const override {
+    NPUStream stream(s);
+    TORCH_CHECK(!stream.is_external(), "Cannot query external NPU stream status: the program that created it "
+                "tracks its completion (record an event on it and query that)");
+    return stream.query();
+  }
+  void synchronizeStream(const c10::Stream& s) const override {
+    NPUStream stream(s);
+    TORCH_CHECK(!stream.is_external(), "External NPU stream is not supported in NPUStream::synchronize: the "
+                "program that created it synchronises it (record an event on it and synchronize that)");
+    stream.synchronize();
+  }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {
     synchronize_device(device_index < 0 ? current_device() : device_index);
   }

@@ -6,15 +6,24 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 namespace torch_npu {
 namespace {
 
-// Stream ids per device: 0 = default stream; 1..kPoolSize = normal-priority pool;
-// kPoolSize+1..2*kPoolSize = high-priority pool. External streams are not supported.
-constexpr int kPoolSize = 32;
+// Stream ids per device, in torch_npu's layout (type << 5 | index): 0 = the default
+// stream, type 3 = the normal-priority pool (ids 96..127), type 4 = the high-priority pool
+// (128..159). An external stream's id is its handle's address (far above the pools' ids),
+// registered so that any other id is still refused.
+constexpr int kPoolBits = 5;
+constexpr int kPoolSize = 1 << kPoolBits;
+constexpr c10::StreamId kNormalType = 3, kHighType = 4;
+constexpr c10::StreamId kLastPoolId = (kHighType << kPoolBits) | (kPoolSize - 1);
 constexpr int kMaxDevices = 64;
+
+std::mutex g_external_mu;
+std::unordered_set<c10::StreamId> g_external;  // guarded by g_external_mu
 
 struct DevicePools {
   std::once_flag once;
@@ -92,15 +101,26 @@ NPUStream::NPUStream(c10::Stream stream) : stream_(stream) {
               "expected an npu stream, got a stream on ", stream.device());
 }
 
-int NPUStream::priority() const { return id() > kPoolSize ? -1 : 0; }
+int NPUStream::priority() const { return (id() >> kPoolBits) == kHighType && !is_external() ? -1 : 0; }
+
+bool NPUStream::is_external() const { return id() > kLastPoolId; }
 
 aclrtStream NPUStream::stream() const {
   auto device = device_index();
   check_device_index(device);
   auto id = this->id();
-  TORCH_CHECK(id >= 0 && id <= 2 * kPoolSize, "invalid npu stream id ", id);
+  if (is_external()) {
+    std::lock_guard<std::mutex> lock(g_external_mu);
+    TORCH_CHECK(g_external.count(id), "invalid npu stream id ", id);
+    return reinterpret_cast<aclrtStream>(static_cast<uintptr_t>(id));
+  }
+  const c10::StreamId type = id >> kPoolBits;
+  TORCH_CHECK(id == 0 || type == kNormalType || type == kHighType, "invalid npu stream id ", id,
+              " (0 is the default stream, ", kNormalType << kPoolBits, "..", (kHighType << kPoolBits) - 1,
+              " and ", kHighType << kPoolBits, "..", kLastPoolId, " the pools, larger ids external streams)");
   init_pools(device);
-  return pools(device).streams[id];
+  if (id == 0) return pools(device).streams[0];
+  return pools(device).streams[1 + (id & (kPoolSize - 1)) + (type == kHighType ? kPoolSize : 0)];
 }
 
 bool NPUStream::query() const {
@@ -127,12 +147,29 @@ void setCurrentNPUStream(NPUStream stream) {
   tls_current_stream[stream.device_index()] = stream.id();
 }
 
+NPUStream getStreamFromExternal(aclrtStream stream, c10::DeviceIndex device) {
+  device = resolve(device);
+  TORCH_CHECK(stream != nullptr, "torch.npu.ExternalStream(): argument 'stream_ptr' must be the address of an "
+              "aclrtStream, got 0");
+  const int32_t owner = aclsimStreamDevice(stream);
+  TORCH_CHECK(owner >= 0, "torch.npu.ExternalStream(): argument 'stream_ptr' (", stream,
+              ") is not a live aclrtStream");
+  TORCH_CHECK(owner == device, "torch.npu.ExternalStream(): the stream ", stream, " was created on npu:", owner,
+              ", not on npu:", static_cast<int>(device));
+  const auto id = static_cast<c10::StreamId>(reinterpret_cast<uintptr_t>(stream));
+  {
+    std::lock_guard<std::mutex> lock(g_external_mu);
+    g_external.insert(id);
+  }
+  return NPUStream(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id));
+}
+
 NPUStream getStreamFromPool(int priority, c10::DeviceIndex device) {
   device = resolve(device);
   init_pools(device);
   const int high = priority < 0 ? 1 : 0;
   const uint32_t slot = pools(device).next[high]++ % kPoolSize;
-  const c10::StreamId id = 1 + slot + high * kPoolSize;
+  const c10::StreamId id = ((high ? kHighType : kNormalType) << kPoolBits) | slot;
   return NPUStream(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id));
 }
 

@@ -159,6 +159,14 @@ PYBIND11_MODULE(_C, m) {
     if (current_device() != stream.device_index()) set_device(stream.device_index());
     setCurrentNPUStream(stream);
   });
+  m.def("_npu_getStreamFromExternal", [](uintptr_t stream, int device) {
+    return stream_tuple(getStreamFromExternal(reinterpret_cast<aclrtStream>(stream), static_cast<c10::DeviceIndex>(device)));
+  });
+  m.def("_npu_streamPriority", [](int64_t id, int64_t device) {
+    NPUStream s(c10::Stream(c10::Stream::UNSAFE, c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id));
+    s.stream();  // validates the id
+    return s.priority();
+  });
   m.def("_npu_streamRawHandle", [](int64_t id, int64_t device) {
     NPUStream s(c10::Stream(c10::Stream::UNSAFE, c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id));
     return reinterpret_cast<uintptr_t>(s.stream());

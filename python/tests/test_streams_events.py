@@ -245,3 +245,42 @@ def test_event_recorded_time():
     assert isinstance(t1, int) and t1 > 0
     assert t2 - t1 >= 4000  # the sleep lies between the two records
     assert e2.query()
+
+
+def test_stream_ids_follow_torch_npus_layout():
+    """type << 5 | index: 3 for the normal-priority pool, 4 for the high-priority one."""
+    assert torch.npu.default_stream().stream_id == 0
+    assert torch.npu.Stream().stream_id >> 5 == 3
+    assert torch.npu.Stream(priority=-1).stream_id >> 5 == 4
+    assert torch.npu.Stream(priority=-1).priority == -1 and torch.npu.Stream().priority == 0
+    with pytest.raises(RuntimeError, match="invalid npu stream id"):
+        torch.npu.Stream(stream_id=99999, device_index=0, device_type=20).npu_stream
+
+
+def test_external_stream():
+    """An aclrtStream created outside torch_npu, as torch_npu's ExternalStream."""
+    import ctypes
+    rt = torch.npu.npurt()
+    handle = ctypes.c_void_p(0)
+    assert int(rt.npuStreamCreate(ctypes.addressof(handle))) == 0
+    try:
+        ext = torch.npu.ExternalStream(handle.value)
+        assert ext.npu_stream == handle.value and ext == torch.npu.ExternalStream(handle.value)
+        x = torch.randn(1000, device="npu")
+        ext.wait_stream(torch.npu.current_stream())
+        with torch.npu.stream(ext):
+            assert torch.npu.current_stream().npu_stream == handle.value
+            y = x * 2 + 1
+            done = torch.npu.Event()
+            done.record()
+        done.synchronize()
+        assert torch.equal(y.cpu(), x.cpu() * 2 + 1)
+        # the program that made it tracks it, as in torch_npu
+        with pytest.raises(RuntimeError, match="Cannot query external NPU stream"):
+            ext.query()
+        with pytest.raises(RuntimeError, match="NPUStream::synchronize"):
+            ext.synchronize()
+    finally:
+        assert int(rt.npuStreamDestroy(handle.value)) == 0
+    with pytest.raises(RuntimeError, match="not a live aclrtStream"):
+        torch.npu.ExternalStream(12345)

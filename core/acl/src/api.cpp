@@ -631,9 +631,18 @@ int32_t aclsimStreamId(aclrtStream stream) {
 }
 
 int32_t aclsimStreamDevice(aclrtStream stream) {
-  aclError err = ACL_SUCCESS;
-  Stream* s = ResolveStream(stream, "aclsimStreamDevice", &err);
-  return s ? s->device : -1;
+  if (stream == nullptr) {
+    aclError err = ACL_SUCCESS;
+    Stream* s = ResolveStream(stream, "aclsimStreamDevice", &err);
+    return s ? s->device : -1;
+  }
+  // Looked up among the live streams, never dereferenced: any address may come in.
+  for (auto& d : RT().devices) {
+    std::lock_guard<std::mutex> g(d->mu);
+    for (auto& s : d->streams)
+      if (s.get() == stream) return d->id;
+  }
+  return -1;
 }
 
 aclrtStream aclsimDefaultStream(int32_t deviceId) {

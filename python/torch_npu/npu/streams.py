@@ -87,6 +87,11 @@ class Stream(torch.Stream):
         event.record(self)
         return event
 
+    @property
+    def priority(self):
+        r"""The stream's priority: -1 (high) or 0 (normal)."""
+        return _C._npu_streamPriority(self.stream_id, self.device_index)
+
     def query(self):
         r"""Return whether all work submitted to this stream has completed."""
         return super().query()
@@ -129,7 +134,9 @@ class Stream(torch.Stream):
 class ExternalStream(Stream):
     r"""Wrapper around an ``aclrtStream`` created outside PyTorch.
 
-    The caller keeps the stream alive while this object is used.
+    The caller keeps the stream alive while this object is used, and tracks its completion:
+    as in torch_npu, :meth:`query` and :meth:`synchronize` refuse an external stream (record
+    an event on it instead).
 
     Args:
         stream_ptr (int): address of the ``aclrtStream``.
@@ -140,13 +147,9 @@ class ExternalStream(Stream):
         if not isinstance(stream_ptr, int) or isinstance(stream_ptr, bool):
             raise TypeError("torch.npu.ExternalStream(): argument 'stream_ptr' must be an int "
                             f"(an aclrtStream address), got {type(stream_ptr).__name__}")
-        wrap = getattr(_C, "_npu_getStreamFromExternal", None)
-        if wrap is None:
-            raise RuntimeError("torch.npu.ExternalStream is not supported by this build of "
-                               "torch_npu._C (no _npu_getStreamFromExternal)")
         _lazy_init()
         idx = _valid_device_index(device, fn="torch.npu.ExternalStream")
-        stream_id, device_index, device_type = wrap(stream_ptr, idx)
+        stream_id, device_index, device_type = _C._npu_getStreamFromExternal(stream_ptr, idx)
         return super().__new__(cls, stream_id=stream_id, device_index=device_index,
                                device_type=device_type, **kwargs)
 

@@ -292,7 +292,8 @@ int32_t aclsimPointerDevice(const void* ptr);
 // The serial of a stream (NULL = current device's default stream): the s<serial> of its
 // worker thread's name, and the stream id of its tasks in profiles; -1 if invalid.
 int32_t aclsimStreamId(aclrtStream stream);
-// Device of a stream (NULL = current device's default stream).
+// Device of a stream (NULL = current device's default stream), or -1 when `stream` is not
+// a live stream (any address may be passed: it is looked up, not dereferenced).
 int32_t aclsimStreamDevice(aclrtStream stream);
 // The resolved handle of the current device's default stream (never NULL).
 aclrtStream aclsimDefaultStream(int32_t deviceId);

@@ -21,6 +21,8 @@ class NPUStream {
   c10::DeviceIndex device_index() const { return stream_.device_index(); }
   c10::StreamId id() const { return stream_.id(); }
   int priority() const;
+  // A stream created outside torch_npu (torch.npu.ExternalStream): its id is its handle.
+  bool is_external() const;
 
   // The simulator's handle (never NULL: the default stream is resolved).
   aclrtStream stream() const;
@@ -48,6 +50,9 @@ NPUStream getCurrentNPUStream(c10::DeviceIndex device = -1);
 // Thread-local per device, as torch.cuda.set_stream.
 void setCurrentNPUStream(NPUStream stream);
 NPUStream getStreamFromPool(bool isHighPriority = false, c10::DeviceIndex device = -1);
+// An aclrtStream created outside torch_npu (e.g. torch.npu.npurt().npuStreamCreate) on
+// `device`, as a torch stream. The caller keeps it alive while it is used.
+NPUStream getStreamFromExternal(aclrtStream stream, c10::DeviceIndex device);
 NPUStream getStreamFromPool(int priority, c10::DeviceIndex device);
 // Throws a c10::Error carrying aclGetRecentErrMsg() when err != ACL_SUCCESS.
 void check_acl(aclError err, const char* what);
