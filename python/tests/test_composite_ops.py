@@ -777,3 +777,16 @@ def test_required_tensor_arguments_are_checked():
                                 torch.zeros(4, 8).npu(), 8)
     with pytest.raises(TypeError, match="one_: self must be a Tensor"):
         torch.ops.npu.one_(None)
+
+
+def test_fast_gelu_is_an_npu_operator():
+    """As torch_npu's: a cpu tensor is refused by the dispatcher naming npu::fast_gelu, and the
+    gradient on npu is npu_fast_gelu's."""
+    with pytest.raises(NotImplementedError, match="Could not run 'npu::fast_gelu' with arguments from the 'CPU'"):
+        torch_npu.fast_gelu(torch.rand(4))
+    x = torch.randn(16, dtype=torch.float64)
+    xn = x.npu().requires_grad_()
+    torch_npu.fast_gelu(xn).sum().backward()
+    xr = x.clone().requires_grad_()
+    (xr * torch.sigmoid(1.702 * xr)).sum().backward()
+    _close(xn.grad, xr.grad, rtol=1e-6, atol=1e-6)

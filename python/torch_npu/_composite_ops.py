@@ -39,11 +39,11 @@ def _dtype(op: str, arg: str, code) -> torch.dtype:
     return _SCALAR_TYPES[code]
 
 
-def _op(schema: str, lib: torch.library.Library = _lib):
+def _op(schema: str, lib: torch.library.Library = _lib, keys=("CompositeImplicitAutograd",)):
     """Defines torch.ops.npu.<name> (or the operator of `lib`'s namespace) with op-plugin's
-    schema; the function is its kernel. The dispatcher hands a Python kernel whatever it was
-    given for a `Tensor` argument (None included), so the kernel first checks that each
-    required tensor is one."""
+    schema; the function is its kernel, for dispatch `keys`. The dispatcher hands a Python
+    kernel whatever it was given for a `Tensor` argument (None included), so the kernel
+    first checks that each required tensor is one."""
     name = schema.split("(", 1)[0]
     arguments = torch._C.parse_schema(f"{lib.ns}::{schema}").arguments
     tensors = [(i, a.name) for i, a in enumerate(arguments) if isinstance(a.type, torch.TensorType)]
@@ -57,7 +57,8 @@ def _op(schema: str, lib: torch.library.Library = _lib):
                     raise TypeError(f"{name}: {arg} must be a Tensor, got {type(value).__name__}")
             return fn(*args, **kwargs)
         lib.define(schema)
-        lib.impl(name, kernel, "CompositeImplicitAutograd")
+        for key in keys:
+            lib.impl(name, kernel, key)
         return fn
     return register
 
@@ -186,7 +187,9 @@ def _npu_sort_v2(self, dim=-1, descending=False):
 
 # ---- activations and normalisation ------------------------------------------------------
 
-@_op("fast_gelu(Tensor self) -> Tensor")
+# An npu operator, as torch_npu's (a cpu tensor: "Could not run 'npu::fast_gelu' with arguments
+# from the 'CPU' backend"); its gradient is npu_fast_gelu's.
+@_op("fast_gelu(Tensor self) -> Tensor", keys=("AutogradPrivateUse1", "PrivateUse1", "Meta"))
 def _fast_gelu(self):
     return torch.ops.npu.npu_fast_gelu(self)
 
