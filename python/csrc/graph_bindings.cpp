@@ -2,7 +2,9 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -14,6 +16,7 @@
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_graph.h"
 #include "torch_npu/core/npu_stream.h"
+#include "torch_npu/core/npu_task_queue.h"
 #include "torch_npu/ops/zero_copy.h"
 
 namespace py = pybind11;
@@ -102,6 +105,83 @@ void host_kernel_wait(int device) {
   }
 }
 
+// ---- Python host functions on a stream (torch_npu's _launch_host_func) --------------
+// A Python callable and its argument, owned by tasks (and graphs recording them) that may
+// be destroyed on any thread: the references are dropped under the GIL.
+struct HostFunc {
+  py::object fn, data;
+  ~HostFunc() {
+    py::gil_scoped_acquire gil;
+    fn = py::object();
+    data = py::object();
+  }
+};
+
+void call_host_func(const HostFunc& f) {
+  py::gil_scoped_acquire gil;
+  try {
+    f.fn(f.data);
+  } catch (py::error_already_set& e) {
+    throw std::runtime_error(std::string("host function raised: ") + e.what());
+  }
+}
+
+// Pending host functions: queued by their stream's task, run by a Python thread
+// (torch_npu.npu._host_func_runner), so the stream does not wait for them.
+struct PendingQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<HostFunc>> items;
+};
+
+PendingQueue& pending() {
+  static auto* q = new PendingQueue();  // leaked: the runner thread may outlive statics
+  return *q;
+}
+
+NPUStream stream_of(int64_t stream_id, int64_t device) {
+  NPUStream s(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1,
+                                                           static_cast<c10::DeviceIndex>(device)), stream_id));
+  s.stream();  // validates the id
+  return s;
+}
+
+void launch_host_func(int64_t stream_id, int64_t device, py::object fn, py::object data, bool wait) {
+  TORCH_CHECK(PyCallable_Check(fn.ptr()), "_launch_host_func: argument 'fn' must be callable, got ",
+              py::str(py::type::of(fn)).cast<std::string>());
+  auto f = std::make_shared<HostFunc>();
+  f->fn = std::move(fn);
+  f->data = std::move(data);
+  NPUStream stream = stream_of(stream_id, device);
+  py::gil_scoped_release no_gil;
+  if (wait) {
+    launch(stream, "host_func", [f] { call_host_func(*f); });
+  } else {
+    launch(stream, "host_func_pending", [f] {
+      PendingQueue& q = pending();
+      {
+        std::lock_guard<std::mutex> lock(q.mu);
+        q.items.push_back(f);
+      }
+      q.cv.notify_one();
+    });
+  }
+}
+
+// The next pending host function (blocks without the GIL until there is one), run here.
+void run_next_pending_host_func() {
+  std::shared_ptr<HostFunc> f;
+  {
+    py::gil_scoped_release no_gil;
+    PendingQueue& q = pending();
+    std::unique_lock<std::mutex> lock(q.mu);
+    q.cv.wait(lock, [&q] { return !q.items.empty(); });
+    f = std::move(q.items.front());
+    q.items.pop_front();
+  }
+  f->fn(f->data);
+}
+
 }  // namespace
 
 void init_graph_bindings(py::module& m) {
@@ -128,6 +208,9 @@ void init_graph_bindings(py::module& m) {
   m.def("_npu_is_stream_capturing", [](int device) {
     return isStreamCapturing(getCurrentNPUStream(static_cast<c10::DeviceIndex>(device)));
   }, py::arg("device"));
+  m.def("_npu_launch_host_func", &launch_host_func, py::arg("stream_id"), py::arg("device"), py::arg("fn"),
+        py::arg("data"), py::arg("wait"));
+  m.def("_npu_run_next_pending_host_func", &run_next_pending_host_func);
   m.def("_graph_pool_handle", &graph_pool_handle);
   m.def("_npu_isCurrentStreamCapturing", &currentStreamCapturing);
   m.def("_npu_graphPoolInfo", [](int device, MempoolId_t pool) {

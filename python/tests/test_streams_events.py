@@ -284,3 +284,46 @@ def test_external_stream():
         assert int(rt.npuStreamDestroy(handle.value)) == 0
     with pytest.raises(RuntimeError, match="not a live aclrtStream"):
         torch.npu.ExternalStream(12345)
+
+
+def test_launch_host_func_runs_in_stream_order_and_on_replays():
+    """torch_npu's _launch_host_func: a Python call the stream reaches in order (the stream
+    waits for it), recorded into graphs; _launch_host_func_pending does not hold the stream."""
+    import threading
+    s = torch.npu.Stream()
+    seen = []
+    x, y = torch.zeros(4, device="npu"), torch.zeros(4, device="npu")
+
+    def after_fill(d):
+        seen.append(d)
+        y.copy_(x)  # npu work may be queued from it (blocking reads may not: it runs on the stream)
+    s.wait_stream(torch.npu.current_stream())
+    with torch.npu.stream(s):
+        torch.npu._sleep(int(20 * 1.8e6))
+        x.fill_(3.0)
+        torch.npu._launch_host_func(s, after_fill, "after fill")
+    assert seen == []  # queued behind the sleep
+    s.synchronize()
+    assert seen == ["after fill"] and torch.equal(y.cpu(), torch.full((4,), 3.0))
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        torch.npu._launch_host_func(torch.npu.current_stream(), seen.append, "replay")
+    assert "replay" not in seen  # nothing runs during the capture
+    g.replay()
+    g.replay()
+    torch.npu.synchronize()
+    assert seen.count("replay") == 2
+    done = threading.Event()
+    torch.npu._launch_host_func_pending(torch.npu.current_stream(), lambda ev: ev.set(), done)
+    torch.npu.synchronize()
+    assert done.wait(10)
+
+    def boom(_):
+        raise ValueError("boom")
+    torch.npu._launch_host_func(torch.npu.current_stream(), boom, None)
+    with pytest.raises(RuntimeError, match="host function raised: ValueError: boom"):
+        torch.npu.synchronize()
+    with pytest.raises(TypeError, match="'op_stream' must be a torch.npu.Stream"):
+        torch.npu._launch_host_func(None, print, None)
+    with pytest.raises(RuntimeError, match="'fn' must be callable"):
+        torch.npu._launch_host_func(s, 3, None)

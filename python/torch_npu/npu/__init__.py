@@ -44,6 +44,10 @@ from .utils import (
 )
 from . import streams
 from .streams import (
+    _launch_host_func,
+    _launch_host_func_pending,
+    _subscribe_report,
+    _unsubscribe_report,
     Event,
     ExternalStream,
     Stream,

@@ -367,3 +367,57 @@ def _erase_stream(tensor, stream):
         raise ValueError(f"erase_stream(): argument 'tensor' must be an npu tensor, got a tensor "
                          f"on {tensor.device}")
     _C._npu_eraseStream(tensor, stream.stream_id, stream.device_index, stream.device_type)
+
+
+def _check_host_func_stream(op_stream, fn_name):
+    if not isinstance(op_stream, torch.Stream) or op_stream.device.type != "npu":
+        raise TypeError(f"{fn_name}(): argument 'op_stream' must be a torch.npu.Stream, "
+                        f"got {type(op_stream).__name__}")
+
+
+def _launch_host_func(op_stream, fn, user_data):
+    r"""Queue ``fn(user_data)`` on ``op_stream``: when the stream reaches it, the Python function
+    runs (taking the GIL) and the stream waits for it; recorded and run on every replay when the
+    stream captures an NPU graph. ``fn`` may queue npu work; an exception it raises surfaces at
+    the stream's next synchronisation."""
+    _check_host_func_stream(op_stream, "_launch_host_func")
+    _C._npu_launch_host_func(op_stream.stream_id, op_stream.device_index, fn, user_data, True)
+
+
+_pending_runner = None
+
+
+def _launch_host_func_pending(op_stream, fn, user_data):
+    r"""As :func:`_launch_host_func`, but the stream does not wait: when it reaches the call,
+    ``fn(user_data)`` is handed to a host thread of torch_npu's, which runs such calls in
+    order. An exception ``fn`` raises is printed there."""
+    global _pending_runner
+    _check_host_func_stream(op_stream, "_launch_host_func_pending")
+    if _pending_runner is None:
+        import threading
+
+        def run():
+            import traceback
+            while True:
+                try:
+                    _C._npu_run_next_pending_host_func()
+                except Exception:  # the caller is gone: report it like an unraisable error
+                    traceback.print_exc()
+
+        _pending_runner = threading.Thread(target=run, name="npu_host_func", daemon=True)
+        _pending_runner.start()
+    _C._npu_launch_host_func(op_stream.stream_id, op_stream.device_index, fn, user_data, False)
+
+
+def _subscribe_report(op_stream):
+    r"""torch_npu's set-up for :func:`_launch_host_func` on ``op_stream`` (a host thread that
+    processes the stream's callback reports). Host functions run on the simulated stream's own
+    thread, so there is nothing to set up: this checks the stream."""
+    _check_host_func_stream(op_stream, "_subscribe_report")
+    _C._npu_streamRawHandle(op_stream.stream_id, op_stream.device_index)
+
+
+def _unsubscribe_report(op_stream):
+    r"""Undoes :func:`_subscribe_report` (nothing to undo here: it checks the stream)."""
+    _check_host_func_stream(op_stream, "_unsubscribe_report")
+    _C._npu_streamRawHandle(op_stream.stream_id, op_stream.device_index)
