@@ -13,12 +13,13 @@ namespace torch_npu {
 namespace {
 
 // Stream ids per device, in torch_npu's layout (type << 5 | index): 0 = the default
-// stream, type 3 = the normal-priority pool (ids 96..127), type 4 = the high-priority pool
-// (128..159). An external stream's id is its handle's address (far above the pools' ids),
+// stream, type 2 = the sync-launch streams (ids 64..67), type 3 = the normal-priority pool
+// (96..127), type 4 = the high-priority pool (128..159). An external stream's id is its handle's address (far above the pools' ids),
 // registered so that any other id is still refused.
 constexpr int kPoolBits = 5;
 constexpr int kPoolSize = 1 << kPoolBits;
-constexpr c10::StreamId kNormalType = 3, kHighType = 4;
+constexpr c10::StreamId kSyncLaunchType = 2, kNormalType = 3, kHighType = 4;
+constexpr int kSyncLaunchStreams = 4;
 constexpr c10::StreamId kLastPoolId = (kHighType << kPoolBits) | (kPoolSize - 1);
 constexpr int kMaxDevices = 64;
 
@@ -27,8 +28,8 @@ std::unordered_set<c10::StreamId> g_external;  // guarded by g_external_mu
 
 struct DevicePools {
   std::once_flag once;
-  std::array<aclrtStream, 2 * kPoolSize + 1> streams{};
-  std::atomic<uint32_t> next[2] = {0, 0};
+  std::array<aclrtStream, 2 * kPoolSize + 1 + kSyncLaunchStreams> streams{};  // default, pools, sync launch
+  std::atomic<uint32_t> next[3] = {0, 0, 0};
 };
 
 DevicePools& pools(c10::DeviceIndex device) {
@@ -43,7 +44,7 @@ void init_pools(c10::DeviceIndex device) {
     NPU_CHECK(aclrtGetDevice(&prev));
     NPU_CHECK(aclrtSetDevice(device));
     p.streams[0] = aclsimDefaultStream(device);
-    for (int i = 1; i <= 2 * kPoolSize; ++i) {
+    for (int i = 1; i <= 2 * kPoolSize + kSyncLaunchStreams; ++i) {
       // Creating a stream is cheap: its worker thread starts at its first task.
       NPU_CHECK(aclrtCreateStreamWithConfig(&p.streams[i], i > kPoolSize ? 1 : 0, 0));
       trace::emit(trace::Kind::StreamCreation, p.streams[i]);
@@ -105,6 +106,8 @@ int NPUStream::priority() const { return (id() >> kPoolBits) == kHighType && !is
 
 bool NPUStream::is_external() const { return id() > kLastPoolId; }
 
+bool NPUStream::is_sync_launch() const { return (id() >> kPoolBits) == kSyncLaunchType; }
+
 aclrtStream NPUStream::stream() const {
   auto device = device_index();
   check_device_index(device);
@@ -115,12 +118,15 @@ aclrtStream NPUStream::stream() const {
     return reinterpret_cast<aclrtStream>(static_cast<uintptr_t>(id));
   }
   const c10::StreamId type = id >> kPoolBits;
-  TORCH_CHECK(id == 0 || type == kNormalType || type == kHighType, "invalid npu stream id ", id,
-              " (0 is the default stream, ", kNormalType << kPoolBits, "..", (kHighType << kPoolBits) - 1,
-              " and ", kHighType << kPoolBits, "..", kLastPoolId, " the pools, larger ids external streams)");
+  const c10::StreamId index = id & (kPoolSize - 1);
+  TORCH_CHECK(id == 0 || type == kNormalType || type == kHighType || (type == kSyncLaunchType && index < kSyncLaunchStreams),
+              "invalid npu stream id ", id, " (0 is the default stream, ", kSyncLaunchType << kPoolBits, "..",
+              (kSyncLaunchType << kPoolBits) + kSyncLaunchStreams - 1, " the sync-launch streams, ",
+              kNormalType << kPoolBits, "..", kLastPoolId, " the pools, larger ids external streams)");
   init_pools(device);
   if (id == 0) return pools(device).streams[0];
-  return pools(device).streams[1 + (id & (kPoolSize - 1)) + (type == kHighType ? kPoolSize : 0)];
+  if (type == kSyncLaunchType) return pools(device).streams[1 + 2 * kPoolSize + index];
+  return pools(device).streams[1 + index + (type == kHighType ? kPoolSize : 0)];
 }
 
 bool NPUStream::query() const {
@@ -170,6 +176,14 @@ NPUStream getStreamFromPool(int priority, c10::DeviceIndex device) {
   const int high = priority < 0 ? 1 : 0;
   const uint32_t slot = pools(device).next[high]++ % kPoolSize;
   const c10::StreamId id = ((high ? kHighType : kNormalType) << kPoolBits) | slot;
+  return NPUStream(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id));
+}
+
+NPUStream getSyncLaunchStream(c10::DeviceIndex device) {
+  device = resolve(device);
+  init_pools(device);
+  const uint32_t slot = pools(device).next[2]++ % kSyncLaunchStreams;
+  const c10::StreamId id = (kSyncLaunchType << kPoolBits) | slot;
   return NPUStream(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, device), id));
 }
 

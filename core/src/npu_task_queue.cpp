@@ -171,9 +171,9 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
       return;
     }
   }
-  if (!task_queue_enabled() || in_kernel()) {
+  if (!task_queue_enabled() || in_kernel() || stream.is_sync_launch()) {
     // Inline: a kernel launching a kernel (e.g. a composite run on the worker) runs it
-    // right away on the same thread, which keeps stream order.
+    // right away on the same thread, which keeps stream order; so do sync-launch streams.
     if (!in_kernel()) wait_stream(stream);
     InlineKernelRecord record(name, stream);
     c10::DeviceIndex prev = current_device();

@@ -162,6 +162,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_getStreamFromExternal", [](uintptr_t stream, int device) {
     return stream_tuple(getStreamFromExternal(reinterpret_cast<aclrtStream>(stream), static_cast<c10::DeviceIndex>(device)));
   });
+  m.def("_npu_getSyncLaunchStream", [](int d) {
+    return stream_tuple(getSyncLaunchStream(static_cast<c10::DeviceIndex>(d)));
+  });
   m.def("_npu_streamPriority", [](int64_t id, int64_t device) {
     NPUStream s(c10::Stream(c10::Stream::UNSAFE, c10::Device(kNPU, static_cast<c10::DeviceIndex>(device)), id));
     s.stream();  // validates the id

@@ -327,3 +327,21 @@ def test_launch_host_func_runs_in_stream_order_and_on_replays():
         torch.npu._launch_host_func(None, print, None)
     with pytest.raises(RuntimeError, match="'fn' must be callable"):
         torch.npu._launch_host_func(s, 3, None)
+
+
+def test_sync_launch_stream_runs_kernels_at_the_call():
+    """torch_npu's SyncLaunchStream: no task queue for its kernels (ids 64..67)."""
+    s = torch.npu.SyncLaunchStream()
+    assert s.stream_id >> 5 == 2 and isinstance(s, torch.npu.Stream)
+    assert torch.npu.Stream(is_sync_launch=True).stream_id >> 5 == 2
+    x = torch.randn(100000, device="npu")
+    s.wait_stream(torch.npu.current_stream())
+    with torch.npu.stream(s):
+        y = x * 2
+        assert s.query()  # it ran at the call
+        torch.npu._sleep(int(10 * 1.8e6))  # queued work on it ...
+        z = y + 1  # ... comes first
+        assert s.query()
+    assert torch.equal(z.cpu(), x.cpu() * 2 + 1)
+    with pytest.raises(RuntimeError, match="invalid npu stream id"):
+        torch.npu.Stream(stream_id=s.stream_id + 4, device_index=0, device_type=s.device_type).npu_stream

@@ -52,6 +52,7 @@ from .streams import (
     ExternalStream,
     Stream,
     StreamContext,
+    SyncLaunchStream,
     current_stream,
     default_stream,
     get_sync_debug_mode,
@@ -144,7 +145,7 @@ __all__ = [
     "can_device_access_peer", "utilization", "mem_get_info", "is_initialized", "init", "npurt",
     "get_soc_version", "is_support_inf_nan", "current_blas_handle", "get_cann_version",
     # streams / events
-    "Stream", "Event", "ExternalStream", "StreamContext", "stream", "set_stream",
+    "Stream", "Event", "ExternalStream", "SyncLaunchStream", "StreamContext", "stream", "set_stream",
     "current_stream", "default_stream", "set_sync_debug_mode", "get_sync_debug_mode",
     # memory
     "OutOfMemoryError", "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "ipc_collect",

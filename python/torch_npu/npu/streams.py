@@ -21,6 +21,7 @@ __all__ = [
     "Stream",
     "Event",
     "ExternalStream",
+    "SyncLaunchStream",
     "StreamContext",
     "stream",
     "set_stream",
@@ -56,12 +57,30 @@ class Stream(torch.Stream):
     """
 
     def __new__(cls, device=None, priority=0, **kwargs):
+        if kwargs.pop("is_sync_launch", False):
+            if kwargs:
+                raise TypeError(f"torch.npu.Stream(is_sync_launch=True) got unexpected keyword arguments "
+                                f"{sorted(kwargs)}")
+            _lazy_init()
+            idx = _valid_device_index(device, fn="torch.npu.Stream")
+            stream_id, device_index, device_type = _C._npu_getSyncLaunchStream(idx)
+            return super().__new__(cls, priority=priority, stream_id=stream_id, device_index=device_index,
+                                   device_type=device_type)
         if "stream_id" in kwargs:
             # Re-wrap an existing stream: Stream(stream_id=, device_index=, device_type=).
             missing = {"device_index", "device_type"} - kwargs.keys()
             if missing:
                 raise TypeError(f"torch.npu.Stream(stream_id=...) also needs {sorted(missing)}")
-            return super().__new__(cls, priority=priority, **kwargs)
+            stream = super().__new__(cls, priority=priority, **kwargs)
+            # Fail fast, as torch_npu: the id must name a stream of an npu device.
+            if stream.device.type != "npu":
+                raise RuntimeError(f"torch.npu.Stream(): device_type {kwargs['device_type']} is not the npu's")
+            count = _C._npu_getDeviceCount()
+            if not 0 <= stream.device_index < count:
+                raise RuntimeError(f"torch.npu.Stream(): device_index {stream.device_index} is out of range: "
+                                   f"{count} npu device(s) are visible")
+            _C._npu_streamRawHandle(stream.stream_id, stream.device_index)
+            return stream
         if kwargs:
             raise TypeError(f"torch.npu.Stream() got unexpected keyword arguments {sorted(kwargs)}")
         if not isinstance(priority, int) or isinstance(priority, bool):
@@ -129,6 +148,21 @@ class Stream(torch.Stream):
 
     def __repr__(self) -> str:
         return f"<torch_npu.npu.Stream device={self.device} npu_stream={self.npu_stream:#x}>"
+
+
+class SyncLaunchStream(Stream):
+    r"""An NPU stream whose kernels bypass the task queue (torch_npu's sync-launch streams):
+    each launch runs on the calling thread, after what the stream already holds, as with
+    ``TASK_QUEUE_ENABLE=0`` for this stream alone. Events and waits work as on any stream.
+
+    Args:
+        device (torch.device or int, optional): the device; the current one if ``None``.
+        priority (int, optional): accepted for torch_npu's signature (sync-launch streams
+            have one priority).
+    """
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        return super().__new__(cls, device=device, priority=priority, is_sync_launch=True, **kwargs)
 
 
 class ExternalStream(Stream):

@@ -23,6 +23,9 @@ class NPUStream {
   int priority() const;
   // A stream created outside torch_npu (torch.npu.ExternalStream): its id is its handle.
   bool is_external() const;
+  // A sync-launch stream (torch_npu's SyncLaunchStream): its kernels bypass the task queue
+  // and run on the calling thread, in stream order.
+  bool is_sync_launch() const;
 
   // The simulator's handle (never NULL: the default stream is resolved).
   aclrtStream stream() const;
@@ -50,6 +53,8 @@ NPUStream getCurrentNPUStream(c10::DeviceIndex device = -1);
 // Thread-local per device, as torch.cuda.set_stream.
 void setCurrentNPUStream(NPUStream stream);
 NPUStream getStreamFromPool(bool isHighPriority = false, c10::DeviceIndex device = -1);
+// One of the device's sync-launch streams (round robin over 4).
+NPUStream getSyncLaunchStream(c10::DeviceIndex device = -1);
 // An aclrtStream created outside torch_npu (e.g. torch.npu.npurt().npuStreamCreate) on
 // `device`, as a torch stream. The caller keeps it alive while it is used.
 NPUStream getStreamFromExternal(aclrtStream stream, c10::DeviceIndex device);
