@@ -61,6 +61,90 @@ def _npu_getCurrentRawStream(device_index: int) -> int:
 _npu_getCurrentRawStreamNoWait = _npu_getCurrentRawStream
 
 
+# ---- graph trees (torch_npu.npu._graph_tree) ------------------------------------------------
+
+
+class _npu_NPUAllocator_AllocatorState:
+    """A checkpoint of one memory pool of the caching allocator: the blocks it had and which of
+    them were allocated (``blocks``: ``(address, size, allocated)`` in address order).
+
+    The simulator's allocator can report such a state but cannot be set back to one (torch_npu's
+    ``_npu_setCheckpointPoolState`` has no counterpart here), so graph trees keep every recorded
+    output allocated instead (see ``torch_npu.npu._graph_tree``).
+    """
+
+    def __init__(self, device: int, pool: tuple, blocks: list):
+        self.device = device
+        self.pool = pool
+        self.blocks = blocks
+
+    def allocated_addresses(self) -> set:
+        return {addr for addr, _, allocated in self.blocks if allocated}
+
+    def __repr__(self):
+        return (f"_npu_NPUAllocator_AllocatorState(device={self.device}, pool={self.pool}, "
+                f"blocks={len(self.blocks)}, allocated={len(self.allocated_addresses())})")
+
+
+def _pool_blocks(device: int, mempool_id: tuple) -> list:
+    """``(address, size, allocated)`` of the blocks of pool ``mempool_id`` on npu ``device``."""
+    import torch_npu._C as _C
+
+    blocks = []
+    for segment in _C._npu_memorySnapshot(tuple(mempool_id))["segments"]:
+        if segment["device"] != device or tuple(segment["segment_pool_id"]) != tuple(mempool_id):
+            continue
+        addr = segment["address"]
+        for block in segment["blocks"]:
+            blocks.append((addr, block["size"], block["state"] == "active_allocated"))
+            addr += block["size"]
+    return sorted(blocks)
+
+
+def _device_index(device) -> int:
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    device = torch.device(device)
+    if device.type != "npu":
+        raise ValueError(f"expected an npu device, got {device}")
+    return torch.npu.current_device() if device.index is None else device.index
+
+
+def _npu_getCheckpointState(device, mempool_id) -> _npu_NPUAllocator_AllocatorState:
+    """The state of memory pool ``mempool_id`` on npu ``device`` (its blocks and which are allocated)."""
+    index = _device_index(device)
+    return _npu_NPUAllocator_AllocatorState(index, tuple(mempool_id), _pool_blocks(index, mempool_id))
+
+
+def _npu_checkPoolLiveAllocations(device, mempool_id, expected_live_allocations) -> bool:
+    """Whether the allocated blocks of pool ``mempool_id`` are exactly the addresses
+    ``expected_live_allocations``."""
+    allocated = {addr for addr, _, live in _pool_blocks(_device_index(device), mempool_id) if live}
+    return allocated == set(expected_live_allocations)
+
+
+def _construct_NPU_Tensor_From_Storage_And_Metadata(metadata: dict, storage) -> torch.Tensor:
+    """A tensor over ``storage`` with the ``size``, ``stride``, ``storage_offset`` and ``dtype`` of
+    ``metadata`` (a graph tree's record of an output), on ``metadata["device"]``."""
+    for key in ("size", "stride", "dtype", "device"):
+        if key not in metadata:
+            raise KeyError(f"_construct_NPU_Tensor_From_Storage_And_Metadata(): 'metadata' has no {key!r}")
+    out = torch.empty((0,), dtype=metadata["dtype"], device=metadata["device"])
+    with torch.no_grad():
+        out.set_(storage, metadata.get("storage_offset", 0), metadata["size"], metadata["stride"])
+    return out
+
+
+def _tensors_data_ptrs_at_indices_equal(tensors, data_ptrs, indices) -> bool:
+    """Whether ``tensors[i].data_ptr() == data_ptrs[i]`` for every ``i`` in ``indices`` (a tensor
+    of ``None`` at an index counts as different)."""
+    for i in indices:
+        t = tensors[i]
+        if not isinstance(t, torch.Tensor) or t.data_ptr() != data_ptrs[i]:
+            return False
+    return True
+
+
 def install(c_module) -> None:
     """Put the functions above, and the submodules ``_mstx`` and ``_npurt``, on ``torch_npu._C`` (where the
     extension has none of its own)."""
@@ -69,7 +153,17 @@ def install(c_module) -> None:
                  "_empty_strided_npu": _empty_strided_npu,
                  "_weak_ref_tensor": _weak_ref_tensor,
                  "_npu_getCurrentRawStream": _npu_getCurrentRawStream,
-                 "_npu_getCurrentRawStreamNoWait": _npu_getCurrentRawStreamNoWait}
+                 "_npu_getCurrentRawStreamNoWait": _npu_getCurrentRawStreamNoWait,
+                 "_npu_NPUAllocator_AllocatorState": _npu_NPUAllocator_AllocatorState,
+                 "_npu_getCheckpointState": _npu_getCheckpointState,
+                 "_npu_checkPoolLiveAllocations": _npu_checkPoolLiveAllocations,
+                 "_construct_NPU_Tensor_From_Storage_And_Metadata":
+                     _construct_NPU_Tensor_From_Storage_And_Metadata,
+                 "_tensors_data_ptrs_at_indices_equal": _tensors_data_ptrs_at_indices_equal}
+    # Device-independent helpers of torch._C that torch_npu also exposes on its own _C.
+    for name in ("_construct_storage_from_data_pointer", "_add_cached_tensor", "_remove_cached_tensor",
+                 "_is_cached_tensor", "_set_cached_tensors_enabled", "_storage_Use_Count"):
+        functions[name] = getattr(torch._C, name)
     for name, fn in functions.items():
         if not hasattr(c_module, name):
             setattr(c_module, name, fn)
