@@ -19,7 +19,7 @@ from typing import Callable, List
 import torch
 
 # Submodules of torch_npu.npu that must be reachable as torch.npu.<name>.
-_NPU_SUBMODULES = ("utils", "streams", "memory", "random", "config", "amp",
+_NPU_SUBMODULES = ("utils", "streams", "memory", "random", "config", "graphs", "amp",
                    "amp.autocast_mode", "amp.grad_scaler")
 
 

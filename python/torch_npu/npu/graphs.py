@@ -9,6 +9,10 @@ pool of the caching allocator, inputs are fed by copying into the tensors the ca
 used. Synchronising with a capturing stream (``.item()``, ``.cpu()``,
 ``torch.npu.synchronize()``) raises; unlike CUDA's, the capture goes on (Ascend's runtime
 refuses the call without invalidating the capture).
+
+``torch.ops.npu.print_npugraph_tensor`` and ``save_npugraph_tensor`` (also
+``torch_npu.<name>``) print or save a tensor's values from inside a capture: at each replay,
+the values the tensor has at that point of the graph.
 """
 
 __all__ = [
@@ -19,12 +23,19 @@ __all__ = [
     "make_graphed_callables",
 ]
 
+import collections
+import ctypes
+import datetime
 import gc
+import os
+import threading
 import typing
 
 import torch
+from torch.fx.node import has_side_effect
 
 import torch_npu._C as _C
+from torch_npu._composite_ops import _op
 
 _CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 
@@ -341,3 +352,183 @@ def make_graphed_callables(callables, sample_args, num_warmup_iters=3, allow_unu
     if just_one_callable:
         return ret[0]
     return tuple(ret)
+
+
+# ---- printing and saving tensors from inside NPU graphs -----------------------------------
+
+# Host tensors in the data of torch.npu._launch_host_func_pending, as torch_npu passes them: a
+# "ptr" spec (address, byte count, shape, dtype) names host memory; the call receives instead a
+# "buffer" spec (bytes, shape, dtype) holding the bytes as they were when the stream got there.
+_NPUGRAPH_TENSOR_PTR_SPEC_MARKER = "host_tensor_ptr"
+_NPUGRAPH_TENSOR_BUFFER_SPEC_MARKER = "host_tensor_buffer"
+
+
+def _make_npugraph_tensor_ptr_spec(tensor):
+    r"""The ptr spec of a contiguous host tensor: where its bytes are, not what they are now
+    (nor a reference: the caller keeps the tensor alive)."""
+    return (_NPUGRAPH_TENSOR_PTR_SPEC_MARKER, tensor.data_ptr(), tensor.numel() * tensor.element_size(),
+            tuple(tensor.shape), tensor.dtype)
+
+
+def _is_ptr_spec(obj):
+    return (isinstance(obj, tuple) and len(obj) == 5 and isinstance(obj[0], str)
+            and obj[0] == _NPUGRAPH_TENSOR_PTR_SPEC_MARKER)
+
+
+def _holds_npugraph_tensor_ptr_spec(data):
+    r"""Whether ``data`` is a ptr spec or holds one (in tuples and lists)."""
+    if _is_ptr_spec(data):
+        return True
+    return isinstance(data, (tuple, list)) and any(_holds_npugraph_tensor_ptr_spec(d) for d in data)
+
+
+def _copy_npugraph_tensor_ptr_specs(data):
+    r"""``data`` with each ptr spec in it (also in tuples and lists) replaced by the buffer spec
+    of a copy of the bytes it points to at the time of the call."""
+    if _is_ptr_spec(data):
+        _, address, nbytes, shape, dtype = data
+        buffer = bytearray(nbytes)
+        if nbytes:
+            ctypes.memmove((ctypes.c_char * nbytes).from_buffer(buffer), address, nbytes)
+        return (_NPUGRAPH_TENSOR_BUFFER_SPEC_MARKER, buffer, shape, dtype)
+    if isinstance(data, (tuple, list)):
+        copied = [_copy_npugraph_tensor_ptr_specs(d) for d in data]
+        return copied if isinstance(data, list) else tuple(copied)
+    return data
+
+
+def _materialize_npugraph_tensor_arg(tensor_arg):
+    r"""The cpu tensor of a buffer spec (a list of specs: the list of tensors); anything else
+    is returned as it is."""
+    if isinstance(tensor_arg, list):
+        return [_materialize_npugraph_tensor_arg(arg) for arg in tensor_arg]
+    if (isinstance(tensor_arg, tuple) and len(tensor_arg) == 4 and isinstance(tensor_arg[0], str)
+            and tensor_arg[0] == _NPUGRAPH_TENSOR_BUFFER_SPEC_MARKER):
+        _, buffer, shape, dtype = tensor_arg
+        if len(buffer) == 0:  # torch.frombuffer refuses an empty buffer
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(buffer, dtype=dtype).reshape(shape)
+    return tensor_arg
+
+
+def _on_host_with_values(tensors, fn):
+    r"""Queue on the current stream of the device of ``tensors`` (a list of npu tensors) a call
+    ``fn(values)``, ``values`` cpu tensors holding the tensors' values as they are when the
+    stream gets there: at each replay, when the stream captures a graph.
+
+    The tensors are copied (non-blocking) into pinned host memory that ``fn`` reads, and the
+    stream waits for ``fn``: when ``torch.npu.synchronize()`` returns, its output is complete
+    (the print is done, the file written), at the cost of the stream waiting for it. (torch_npu
+    hands it to the interpreter's pending calls, which the main thread runs almost at once; a
+    pending host function here runs on a thread of its own, maybe after the program has gone
+    on to read the file.) The host function holds the pinned tensors, which keeps their memory
+    as long as a graph recording the call exists; ``values`` are only valid during the call (a
+    replay overwrites them).
+    """
+    stream = torch.npu.current_stream(tensors[0].device)
+    # made contiguous on the device: a copy to the host from strided memory would synchronize
+    host = [t.detach().contiguous().to("cpu", non_blocking=True) for t in tensors]
+    torch.npu._launch_host_func(stream, fn, host)
+
+
+def _print_tensor(tensor, tensor_name):
+    text = str(tensor) if tensor_name is None else f"{tensor_name}={tensor}"
+    print(f"{text}, shape={tuple(tensor.shape)}, dtype={tensor.dtype}", flush=True)
+
+
+_save_counters = {}  # path without the counter -> number of calls that saved there
+_save_counters_lock = threading.Lock()
+
+
+def _npugraph_tensor_save_path(save_path, device_index, overwrite):
+    r"""The file a call saves to: ``save_path`` (default: ``tensor_<timestamp>.pt`` in the
+    working directory; ``.pt`` when it has no suffix) with ``_device_<index>`` (npu tensors)
+    and, unless ``overwrite``, ``_<n>`` before the suffix, ``n`` counting the earlier calls
+    for the same path (each captured call keeps its file at every replay)."""
+    if save_path is None:
+        save_path = f"tensor_{datetime.datetime.now().strftime('%Y%m%d_%H%M%S_%f')}.pt"
+    directory, filename = os.path.split(save_path)
+    stem, suffix = os.path.splitext(filename)
+    if not stem:
+        raise ValueError(f"save_npugraph_tensor: save_path must end with a file name, got {save_path!r}")
+    if directory and not os.path.isdir(directory):
+        raise ValueError(f"save_npugraph_tensor: the directory of save_path does not exist: {directory!r}")
+    if device_index is not None:
+        stem = f"{stem}_device_{device_index}"
+    suffix = suffix or ".pt"
+    if not overwrite:
+        key = os.path.join(directory, stem + suffix)
+        with _save_counters_lock:
+            count = _save_counters.get(key, 0)
+            _save_counters[key] = count + 1
+        stem = f"{stem}_{count}"
+    return os.path.join(directory, stem + suffix)
+
+
+def _check_tensor_list(input):
+    if len(input) == 0:
+        raise ValueError("save_npugraph_tensor: input must not be an empty list")
+    devices = {t.device for t in input}
+    if len(devices) > 1:
+        raise ValueError(f"save_npugraph_tensor: the tensors of input must be on one device, got "
+                         f"{sorted(map(str, devices))}")
+
+
+# npu tensors go through the stream (captured in graphs); cpu tensors are printed or saved now.
+_DFX_KEYS = ("PrivateUse1", "CPU")
+
+
+@_op("print_npugraph_tensor(Tensor input, *, str? tensor_name=None) -> ()", keys=_DFX_KEYS)
+def _print_npugraph_tensor(input, *, tensor_name=None):
+    r"""Print ``input`` as ``[tensor_name=]tensor(...), shape=(...), dtype=...``: an npu tensor
+    when the stream gets there (at each replay when captured)."""
+    if input.device.type == "cpu":
+        _print_tensor(input, tensor_name)
+    else:
+        _on_host_with_values([input], lambda values: _print_tensor(values[0], tensor_name))
+
+
+@_op("save_npugraph_tensor(Tensor input, *, str? save_path=None, bool overwrite=False) -> ()", keys=_DFX_KEYS)
+def _save_npugraph_tensor(input, *, save_path=None, overwrite=False):
+    r"""``torch.save`` ``input`` to ``save_path`` (see :func:`_npugraph_tensor_save_path`); an
+    npu tensor when the stream gets there (at each replay when captured)."""
+    _save_npugraph_tensors(input, [input], save_path, overwrite)
+
+
+@_op("save_npugraph_tensor.tensor_list(Tensor[] input, *, str? save_path=None, bool overwrite=False) -> ()",
+     keys=_DFX_KEYS)
+def _save_npugraph_tensor_list(input, *, save_path=None, overwrite=False):
+    r"""As ``save_npugraph_tensor`` for a list of tensors on one device, saved as a list."""
+    _check_tensor_list(input)
+    _save_npugraph_tensors(list(input), input, save_path, overwrite)
+
+
+def _save_npugraph_tensors(obj, tensors, save_path, overwrite):
+    device = tensors[0].device
+    if device.type == "cpu":
+        torch.save(obj, _npugraph_tensor_save_path(save_path, None, overwrite))
+        return
+    path = _npugraph_tensor_save_path(save_path, device.index, overwrite)
+    single = isinstance(obj, torch.Tensor)
+    _on_host_with_values(tensors, lambda values: torch.save(values[0] if single else values, path))
+
+
+# No outputs: keep the calls in torch.compile graphs (dead code elimination would drop them).
+for _overload in (torch.ops.npu.print_npugraph_tensor.default, torch.ops.npu.save_npugraph_tensor.default,
+                  torch.ops.npu.save_npugraph_tensor.tensor_list):
+    has_side_effect(_overload)
+
+
+@torch.library.register_fake("npu::print_npugraph_tensor")
+def _print_npugraph_tensor_fake(input, *, tensor_name=None):
+    return None
+
+
+@torch.library.register_fake("npu::save_npugraph_tensor")
+def _save_npugraph_tensor_fake(input, *, save_path=None, overwrite=False):
+    return None
+
+
+@torch.library.register_fake("npu::save_npugraph_tensor.tensor_list")
+def _save_npugraph_tensor_list_fake(input, *, save_path=None, overwrite=False):
+    return None

@@ -8,7 +8,9 @@ constructor signatures, the raw ``npu_stream`` handle and the stream context
 managers.
 """
 
+import collections
 import ctypes
+import functools
 from typing import Any, Optional
 
 import torch
@@ -424,9 +426,21 @@ _pending_runner = None
 def _launch_host_func_pending(op_stream, fn, user_data):
     r"""As :func:`_launch_host_func`, but the stream does not wait: when it reaches the call,
     ``fn(user_data)`` is handed to a host thread of torch_npu's, which runs such calls in
-    order. An exception ``fn`` raises is printed there."""
+    order. An exception ``fn`` raises is printed there.
+
+    As in torch_npu, host memory named in ``user_data`` by ptr specs
+    (``torch_npu.npu.graphs._make_npugraph_tensor_ptr_spec``, also inside tuples and lists)
+    reaches ``fn`` as buffer specs holding its bytes as they were when the stream reached the
+    call (the stream waits for that copy, not for ``fn``)."""
     global _pending_runner
     _check_host_func_stream(op_stream, "_launch_host_func_pending")
+    from torch_npu.npu import graphs
+
+    if graphs._holds_npugraph_tensor_ptr_spec(user_data):
+        copies = collections.deque()  # oldest first: pending calls run in stream order
+        _launch_host_func(op_stream, lambda data: copies.append(graphs._copy_npugraph_tensor_ptr_specs(data)),
+                          user_data)
+        fn, user_data = functools.partial(_call_with_oldest, fn, copies), None
     if _pending_runner is None:
         import threading
 
@@ -441,6 +455,10 @@ def _launch_host_func_pending(op_stream, fn, user_data):
         _pending_runner = threading.Thread(target=run, name="npu_host_func", daemon=True)
         _pending_runner.start()
     _C._npu_launch_host_func(op_stream.stream_id, op_stream.device_index, fn, user_data, False)
+
+
+def _call_with_oldest(fn, copies, _):
+    fn(copies.popleft())
 
 
 def _subscribe_report(op_stream):
