@@ -1314,7 +1314,7 @@ class DeviceCachingAllocator {
     for (aclrtEvent ev : waits) {
       // A failed kernel still completes the event; its error is reported by the
       // stream's own synchronisation, not here.
-      (void)aclrtSynchronizeEvent(ev);
+      (void)wait_event(ev);
     }
     lock.lock();
   }

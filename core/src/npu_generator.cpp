@@ -83,7 +83,7 @@ void wait_for_random_replays(c10::DeviceIndex device) {
   if (it == order.last_replay.end()) return;
   const aclrtEvent last = it->second;
   order.last_replay.erase(it);
-  const aclError err = aclrtSynchronizeEvent(last);
+  const aclError err = wait_event(last);
   aclrtDestroyEvent(last);
   NPU_CHECK(err);
 }

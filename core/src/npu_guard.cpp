@@ -88,14 +88,14 @@ struct NPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void synchronizeEvent(void* event) const override {
     if (!event) return;
-    NPU_CHECK(aclrtSynchronizeEvent(static_cast<aclrtEvent>(event)));
+    NPU_CHECK(wait_event(static_cast<aclrtEvent>(event)));
     trace::emit(trace::Kind::EventSynchronization, event);
   }
   double elapsedTime(void* e1, void* e2, const c10::DeviceIndex) const override {
     TORCH_CHECK(e1 && e2, "Both events must be recorded before calculating elapsed time.");
     // As torch_npu's NPUEvent::elapsed_time: wait for both events (CUDA's requires them done).
-    NPU_CHECK(aclrtSynchronizeEvent(static_cast<aclrtEvent>(e1)));
-    NPU_CHECK(aclrtSynchronizeEvent(static_cast<aclrtEvent>(e2)));
+    NPU_CHECK(wait_event(static_cast<aclrtEvent>(e1)));
+    NPU_CHECK(wait_event(static_cast<aclrtEvent>(e2)));
     float ms = 0;
     NPU_CHECK(aclrtEventElapsedTime(&ms, static_cast<aclrtEvent>(e1), static_cast<aclrtEvent>(e2)));
     return ms;

@@ -269,6 +269,18 @@ void wait_stream(const NPUStream& stream) {
   NPU_CHECK(arg.err);
 }
 
+aclError wait_event(aclrtEvent event) {
+  struct Arg {
+    aclrtEvent e;
+    aclError err;
+  } arg{event, ACL_SUCCESS};
+  call_blocking([](void* p) {
+    auto* a = static_cast<Arg*>(p);
+    a->err = aclrtSynchronizeEvent(a->e);
+  }, &arg);
+  return arg.err;
+}
+
 void wait_device(c10::DeviceIndex device) {
   check_device_index(device);
   struct Arg {

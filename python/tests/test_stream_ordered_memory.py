@@ -131,3 +131,26 @@ def test_a_kernel_reuses_the_temporaries_it_freed():
     segments = torch.npu.memory_stats()["segment.all.current"]
     assert segments <= 3, torch.npu.memory_summary()
     assert all(torch.equal(t.cpu(), e) for t, e in zip(tensors, expected))
+
+
+def test_host_waits_release_the_gil():
+    """A stream task dropping the last C++ reference to a tensor with a Python object takes
+    the GIL: a host wait holding it (empty_cache waiting for free markers did) deadlocked
+    with such a task (the fuzzer hung in an async worker at seeds 31500..31999)."""
+    from conftest import run_python
+    code = """
+import torch, torch_npu
+for i in range(30):
+    a = torch.randn(256, 256, device="npu")
+    b = torch.rand(256, 256, device="npu") + 1
+    out = torch.empty(256, 256, device="npu")
+    torch.npu._sleep(int(2 * 1.8e6))   # what follows is queued
+    torch.div(a, b, out=out)
+    del a, b
+    torch.npu.empty_cache()            # waits for the free markers
+    torch.npu.current_stream().synchronize()
+    del out
+print("ok")
+"""
+    r = run_python(code, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

@@ -28,6 +28,10 @@ void sleep_on_stream(const NPUStream& stream, int64_t cycles);
 // These are the runtime's own waits; what the host program asks for (NPUStream::synchronize,
 // synchronize_device, blocking copies) also reports the synchronisation to the NPU trace.
 void wait_stream(const NPUStream& stream);
+// Waits for `event` the same way (the GIL released), returning ACL's status. Every wait of
+// the host goes through these: a task dropping the last C++ reference to a tensor that has
+// a Python object takes the GIL, so a host waiting with it held would deadlock.
+aclError wait_event(aclrtEvent event);
 void wait_device(c10::DeviceIndex device);
 void synchronize_device(c10::DeviceIndex device);
 using BlockingHook = void (*)(void (*fn)(void*), void* arg);
