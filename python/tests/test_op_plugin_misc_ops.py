@@ -520,8 +520,15 @@ def test_multi_head_latent_attention_with_lse_and_nz_caches():
     assert lse.shape == (b, h, 1)
     for i in range(b):
         _close(lse[i, :, 0], expected[i][1][:, 0], rtol=1e-5, atol=1e-5)
-    # without calc_type_ring there is no lse
-    assert torch_npu.atb.npu_multi_head_latent_attention(*args, h, 0.2, 1, True)[1] is None
+    # the simulator computes lse for every calc_type; return_lse=False returns None
+    _close(torch_npu.atb.npu_multi_head_latent_attention(*args, h, 0.2, 1, True)[1], lse.cpu())
+    assert torch_npu.atb.npu_multi_head_latent_attention(*args, h, 0.2, 1, False)[1] is None
+    # FakeTensorMode (torch.compile's tracing) runs the same kernels on fake tensors: shapes only
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        fake_args = (torch.empty(b, h, 32).npu(), torch.empty(b, h, 16).npu(), torch.empty(6, bs, 1, 32).npu(),
+                     torch.empty(6, bs, 1, 16).npu(), torch.zeros(b, 2, dtype=torch.int32).npu(), lens)
+        fake_out, fake_lse = torch_npu.atb.npu_multi_head_latent_attention(*fake_args, h, 0.2, 1, True)
+        assert fake_out.shape == (b, h, 32) and fake_lse.shape == (b, h, 1)
     ws = torch_npu.atb._npu_multi_head_latent_attention_get_workspace(*args, h, 0.2, 1, True)
     assert ws.numel() == 0
     # FRACTAL_NZ caches [blocks, hidden / 16, block_size, 16], into out=

@@ -111,7 +111,7 @@ def _nd_cache(name, arg, cache, kv_heads, nz=False):
     NZ)."""
     _check(cache.dim() in (3, 4), f"{name}: {arg} must be [blocks, block_size, kv_heads, head_size] or "
                                   f"[blocks, block_size, hidden], got {list(cache.shape)}")
-    if cache.dim() == 4 and (nz or _is_nz(cache) or (cache.size(2) != kv_heads and cache.size(3) in (16, 32))):
+    if cache.dim() == 4 and (nz or (cache.size(2) != kv_heads and cache.size(3) in (16, 32)) or _is_nz(cache)):
         cache = cache.permute(0, 2, 1, 3).flatten(2)
     if cache.dim() == 3:
         _check(kv_heads > 0 and cache.size(2) % kv_heads == 0,
@@ -252,8 +252,8 @@ def _paged_attention(name, query, key_cache, value_cache, num_kv_heads, num_head
     _check_lens(name, q_lens, lens)
     _check(block_table.dim() == 2 and block_table.size(0) == batch,
            f"{name}: block_table must be [{batch}, max_blocks], got {list(block_table.shape)}")
-    tokens = sum(q_lens)
-    _check(query.size(0) == tokens, f"{name}: query must hold {tokens} tokens, got {query.size(0)}")
+    tokens = query.size(0)
+    _check(sum(q_lens) <= tokens, f"{name}: the sequences have {sum(q_lens)} queries, more than query's {tokens}")
     _check(out.numel() == tokens * num_heads * value_cache.size(-1) and out.size(0) == tokens,
            f"{name}: out must be [{tokens}, {num_heads}, {value_cache.size(-1)}], got {list(out.shape)}")
     _varlen_attention(query, _paged_kv(key_cache, value_cache, block_table), q_lens, lens, scale_value, bias_of,
@@ -323,7 +323,8 @@ def _npu_matmul_add_fp32(x, weight, C):
 # ---- KV caches ----------------------------------------------------------------------------------
 
 def _is_nz(cache):
-    return torch.ops.npu.get_npu_format(cache) == 29  # FRACTAL_NZ
+    # A fake tensor (FakeTensorMode, torch.compile's tracing) has no storage format: ND.
+    return not torch._subclasses.fake_tensor.is_fake(cache) and torch.ops.npu.get_npu_format(cache) == 29
 
 
 @_atb_op("_npu_reshape_and_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
@@ -682,14 +683,15 @@ _MLA_CACHES = {"krope_ctkv": 1, "int8_nzcache": 2, "nzcache": 3}
 
 
 def _mla(q_nope, q_rope, ctkv, k_rope, block_tables, context_lens, q_headnum, qk_scale, kv_headnum, mask, qseqlen,
-         qk_descale, pv_descale, mask_type, calc_type, cache_mode, output, lse):
+         qk_descale, pv_descale, mask_type, calc_type, cache_mode, output, lse, always_lse=False):
     """Paged attention of MLA: the query is [q_nope, q_rope] and the keys [ctkv, k_rope] (paged
     caches, ND for cache_mode 'krope_ctkv', FRACTAL_NZ [blocks, hidden / c0, block_size, c0]
     for 'nzcache' and 'int8_nzcache'); the values are ctkv. With 'int8_nzcache', q_nope and
     ctkv are int8: query head h's q_nope . ctkv is dequantized by qk_descale[h], its output by
     pv_descale[h]. Each sequence has one query (decoding) or qseqlen[b] ones; mask_type
     'mask_type_spec' applies mask (rows of all queries, [tokens, S], or in full),
-    'mask_type_free' a causal mask. calc_type 'calc_type_ring' also writes lse [tokens, H, 1]."""
+    'mask_type_free' a causal mask. calc_type 'calc_type_ring' (or always_lse) also writes
+    lse [tokens, H, 1]."""
     name = "npu_multi_head_latent_attention"
     mask_code = _mode(_MLA_MASKS, mask_type, "undefined", "mask_type")
     calc = _mode(_MLA_CALCS, calc_type, "calc_type_undefined", "calc_type")
@@ -712,7 +714,8 @@ def _mla(q_nope, q_rope, ctkv, k_rope, block_tables, context_lens, q_headnum, qk
         bias_of = _causal(q_nope.device)
     keys = torch.cat([ctkv.float(), k_rope.float()], -1)
     result = torch.empty(output.shape, dtype=torch.float32, device=output.device)
-    lse_rows = None if calc != _MLA_CALCS["calc_type_ring"] or lse is None else lse.view(lse.size(0), -1)
+    ring = always_lse or calc == _MLA_CALCS["calc_type_ring"]
+    lse_rows = lse.view(lse.size(0), -1) if ring and lse is not None else None
     _paged_attention(name, torch.cat([q, q_rope.float()], -1), keys, ctkv.float(), kv_headnum, q_headnum, qk_scale,
                      block_tables, context_lens, result, q_lens=q_lens, bias_of=bias_of, lse=lse_rows)
     if cache == _MLA_CACHES["int8_nzcache"]:
@@ -760,12 +763,14 @@ def _npu_multi_head_latent_attention_lse(q_nope, q_rope, ctkv, k_rope, block_tab
                                          qk_scale, kv_headnum, return_lse, *, mask=None, qseqlen=None,
                                          qk_descale=None, pv_descale=None, mask_type=None, calc_type=None,
                                          cache_mode=None, workspace=None):
-    """MLA paged attention returning (output, lse): lse [tokens, heads, 1], the log-sum-exp of
-    each query's scaled scores, exists for calc_type 'calc_type_ring' and return_lse (else
-    None). The workspace is not needed."""
-    output, lse = _mla_outputs(q_nope, q_rope, calc_type)
-    output, lse = _mla(q_nope, q_rope, ctkv, k_rope, block_tables, context_lens, q_headnum, qk_scale, kv_headnum,
-                       mask, qseqlen, qk_descale, pv_descale, mask_type, calc_type, cache_mode, output, lse)
+    """MLA paged attention returning (output, lse): lse [tokens, heads, 1] is the log-sum-exp
+    of each query's scaled scores (None without return_lse). ATB computes it for calc_type
+    'calc_type_ring' (torch_npu's eager call returns None for the others, its shape function a
+    tensor); the simulator always does. The workspace is not needed."""
+    output = q_nope.new_empty(q_nope.shape, dtype=q_rope.dtype)
+    lse = q_nope.new_empty((q_nope.size(0), q_nope.size(1), 1), dtype=q_rope.dtype)
+    _mla(q_nope, q_rope, ctkv, k_rope, block_tables, context_lens, q_headnum, qk_scale, kv_headnum, mask, qseqlen,
+         qk_descale, pv_descale, mask_type, calc_type, cache_mode, output, lse, always_lse=True)
     return output, lse if return_lse else None
 
 
