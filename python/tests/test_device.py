@@ -107,7 +107,11 @@ def test_device_name_and_properties():
     props = torch.npu.get_device_properties("npu:1")
     assert props.name == "Ascend910B1"
     assert props.total_memory == 64 * GiB
-    assert props.multi_processor_count > 0 and props.cube_core_num > 0
+    assert props.cube_core_num > 0 and props.multi_processor_count == props.vector_core_num
+    # CUDA / ROCm facts an NPU does not have are None, as in torch_npu
+    for field in ("major", "minor", "is_multi_gpu_board", "is_integrated", "max_threads_per_multi_processor",
+                  "warp_size", "regs_per_multiprocessor", "gcnArchName"):
+        assert getattr(props, field) is None, field
     assert props.vector_core_num > 0 and props.L2_cache_size > 0
     assert repr(props) == "_NPUDeviceProperties(name='Ascend910B1', total_memory=65536MB)"
     # torch_npu's SocVersion enum: Ascend910B1 = 220 (names in get_device_name()).

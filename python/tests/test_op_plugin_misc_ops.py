@@ -306,3 +306,300 @@ def test_flash_attention_unpad_attends_within_each_sequence():
     with pytest.raises(RuntimeError, match="kernel_type only supports"):
         torch_npu._npu_flash_attention_unpad_v2(q.npu(), k.npu(), v.npu(), torch.tensor(lens), 0.4, h, kvh,
                                                 kernel_type=1, out=out)
+
+
+def _attention_reference(q, k, v, scale, bias=None):
+    """q [Sq, H, D], k [Skv, KVH, D], v [Skv, KVH, Dv], bias added to the scores [H, Sq, Skv]:
+    (out [Sq, H, Dv], log-sum-exp [H, Sq]) in float64."""
+    group = q.size(1) // k.size(1)
+    k, v = k.double().repeat_interleave(group, 1), v.double().repeat_interleave(group, 1)
+    scores = torch.einsum("qhd,khd->hqk", q.double(), k) * scale
+    if bias is not None:
+        scores = scores + bias.double()
+    out = torch.einsum("hqk,khd->qhd", scores.softmax(-1), v)
+    return out.float(), scores.logsumexp(-1).float()
+
+
+def _causal_bias(q_len, kv_len, top_left=False):
+    first = 0 if top_left else kv_len - q_len
+    hidden = torch.arange(kv_len) > torch.arange(first, first + q_len)[:, None]
+    return torch.zeros(q_len, kv_len).masked_fill(hidden, float("-inf"))
+
+
+def test_flash_attention_full_compressed_and_alibi_masks():
+    torch.manual_seed(5)
+    h, kvh, d, dv = 4, 2, 8, 6
+    lens = [3, 5]
+    q, k, v = torch.randn(8, h, d), torch.randn(8, kvh, d), torch.randn(8, kvh, dv)
+    lens_t = torch.tensor(lens, dtype=torch.int32)
+
+    def check(out, bias_of):
+        start = 0
+        for b, n in enumerate(lens):
+            rows = slice(start, start + n)
+            _close(out.reshape(8, h, dv)[rows], _attention_reference(q[rows], k[rows], v[rows], 0.3, bias_of(n))[0],
+                   rtol=1e-5, atol=1e-5)
+            start += n
+
+    # a full mask [S, S] (rows and columns of each sequence from 0) and ATB's compressed causal mask
+    full = torch.randn(6, 6)
+    out = torch.zeros(8, h, dv).npu()
+    torch_npu._npu_flash_attention(q.npu(), k.npu(), v.npu(), full.npu(), lens_t, 0.3, h, kvh, out)
+    check(out, lambda n: full[:n, :n])
+    torch_npu._npu_flash_attention_v3(q.npu(), k.npu(), v.npu(), torch.ones(128, 128).triu(1).npu(), lens_t, 0.3, h,
+                                      kvh, out=out)
+    check(out, lambda n: _causal_bias(n, n))
+    with pytest.raises(RuntimeError, match="mask_type only supports MASK_TYPE_NORM_COMPRESS"):
+        torch_npu._npu_flash_attention_v3(q.npu(), k.npu(), v.npu(), full.npu(), lens_t, 0.3, h, kvh, mask_type=1,
+                                          out=out)
+
+    # v2 takes [tokens, hidden] tensors; compressed ALiBi: slopes[h] * (i - j), or its square root
+    slopes = torch.tensor([-0.5, -0.25, -0.125, -0.0625])
+    out2 = torch.zeros(8, h * dv).npu()
+    for mask_type, law in ((4, lambda dist: dist), (5, torch.sqrt)):
+        res = torch_npu.atb._npu_flash_attention_v2(q.reshape(8, -1).npu(), k.reshape(8, -1).npu(),
+                                                    v.reshape(8, -1).npu(), lens, mask=torch.zeros(256, 256).npu(),
+                                                    slopes=slopes.npu(), mask_type=mask_type, scale_value=0.3,
+                                                    num_heads=h, num_kv_heads=kvh, out=out2)
+        assert res is out2
+
+        def alibi(n):
+            dist = (torch.arange(n)[:, None] - torch.arange(n)).float().clamp(min=0)
+            return slopes[:, None, None] * law(dist) + _causal_bias(n, n)
+        check(out2, alibi)
+    # an ALiBi mask in full, [batch, heads, S, S]
+    alibi_full = torch.randn(2, h, 5, 5)
+    torch_npu.atb._npu_flash_attention_v2(q.npu(), k.npu(), v.npu(), lens, mask=alibi_full.npu(), mask_type=2,
+                                          scale_value=0.3, num_heads=h, num_kv_heads=kvh, out=out)
+    start = 0
+    for b, n in enumerate(lens):
+        rows = slice(start, start + n)
+        _close(out[rows], _attention_reference(q[rows], k[rows], v[rows], 0.3, alibi_full[b, :, :n, :n])[0],
+               rtol=1e-5, atol=1e-5)
+        start += n
+    with pytest.raises(RuntimeError, match="slopes"):
+        torch_npu.atb._npu_flash_attention_v2(q.npu(), k.npu(), v.npu(), lens, mask_type=4, num_heads=h,
+                                              num_kv_heads=kvh, out=out)
+    with pytest.raises(RuntimeError, match="mask_type must be one of"):
+        torch_npu.atb._npu_flash_attention_v2(q.npu(), k.npu(), v.npu(), lens, mask_type=3, num_heads=h,
+                                              num_kv_heads=kvh, out=out)
+
+
+def _prefix_case(seed):
+    """Two sequences in paged caches: 5 and 7 tokens, whose last 2 and 3 are the queries."""
+    torch.manual_seed(seed)
+    h, kvh, d, bs = 4, 2, 8, 4
+    kv_lens, q_lens = [5, 7], [2, 3]
+    keys, values = torch.randn(2, 8, kvh, d), torch.randn(2, 8, kvh, d)
+    key_cache, table = _paged(keys, bs, 6, torch.randperm(6))
+    value_cache, _ = _paged(values, bs, 6, table.flatten().long())
+    q = torch.randn(5, h, d)
+    return h, kvh, d, kv_lens, q_lens, keys, values, key_cache, value_cache, table, q
+
+
+def _check_prefix(out, q, keys, values, q_lens, kv_lens, bias_of, scale):
+    start = 0
+    for b, (nq, nk) in enumerate(zip(q_lens, kv_lens)):
+        rows = slice(start, start + nq)
+        _close(out[rows], _attention_reference(q[rows], keys[b, :nk], values[b, :nk], scale, bias_of(nq, nk))[0],
+               rtol=1e-5, atol=1e-5)
+        start += nq
+
+
+def test_prefill_over_a_cached_prefix_is_causal():
+    h, kvh, d, kv_lens, q_lens, keys, values, key_cache, value_cache, table, q = _prefix_case(6)
+    args = (q.npu(), key_cache.npu(), value_cache.npu(), table.npu())
+    out = torch.zeros(5, h, d).npu()
+    torch_npu._npu_flash_attention_qlens(*args, torch.ones(128, 128).triu(1).npu(), torch.tensor(q_lens),
+                                         torch.tensor(kv_lens), kvh, h, 0.3, out)
+    _check_prefix(out, q, keys, values, q_lens, kv_lens, _causal_bias, 0.3)
+    out.zero_()
+    # [blocks, block_size, hidden] caches
+    torch_npu.atb._npu_flash_attention_prefix_v2(q.npu(), key_cache.flatten(2).npu(), value_cache.flatten(2).npu(),
+                                                 table.npu(), torch.zeros(128, 128).npu(), q_lens, kv_lens,
+                                                 num_kv_heads=kvh, num_heads=h, scale_value=0.3, out=out)
+    _check_prefix(out, q, keys, values, q_lens, kv_lens, _causal_bias, 0.3)
+    res = torch_npu.atb.npu_self_attention_prefix_encoder(*args, q_lens, kv_lens, h, 0.3, kvh)
+    _check_prefix(res, q, keys, values, q_lens, kv_lens, _causal_bias, 0.3)
+    # causal plus square-root ALiBi distances from the query's position in its sequence
+    slopes = torch.tensor([-0.5, -0.25, -0.125, -0.0625])
+
+    def alibi(nq, nk):
+        dist = (torch.arange(nk - nq, nk)[:, None] - torch.arange(nk)).float().clamp(min=0)
+        return slopes[:, None, None] * dist.sqrt() + _causal_bias(nq, nk)
+    torch_npu.atb.npu_self_attention_prefix_encoder(*args, q_lens, kv_lens, h, 0.3, kvh, slopes=slopes.npu(),
+                                                    mask_type="mask_type_alibi_compress_sort", output=res)
+    _check_prefix(res, q, keys, values, q_lens, kv_lens, alibi, 0.3)
+    with pytest.raises(RuntimeError, match="Unsupported mask_type value: 'triu'"):
+        torch_npu.atb.npu_self_attention_prefix_encoder(*args, q_lens, kv_lens, h, 0.3, kvh, mask_type="triu")
+    with pytest.raises(RuntimeError, match="kernel_type must be 1"):
+        torch_npu.atb._npu_flash_attention_prefix_v2(*args, torch.zeros(128, 128).npu(), q_lens, kv_lens,
+                                                     kernel_type=0, num_kv_heads=kvh, num_heads=h, out=out)
+
+
+def test_paged_attention_splitfuse_masks_and_nz_caches():
+    h, kvh, d, kv_lens, q_lens, keys, values, key_cache, value_cache, table, q = _prefix_case(7)
+    # the mask rows of all 5 queries, over the longest sequence's 7 positions
+    rows = torch.randn(5, 7)
+    out = torch.zeros(5, h, d).npu()
+    torch_npu._npu_paged_attention_splitfuse(q.npu(), key_cache.npu(), value_cache.npu(), table.npu(),
+                                             torch.tensor(kv_lens), rows.npu(), torch.tensor(q_lens), kvh, h, 0.3, out)
+    starts = [0, 2]
+    _check_prefix(out, q, keys, values, q_lens, kv_lens,
+                  lambda nq, nk: rows[starts[q_lens.index(nq)]:starts[q_lens.index(nq)] + nq, :nk], 0.3)
+    # FRACTAL_NZ caches [blocks, hidden / 16, block_size, 16], under ATB's compressed causal mask
+    key_nz = key_cache.flatten(2).unflatten(2, (-1, 16)).transpose(1, 2).contiguous()
+    value_nz = value_cache.flatten(2).unflatten(2, (-1, 16)).transpose(1, 2).contiguous()
+    torch_npu._npu_paged_attention_splitfuse_v2(q.npu(), torch_npu.npu_format_cast(key_nz.npu(), 29),
+                                                torch_npu.npu_format_cast(value_nz.npu(), 29), table.npu(),
+                                                torch.tensor(kv_lens), torch.zeros(1).npu(), torch.tensor(q_lens),
+                                                kvh, h, 0.3, out=out)
+    _check_prefix(out, q, keys, values, q_lens, kv_lens, _causal_bias, 0.3)
+    with pytest.raises(RuntimeError, match=r"MASK_TYPE_NORM_COMPRESS\(5\), but got: 1"):
+        torch_npu._npu_paged_attention_splitfuse_v2(q.npu(), key_nz.npu(), value_nz.npu(), table.npu(),
+                                                    torch.tensor(kv_lens), torch.zeros(1).npu(), torch.tensor(q_lens),
+                                                    kvh, h, 0.3, mask_type=1, out=out)
+
+
+def test_paged_attention_v2_alibi_and_quant():
+    torch.manual_seed(8)
+    b, h, kvh, d, bs = 2, 4, 2, 8, 4
+    keys, values = torch.randn(b, 6, kvh, d), torch.randn(b, 6, kvh, d)
+    key_cache, table = _paged(keys, bs, 4, torch.randperm(4))
+    value_cache, _ = _paged(values, bs, 4, table.flatten().long())
+    lens, q = [6, 4], torch.randn(b, h, d)
+    mask = torch.randn(b, h, 1, 6)
+    out = torch.zeros(b, h, d).npu()
+    kwargs = dict(value_cache=value_cache.npu(), mask=mask.npu(), num_kv_heads=kvh, num_heads=h, scale_value=0.3,
+                  mask_type=2)
+    ws = torch_npu.atb._npu_paged_attention_v2_get_workspace(q.npu(), key_cache.npu(), table.npu(), lens, out=out,
+                                                             **kwargs)
+    assert ws.numel() == 0
+    torch_npu.atb._npu_paged_attention_v2(q.npu(), key_cache.npu(), table.npu(), lens, workspace=ws, out=out,
+                                          **kwargs)
+    for i, n in enumerate(lens):
+        _close(out[i], _attention_reference(q[i:i + 1], keys[i, :n], values[i, :n], 0.3, mask[i, :, :, :n])[0][0],
+               rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="mask_type must be 0"):
+        torch_npu.atb._npu_paged_attention_v2(q.npu(), key_cache.npu(), table.npu(), lens, out=out,
+                                              **{**kwargs, "mask_type": 1})
+    # int8 queries and caches, dequantized per query head
+    q8, k8, v8 = (torch.randint(-5, 6, t.shape, dtype=torch.int8) for t in (q, key_cache, value_cache))
+    k_descale, v_descale = torch.rand(h) / 10, torch.rand(h) / 10
+    out16 = torch.zeros(b, h, d, dtype=torch.bfloat16).npu()
+    torch_npu._npu_paged_attention_quant(q8.npu(), k8.npu(), v8.npu(), kvh, h, 0.3, table.npu(),
+                                         torch.tensor(lens), 3, 27, k_descale.npu(), v_descale.npu(), out16)
+    for i, n in enumerate(lens):
+        gathered_k = torch.stack([k8[table[i, t // bs], t % bs] for t in range(n)])
+        gathered_v = torch.stack([v8[table[i, t // bs], t % bs] for t in range(n)])
+        ref, _ = _attention_reference(q8[i:i + 1].float() * k_descale[:, None], gathered_k.float(),
+                                      gathered_v.float(), 0.3)
+        _close(out16[i].float(), ref[0] * v_descale[:, None], rtol=1e-2, atol=1e-2)
+    with pytest.raises(RuntimeError, match="outdata_type"):
+        torch_npu._npu_paged_attention_quant(q8.npu(), k8.npu(), v8.npu(), kvh, h, 0.3, table.npu(),
+                                             torch.tensor(lens), 3, 1, k_descale.npu(), v_descale.npu(), out16)
+
+
+def test_multi_head_latent_attention_with_lse_and_nz_caches():
+    torch.manual_seed(9)
+    b, h, bs = 3, 4, 4
+    ctkv_tokens, rope_tokens = torch.randn(b, 6, 1, 32), torch.randn(b, 6, 1, 16)
+    ctkv, table = _paged(ctkv_tokens, bs, 6, torch.randperm(6))
+    k_rope, _ = _paged(rope_tokens, bs, 6, table.flatten().long())
+    q_nope, q_rope = torch.randn(b, h, 32), torch.randn(b, h, 16)
+    lens = [6, 3, 5]
+    args = (q_nope.npu(), q_rope.npu(), ctkv.npu(), k_rope.npu(), table.npu(), torch.tensor(lens))
+    expected = [_attention_reference(torch.cat([q_nope[i:i + 1], q_rope[i:i + 1]], -1),
+                                     torch.cat([ctkv_tokens[i, :n], rope_tokens[i, :n]], -1), ctkv_tokens[i, :n], 0.2)
+                for i, n in enumerate(lens)]
+    out = torch_npu.atb.npu_multi_head_latent_attention(*args, h, 0.2, 1)
+    assert out.shape == (b, h, 32)
+    for i in range(b):
+        _close(out[i], expected[i][0][0], rtol=1e-5, atol=1e-5)
+    out, lse = torch_npu.atb.npu_multi_head_latent_attention(*args, h, 0.2, 1, True, calc_type="calc_type_ring")
+    assert lse.shape == (b, h, 1)
+    for i in range(b):
+        _close(lse[i, :, 0], expected[i][1][:, 0], rtol=1e-5, atol=1e-5)
+    # the simulator computes lse for every calc_type; return_lse=False returns None
+    _close(torch_npu.atb.npu_multi_head_latent_attention(*args, h, 0.2, 1, True)[1], lse.cpu())
+    assert torch_npu.atb.npu_multi_head_latent_attention(*args, h, 0.2, 1, False)[1] is None
+    # FakeTensorMode (torch.compile's tracing) runs the same kernels on fake tensors: shapes only
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        fake_args = (torch.empty(b, h, 32).npu(), torch.empty(b, h, 16).npu(), torch.empty(6, bs, 1, 32).npu(),
+                     torch.empty(6, bs, 1, 16).npu(), torch.zeros(b, 2, dtype=torch.int32).npu(), lens)
+        fake_out, fake_lse = torch_npu.atb.npu_multi_head_latent_attention(*fake_args, h, 0.2, 1, True)
+        assert fake_out.shape == (b, h, 32) and fake_lse.shape == (b, h, 1)
+    ws = torch_npu.atb._npu_multi_head_latent_attention_get_workspace(*args, h, 0.2, 1, True)
+    assert ws.numel() == 0
+    # FRACTAL_NZ caches [blocks, hidden / 16, block_size, 16], into out=
+    nz = [c.flatten(2).unflatten(2, (-1, 16)).transpose(1, 2).contiguous().npu() for c in (ctkv, k_rope)]
+    out_nz = torch.zeros(b, h, 32).npu()
+    torch_npu.atb.npu_multi_head_latent_attention(q_nope.npu(), q_rope.npu(), *nz, table.npu(), lens, h, 0.2, 1,
+                                                  cache_mode="nzcache", output=out_nz)
+    _close(out_nz, out.cpu(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="Unsupported cache_mode value: 'nd'"):
+        torch_npu.atb.npu_multi_head_latent_attention(*args, h, 0.2, 1, cache_mode="nd")
+
+
+def test_ring_mla_merges_chunks_into_attention_over_all_keys():
+    torch.manual_seed(10)
+    h, tokens = 2, 5
+    q_nope, q_rope = torch.randn(tokens, h, 8), torch.randn(tokens, h, 4)
+    k_nope, k_rope, value = torch.randn(2 * tokens, h, 8), torch.randn(2 * tokens, h, 4), torch.randn(2 * tokens, h, 6)
+    seqlen = torch.tensor([tokens], dtype=torch.int32)
+    common = dict(qk_scale=0.3, kernel_type="kernel_type_default")
+    first = [t[:tokens].npu() for t in (k_nope, k_rope, value)]
+    out1, lse1 = torch_npu.atb.npu_ring_mla(q_nope.npu(), q_rope.npu(), *first, torch.zeros(512, 512).npu(), seqlen,
+                                            h, h, mask_type="mask_type_triu", **common)
+    q, k = torch.cat([q_nope, q_rope], -1), torch.cat([k_nope, k_rope], -1)
+    ref1, ref_lse1 = _attention_reference(q, k[:tokens], value[:tokens], 0.3, _causal_bias(tokens, tokens, True))
+    _close(out1, ref1, rtol=1e-5, atol=1e-5)
+    assert lse1.shape == (h, tokens) and lse1.dtype == torch.float32
+    _close(lse1, ref_lse1, rtol=1e-5, atol=1e-5)
+    # the next chunk of keys, merged with the first: attention over both
+    second = [t[tokens:].npu() for t in (k_nope, k_rope, value)]
+    out2, lse2 = torch.empty(tokens, h, 6).npu(), torch.empty(h, tokens).npu()
+    torch_npu.atb.npu_ring_mla(q_nope.npu(), q_rope.npu(), *second, torch.zeros(512, 512).npu(), seqlen, h, h,
+                               pre_out=out1, prev_lse=lse1, calc_type="calc_type_default", output=out2,
+                               softmax_lse=lse2, **common)
+    bias = torch.cat([_causal_bias(tokens, tokens, True), torch.zeros(tokens, tokens)], -1)
+    ref2, ref_lse2 = _attention_reference(q, k, value, 0.3, bias)
+    _close(out2, ref2, rtol=1e-5, atol=1e-5)
+    _close(lse2, ref_lse2, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="Expected CPU tensor"):
+        torch_npu.atb.npu_ring_mla(q_nope.npu(), q_rope.npu(), *first, torch.zeros(1).npu(), seqlen.npu(), h, h)
+    with pytest.raises(RuntimeError, match="needs pre_out and prev_lse"):
+        torch_npu.atb.npu_ring_mla(q_nope.npu(), q_rope.npu(), *first, torch.zeros(1).npu(), seqlen, h, h,
+                                   calc_type="calc_type_default")
+
+
+def test_group_topk_and_fused_add_topk_div():
+    x = torch.tensor([[1., 5., 2., 2., 0.5, 4., 3., 3.],
+                      [9., 0., 1., 1., 1., 1., 2., 2.]])
+    # groups of 2; group scores (top-1 sums) row 0: 5, 2, 4, 3 -> keep groups 0, 2
+    grouped = x.half().npu()
+    torch_npu._npu_group_topk(grouped, k=2, group_num=4, n=1)
+    _close(grouped.float(), torch.tensor([[1., 5., 0., 0., 0.5, 4., 0., 0.],
+                                          [9., 0., 0., 0., 0., 0., 2., 2.]]))
+    with pytest.raises(RuntimeError, match="group_num"):
+        torch_npu._npu_group_topk(x.npu(), k=1, group_num=3, n=1)
+
+    add = torch.zeros(8)
+    y, idx = torch_npu.atb.npu_fused_add_topk_div(x.npu(), add.npu(), group_num=4, group_topk=2, n=1, k=3)
+    sig = torch.sigmoid(x)
+    expected_idx = torch.tensor([[1, 5, 0], [0, 6, 7]])
+    assert idx.dtype == torch.int32 and y.dtype == torch.float32
+    _close(idx, expected_idx.int())
+    picked = sig.gather(1, expected_idx)
+    _close(y, picked / picked.sum(-1, keepdim=True), rtol=1e-6, atol=1e-6)
+    # logical experts: expert e of token t -> mapping_table[e, t % mapping_num[e]]
+    mapping_num = torch.full((8,), 2, dtype=torch.int32)
+    mapping_table = torch.arange(16, dtype=torch.int32).reshape(8, 2) + 100
+    y2, idx2 = torch.empty(2, 3).npu(), torch.empty(2, 3, dtype=torch.int32).npu()
+    torch_npu.atb.npu_fused_add_topk_div(x.npu(), add.npu(), mapping_num=mapping_num.npu(),
+                                         mapping_table=mapping_table.npu(), group_num=4, group_topk=2, n=1, k=3,
+                                         is_norm=False, enable_expert_mapping=True, y=y2, indices=idx2)
+    _close(idx2, mapping_table[expected_idx, torch.tensor([[0], [1]])])
+    _close(y2, picked)
+    with pytest.raises(RuntimeError, match="Unsupported activation_type value: 'relu'"):
+        torch_npu.atb.npu_fused_add_topk_div(x.npu(), add.npu(), activation_type="relu", group_num=4)

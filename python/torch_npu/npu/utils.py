@@ -228,8 +228,9 @@ class _NPUDeviceProperties:
     """Properties of one NPU, with the attribute names of torch_npu's ``_NPUDeviceProperties``."""
 
     __slots__ = ("name", "total_memory", "cube_core_num", "vector_core_num", "L2_cache_size",
-                 "multi_processor_count", "major", "minor", "is_integrated",
-                 "is_multi_gpu_board", "index", "uuid")
+                 "multi_processor_count", "major", "minor", "is_integrated", "is_multi_gpu_board",
+                 "max_threads_per_multi_processor", "warp_size", "regs_per_multiprocessor", "gcnArchName",
+                 "index", "uuid")
 
     def __init__(self, index: int, name: str, total_memory: int):
         cube, vector, l2 = _SOC_FACTS.get(name, _SOC_FACTS["Ascend910B1"])
@@ -239,12 +240,15 @@ class _NPUDeviceProperties:
         self.cube_core_num = cube
         self.vector_core_num = vector
         self.L2_cache_size = l2
-        self.multi_processor_count = cube
-        # An NPU has no CUDA compute capability; see get_device_capability().
-        self.major = 0
-        self.minor = 0
-        self.is_integrated = False
-        self.is_multi_gpu_board = False
+        # The vector cores stand for CUDA's multiprocessors (as torch_npu, e.g. for
+        # DataParallel's balance check).
+        self.multi_processor_count = vector
+        # CUDA / ROCm facts an NPU does not have are None, as in torch_npu (no compute
+        # capability: see get_device_capability()).
+        self.major = self.minor = None
+        self.is_integrated = self.is_multi_gpu_board = None
+        self.max_threads_per_multi_processor = self.warp_size = self.regs_per_multiprocessor = None
+        self.gcnArchName = None
         # A stable id per simulated device (a real NPU reports its chip's UUID).
         self.uuid = uuid.uuid5(uuid.NAMESPACE_OID, f"ascend-simulator/{name}/{index}")
 
