@@ -174,6 +174,9 @@ c10::Storage AliasMap::npu_storage_for(const c10::Storage& cpu) {
 at::Tensor AliasMap::alias(const at::Tensor& t) {
   TORCH_CHECK(t.layout() == c10::kStrided, "npu tensors with layout ", t.layout(),
               " are not supported by the NPU simulator's kernels");
+  for (const auto& [impl, a] : aliases_) {
+    if (impl == t.unsafeGetTensorImpl()) return a;
+  }
   const c10::Storage& npu = t.storage();
   c10::StorageImpl* npu_impl = npu.unsafeGetStorageImpl();
   c10::Storage cpu;
@@ -197,6 +200,7 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
   // Some CPU kernels look at it (the argmax/argmin that _sparse_mm_reduce_impl saves for
   // backward): they must see what they would see on the CPU.
   if (t.requires_grad()) a.set_requires_grad(true);
+  aliases_.emplace_back(t.unsafeGetTensorImpl(), a);
   return a;
 }
 

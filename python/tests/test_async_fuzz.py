@@ -91,3 +91,16 @@ def test_overlapping_copy_raises_at_the_call():
     with pytest.raises(RuntimeError, match="single memory location"):
         t.view(1, 1).copy_(t)
     torch.npu.synchronize()  # the stream did not fail
+
+
+def test_one_tensor_as_two_outputs_is_one_tensor_to_the_kernel():
+    """Fuzz seed 36549: torch.min(t, dim, out=(o, o)) squeezes o twice on the CPU (values, then
+    indices: shape []); each out= argument had its own alias, so npu gave shape [1]."""
+    for device in ("cpu", "npu"):
+        t = torch.arange(8).reshape(8, 1).to(device)
+        o = torch.empty((1,), dtype=torch.int64, device=device)
+        torch.min(t, dim=-2, keepdim=False, out=(o, o))
+        if device == "cpu":
+            expected = o
+    assert o.shape == expected.shape == torch.Size([])
+    assert torch.equal(o.cpu(), expected)

@@ -85,6 +85,9 @@ class AliasMap {
   c10::DeviceIndex device_;
   bool borrow_ = false;
   c10::SmallVector<Entry, 8> entries_;
+  // An npu tensor passed twice gets the same alias object, as the CPU kernel would get the
+  // same tensor (out=(t, t): both results resize and squeeze the one tensor).
+  c10::SmallVector<std::pair<const c10::TensorImpl*, at::Tensor>, 8> aliases_;
   struct Untiled {
     c10::Storage copy;  // CPU storage of the base array, plain
     c10::Storage npu;   // the tiled storage it stands for
