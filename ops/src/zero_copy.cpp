@@ -19,7 +19,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <exception>
 #include <unordered_map>
 
@@ -314,6 +316,14 @@ class WarningCollector final : public c10::WarningHandler {
 
 }  // namespace
 
+bool small_on_idle_stream(const NPUStream& stream, int64_t numel) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("ASCEND_SIM_INLINE_SMALL");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled && numel <= kInlineNumel && stream.query();
+}
+
 void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel) {
   NPUStream stream = getCurrentNPUStream(device);
   if (!in_kernel() && isStreamCapturing(stream)) {
@@ -321,7 +331,7 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
                              " cannot be captured into an NPU graph: it must run before the call returns, which a "
                              "capturing stream never does; run it outside the capture");
   }
-  const bool on_worker = task_queue_enabled() && !in_kernel() && (max_numel > kInlineNumel || !stream.query());
+  const bool on_worker = task_queue_enabled() && !in_kernel() && !small_on_idle_stream(stream, max_numel);
   if (!on_worker) {
     if (!in_kernel()) wait_stream(stream);
     InlineKernelRecord record(name, stream);
@@ -360,7 +370,7 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
     if (t.defined() && t.device().type() == kNPU) t = aliases.alias(t);
   }
   if (aliases.has_untiled() ||
-      (!capture && (!task_queue_enabled() || in_kernel() || (work_numel <= kInlineNumel && stream.query())))) {
+      (!capture && (!task_queue_enabled() || in_kernel() || small_on_idle_stream(stream, work_numel)))) {
     if (!in_kernel()) wait_stream(stream);
     InlineKernelRecord record(name, stream);
     KernelScope scope(device);
@@ -951,7 +961,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   for (size_t r = 0; async && r < results.size(); ++r) async = results[r].toTensor().numel() > 0;
   // A small kernel on an idle stream costs less run right here than handed to the
   // worker and back; the result is the same (nothing is queued before it).
-  if (async && !capture && scan.max_numel <= kInlineNumel && stream.query()) async = false;
+  if (async && !capture && small_on_idle_stream(stream, scan.max_numel)) async = false;
   // An out= argument the kernel resizes: synchronously (while capturing, run once to learn
   // the new geometry, as a functional op).
   if (async && traits.has_out && may_resize_outs(op, traits, *stack, args_begin)) async = false;
@@ -1031,12 +1041,12 @@ namespace {
 // a tensor whose C++ refcount goes from 1 to 2, and the Python bindings call ops without
 // the GIL). Operands the boxed fallback must check or copy (other devices, dtypes the op
 // table excludes, tiled formats) take the structured path, which ends there.
-bool small_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
+bool small_operands_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
   if (in_kernel()) return false;
   const at::Tensor& t = is_npu(a) ? a : b;
-  if (!is_npu(t) || a.numel() > kInlineNumel || b.numel() > kInlineNumel) return false;
+  if (!is_npu(t)) return false;
   NPUStream stream = getCurrentNPUStream(t.device().index());
-  return !isStreamCapturing(stream) && stream.query();
+  return !isStreamCapturing(stream) && small_on_idle_stream(stream, std::max(a.numel(), b.numel()));
 }
 
 // An operand the CPU kernel takes as it is (a Python number: a 0-dim CPU tensor) or as
@@ -1068,7 +1078,7 @@ std::optional<at::Tensor> run_direct(const char* name, const char* overload, con
   AliasMap aliases(device);
   const at::Tensor cpu_a = is_npu(a) ? aliases.alias(a) : a;
   const at::Tensor cpu_b = is_npu(b) ? aliases.alias(b) : b;
-  // run_now's inline case without its checks, which small_on_idle_stream made (nothing
+  // run_now's inline case without its checks, which small_operands_on_idle_stream made (nothing
   // queued, no capture), nor its MKL thread setting (no BLAS here): the wait only collects
   // finished kernels and raises a failed one's error.
   const NPUStream stream = getCurrentNPUStream(device);
@@ -1083,25 +1093,25 @@ std::optional<at::Tensor> run_direct(const char* name, const char* overload, con
 }
 
 at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  if (small_on_idle_stream(self, other)) {
+  if (small_operands_on_idle_stream(self, other)) {
     if (auto out = run_direct("aten::add", "Tensor", self, other, alpha)) return *std::move(out);
   }
   return at::compositeexplicitautogradnonfunctional::add(self, other, alpha);
 }
 at::Tensor sub_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-  if (small_on_idle_stream(self, other)) {
+  if (small_operands_on_idle_stream(self, other)) {
     if (auto out = run_direct("aten::sub", "Tensor", self, other, alpha)) return *std::move(out);
   }
   return at::compositeexplicitautogradnonfunctional::sub(self, other, alpha);
 }
 at::Tensor mul_tensor(const at::Tensor& self, const at::Tensor& other) {
-  if (small_on_idle_stream(self, other)) {
+  if (small_operands_on_idle_stream(self, other)) {
     if (auto out = run_direct("aten::mul", "Tensor", self, other)) return *std::move(out);
   }
   return at::compositeexplicitautogradnonfunctional::mul(self, other);
 }
 at::Tensor div_tensor(const at::Tensor& self, const at::Tensor& other) {
-  if (small_on_idle_stream(self, other)) {
+  if (small_operands_on_idle_stream(self, other)) {
     if (auto out = run_direct("aten::div", "Tensor", self, other)) return *std::move(out);
   }
   return at::compositeexplicitautogradnonfunctional::div(self, other);

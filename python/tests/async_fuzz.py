@@ -4,8 +4,8 @@
 that ``render`` prints as Python. ``run_program(program, device)`` runs it on npu (with the
 process's TASK_QUEUE_ENABLE) or on cpu and returns its trace: every host read, the exception
 that stopped the program if any, and every tensor alive at the end (a tensor of more than
-4096 elements by digest). The npu traces with TASK_QUEUE_ENABLE=1 and =0 must equal the cpu
-trace exactly, shapes, dtypes and values (nan equal to nan), with no tolerance: the simulator
+4096 elements by digest). The npu traces of the three modes of MODES (the default, every
+launch queued, the task queue off) must equal the cpu trace exactly, shapes, dtypes and values (nan equal to nan), with no tolerance: the simulator
 runs the same CPU kernels, and generated values are multiples of 1/4, so that most sums do not
 depend on their order anyway. On cpu, stream, event and record_stream steps do nothing, the
 second device ``dev1`` is the cpu too, and an NPUGraph runs its body once per replay.
@@ -17,7 +17,7 @@ copy to the host is read after a synchronisation; pinned host memory is not writ
 used it; indices are in range (a kernel's own error surfaces at the next synchronisation when
 the stream is busy, by design); matmuls are float32, as the NPU's op table requires.
 
-  python async_fuzz.py --programs N --start S   seeds [S, S+N): npu async and sync vs cpu
+  python async_fuzz.py --programs N --start S   seeds [S, S+N): npu async, queued and sync vs cpu
   python async_fuzz.py --show SEED              print one program
 """
 import argparse
@@ -38,6 +38,7 @@ import torch
 
 FULL_VALUES = 4096          # larger tensors are compared by digest
 SMALL_DIMS = (1, 2, 3, 4, 5, 8)
+SLEEP_CYCLES = 1_800_000    # 1 ms of the simulated AI Core
 BIG_SHAPES = ((40000,), (33000,), (200, 200), (2, 130, 130), (181, 182))
 DTYPES = (torch.float32, torch.float32, torch.float64, torch.int64, torch.bool)
 
@@ -159,6 +160,7 @@ SPECIAL_CODE = {
     "exit_graph": lambda g: None,
     "replay": lambda g: f"{_fmt(g)}.replay()",
     "sync": lambda: "torch.npu.synchronize()",
+    "sleep": lambda: f"torch.npu._sleep({SLEEP_CYCLES})",
     "empty_cache": lambda: "torch.npu.empty_cache()",
     "record_stream": lambda t, s: f"{_fmt(t)}.record_stream({_fmt(s)})",
     "pin": lambda h: f"{_fmt(h)}.pin_memory()",
@@ -352,6 +354,7 @@ SPECIAL = {
     "exit_graph": _exit_graph,
     "replay": lambda run, g: g.replay() if run.npu else g.replay(run),
     "sync": lambda run: run.npu and torch.npu.synchronize(),
+    "sleep": lambda run: run.npu and torch.npu._sleep(SLEEP_CYCLES),
     "empty_cache": lambda run: run.npu and torch.npu.empty_cache(),
     "record_stream": _record_stream,
     "pin": lambda run, h: h.pin_memory() if run.npu else h.clone(),
@@ -1396,8 +1399,9 @@ class Builder:
         self.emit(None, "replay", Ref(g))
 
     def fam_busy(self):
-        """A long kernel, so that what follows is queued."""
+        """A busy stream, so that what follows is queued: a long kernel behind a sleep task."""
         a = self.existing_or_new((256, 256), torch.float32)
+        self.emit(None, "sleep")
         self.emit(self.name("t"), "torch.mm", a, a)
 
     FAMILIES = {"fam_create": 10, "fam_compute": 30, "fam_inplace": 16, "fam_resize": 4, "fam_copy": 8,
@@ -1468,7 +1472,14 @@ def generate(seed):
 
 # ----------------------------------------------------------------------------- comparison
 
-MODES = {"async": "1", "sync": "0"}   # npu runs: TASK_QUEUE_ENABLE
+# npu runs: the environment of each. "async" is the default (a small kernel launched on an
+# idle stream runs on the caller, others are queued), "queued" queues every kernel the task
+# queue can take (full asynchrony), "sync" runs every kernel on the caller.
+MODES = {
+    "async": {"TASK_QUEUE_ENABLE": "1", "ASCEND_SIM_INLINE_SMALL": "1"},
+    "queued": {"TASK_QUEUE_ENABLE": "1", "ASCEND_SIM_INLINE_SMALL": "0"},
+    "sync": {"TASK_QUEUE_ENABLE": "0", "ASCEND_SIM_INLINE_SMALL": "1"},
+}
 
 
 def same(a, b):
@@ -1520,12 +1531,12 @@ def _describe(item):
 
 
 def compare(seed, program, traces):
-    """The first difference of the npu traces ``traces["async"]``, ``traces["sync"]`` from
+    """The first difference of the npu traces (``traces[mode]``, e.g. for each of MODES) from
     ``traces["cpu"]``, as a Mismatch, or None."""
     for k in range(max(len(t) for t in traces.values())):
         items = {mode: trace[k] if k < len(trace) else None for mode, trace in traces.items()}
         cpu = items["cpu"]
-        if all(_same_item(cpu, items[mode]) for mode in MODES):
+        if all(_same_item(cpu, item) for mode, item in items.items() if mode != "cpu"):
             continue
         step = min(item[0] for item in items.values() if item is not None)
         detail = "\n".join(f"  {mode:>5}: {_describe(item)}" for mode, item in items.items())
@@ -1585,7 +1596,7 @@ def _package_path():
 
 
 def _spawn(mode, start, count, path, log, threads):
-    env = dict(os.environ, TASK_QUEUE_ENABLE=MODES[mode])
+    env = dict(os.environ, **MODES[mode])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_path(), os.environ.get("PYTHONPATH")) if p)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--start", str(start),
            "--programs", str(count), "--out", path, "--threads", str(threads)] + \
@@ -1601,7 +1612,7 @@ def _last_seed(log_path):
 
 
 def run_batch(start, count, threads=1, timeout=1800):
-    """Runs seeds [start, start+count) on npu with TASK_QUEUE_ENABLE=1 and =0 (one process
+    """Runs seeds [start, start+count) on npu in each mode of MODES (one process
     each, concurrently, with ``threads`` intra-op threads) and on cpu; compares. A worker that
     crashes or hangs at a seed is a mismatch of that seed; the batch goes on after it."""
     began = time.monotonic()
@@ -1636,7 +1647,7 @@ def run_batch(start, count, threads=1, timeout=1800):
                 if not all(seed in results[mode] for mode in MODES):
                     break
                 entry = results["sync"][seed]
-                traces = {"cpu": entry["cpu"], "async": results["async"][seed]["npu"], "sync": entry["npu"]}
+                traces = {"cpu": entry["cpu"], **{mode: results[mode][seed]["npu"] for mode in MODES}}
                 compared += 1
                 mismatch = compare(seed, entry["program"], traces)
                 if mismatch:

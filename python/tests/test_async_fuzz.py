@@ -1,5 +1,5 @@
 """The asynchronous path gives what the synchronous path and the CPU give: random op programs
-(async_fuzz.py) run with TASK_QUEUE_ENABLE=1 and =0 and on cpu, and regressions it found."""
+(async_fuzz.py) run on npu in three modes (default, every launch queued, task queue off) and on cpu, and regressions it found."""
 import pytest
 import torch
 

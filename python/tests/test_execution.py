@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch_npu  # noqa: F401
 
+from conftest import run_python
+
 H2D, D2H = 1, 2
 
 
@@ -142,6 +144,32 @@ def test_kernel_error_surfaces_at_sync_and_stream_recovers():
     # On an idle stream the same error is raised by the call itself, with torch's type.
     with pytest.raises(IndexError, match="index out of range"):
         x.index_add_(0, idx, torch.ones(2, device="npu"))
+
+
+@pytest.mark.parametrize("inline_small", ["1", "0"])
+def test_inline_small_decides_where_a_small_kernel_on_an_idle_stream_fails(inline_small):
+    """ASCEND_SIM_INLINE_SMALL=1 (default) runs a small kernel launched on an idle stream on the
+    caller, so its error is raised by the call; =0 queues it, so the call returns and the error
+    surfaces at the next synchronisation, naming the operator."""
+    code = """
+import torch, torch_npu
+x = torch.zeros(4, device="npu")
+idx = torch.tensor([0, 9], device="npu")
+torch.npu.synchronize()
+try:
+    x.index_add_(0, idx, torch.ones(2, device="npu"))
+    print("returned")
+    torch.npu.synchronize()
+except Exception as e:
+    print(type(e).__name__, str(e).splitlines()[0])
+"""
+    r = run_python(code, env={"ASCEND_SIM_INLINE_SMALL": inline_small, "TASK_QUEUE_ENABLE": "1"})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    if inline_small == "1":
+        assert lines[0].startswith("IndexError") and "index out of range" in lines[0], r.stdout
+    else:
+        assert lines[0] == "returned" and lines[1].startswith("RuntimeError") and "index_add" in lines[1], r.stdout
 
 
 def test_large_ops_with_python_scalars_match_cpu():

@@ -13,6 +13,8 @@
 #include <c10/util/FunctionRef.h>
 #include <c10/util/SmallVector.h>
 
+#include "torch_npu/core/npu_stream.h"
+
 #include <functional>
 #include <vector>
 
@@ -109,6 +111,13 @@ at::Tensor borrowed_twin(const at::Tensor& t);
 
 // Tensors up to this many elements are processed by one thread (ATen's grain size).
 constexpr int64_t kInlineNumel = 32768;
+
+// True when a kernel touching at most `numel` elements (kInlineNumel) may run on the
+// calling thread although the task queue is on, because nothing is queued on `stream`:
+// its worker would start it at once, and handing it over would cost more than the
+// kernel. ASCEND_SIM_INLINE_SMALL=0 turns this off, so that every kernel the task queue
+// can take is queued (full asynchrony: async_fuzz.py runs programs so too).
+bool small_on_idle_stream(const torch_npu::NPUStream& stream, int64_t numel);
 
 // Runs `kernel` (CPU work on aliases of NPU memory of `device`) and returns when it is
 // done. A small kernel on an idle stream runs on the calling thread; others run on the
