@@ -12,6 +12,10 @@ thread). Inside a subprocess every case is measured on cpu and npu alternately (
 harness.py), and the ratio is npu time / cpu time. Targets apply to the default
 (async) mode; the sync rows show what asynchrony costs or saves.
 
+A loaded pass follows (``--load-cases``, ``--busy``): the cases the asynchrony target names
+(large elementwise ops, a training step) run again in both modes while ``--busy`` processes
+started by this script spin on the CPU, the normal state of a shared CI runner.
+
 --write keeps everything from the line ``<!-- keep: ... -->`` to the end of an existing
 file (hand-written analysis) and regenerates the rest.
 """
@@ -32,6 +36,8 @@ sys.path.insert(0, HERE)
 MODES = {"async": "1", "sync": "0"}  # mode -> TASK_QUEUE_ENABLE
 KEEP_MARKER = "<!-- keep: everything below this line is hand-written and kept by run_all.py --write -->"
 RESULT_TAG = "@@RESULT@@ "
+LOAD_CASES = "add,add_,transformer"  # what the loaded pass runs by default
+ASYNC_COST_TARGET = 1.05               # async / sync (normalised), idle or loaded
 
 
 # Modules of this folder with more cases (a list CASES of cases.Case), run after cases.py's.
@@ -96,14 +102,37 @@ def fmt_time(seconds: float, unit: str) -> str:
     return f"{seconds * 1e6:.2f} us"
 
 
-def run_mode(mode: str, args) -> dict:
+def start_busy(count: int):
+    """`count` processes that spin on the CPU until stopped (stop_busy)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def stop_busy(procs) -> None:
+    for proc in procs:
+        proc.kill()
+    for proc in procs:
+        proc.wait()
+
+
+def run_mode(mode: str, args, only=None, busy: int = 0) -> dict:
+    """One mode's measurements in a fresh subprocess; with `busy` spinning processes around it."""
     env = dict(os.environ)
     env["TASK_QUEUE_ENABLE"] = MODES[mode]
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--scale", str(args.scale)]
-    if args.only:
-        cmd += ["--only", ",".join(args.only)]
-    print(f"== mode {mode} (TASK_QUEUE_ENABLE={MODES[mode]})", file=sys.stderr, flush=True)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    only = only if only is not None else args.only
+    if only:
+        cmd += ["--only", ",".join(only)]
+    print(f"== mode {mode} (TASK_QUEUE_ENABLE={MODES[mode]})" + (f", {busy} busy processes" if busy else ""),
+          file=sys.stderr, flush=True)
+    spinners = start_busy(busy)
+    try:
+        return _collect(mode, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True), busy)
+    finally:
+        stop_busy(spinners)
+
+
+def _collect(mode: str, proc, busy: int) -> dict:
     noise = Counter()
     # Progress lines go through; anything else on stderr (e.g. C++ warnings repeated
     # every step) is counted and shown once at the end.
@@ -124,6 +153,7 @@ def run_mode(mode: str, args) -> dict:
         if line.startswith(RESULT_TAG):
             info = json.loads(line[len(RESULT_TAG):])
             info["stderr_lines"] = sum(noise.values())
+            info["busy"] = busy
             return info
     raise SystemExit(f"benchmark worker for mode {mode} failed (exit code {rc})")
 
@@ -171,7 +201,7 @@ def table(runs, cases) -> str:
             if r is None:
                 continue
             met = "yes" if r["ratio"] <= case.target else "no"
-            label = info["mode"] + (" (TQE=0)" if info["mode"] == "sync" else "")
+            label = mode_label(info)
             base, subject = case.sides
             rows.append(f"| {case.title} | {label} | {base} {fmt_time(r['base_s'], case.unit)} | "
                         f"{subject} {fmt_time(r['subject_s'], case.unit)} | {r['ratio']:.2f} | <= {case.target:.2f} | "
@@ -179,23 +209,35 @@ def table(runs, cases) -> str:
     return head + "\n".join(rows) + "\n"
 
 
+def mode_label(info) -> str:
+    label = info["mode"] + (" (TQE=0)" if info["mode"] == "sync" else "")
+    busy = info.get("busy", 0)
+    return label + (f", {busy} busy processes" if busy else "")
+
+
 def async_cost_table(runs, cases) -> str:
-    by_mode = {info["mode"]: {r["name"]: r for r in info["results"]} for info in runs}
-    if "async" not in by_mode or "sync" not in by_mode:
+    by_mode = {(info["mode"], info.get("busy", 0)): {r["name"]: r for r in info["results"]} for info in runs}
+    loads = sorted({busy for mode, busy in by_mode if ("async", busy) in by_mode and ("sync", busy) in by_mode})
+    if not loads:
         return ""
-    lines = ["| benchmark | ratio async | ratio sync | async / sync (normalised) | npu async | npu sync |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for case in cases:
-        a, s = by_mode["async"].get(case.name), by_mode["sync"].get(case.name)
-        if not a or not s:
-            continue
-        lines.append(f"| {case.title} | {a['ratio']:.2f} | {s['ratio']:.2f} | {a['ratio'] / s['ratio']:.2f} | "
-                     f"{fmt_time(a['subject_s'], case.unit)} | {fmt_time(s['subject_s'], case.unit)} |")
+    lines = ["| benchmark | load | ratio async | ratio sync | async / sync (normalised) | target | met | npu async | "
+             "npu sync |",
+             "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+    for busy in loads:
+        for case in cases:
+            a, s = by_mode[("async", busy)].get(case.name), by_mode[("sync", busy)].get(case.name)
+            if not a or not s:
+                continue
+            cost = a["ratio"] / s["ratio"]
+            lines.append(f"| {case.title} | {f'{busy} busy processes' if busy else 'idle'} | {a['ratio']:.2f} | "
+                         f"{s['ratio']:.2f} | {cost:.2f} | <= {ASYNC_COST_TARGET:.2f} | "
+                         f"{'yes' if cost <= ASYNC_COST_TARGET else 'no'} | {fmt_time(a['subject_s'], case.unit)} | "
+                         f"{fmt_time(s['subject_s'], case.unit)} |")
     return "\n".join(lines) + "\n"
 
 
 def clean_cpu_table(runs, cases) -> str:
-    info = next((i for i in runs if i["mode"] == "async"), None)
+    info = next((i for i in runs if i["mode"] == "async" and not i.get("busy")), None)
     if info is None or not any("cpu_clean_s" in r for r in info["results"]):
         return ""
     lines = ["| benchmark | cpu before any npu kernel | cpu interleaved with npu | inflation | npu async | "
@@ -220,7 +262,7 @@ def spread_table(runs, cases) -> str:
             if r is None:
                 continue
             lines.append(
-                f"| {case.title} | {info['mode']} | {r['n']} x {r['repeats']} | "
+                f"| {case.title} | {mode_label(info)} | {r['n']} x {r['repeats']} | "
                 f"{fmt_time(min(r['base_all']), case.unit)} .. {fmt_time(max(r['base_all']), case.unit)} | "
                 f"{fmt_time(min(r['subject_all']), case.unit)} .. {fmt_time(max(r['subject_all']), case.unit)} | "
                 f"{min(r['ratios']):.2f} .. {max(r['ratios']):.2f} |")
@@ -247,7 +289,8 @@ over that of the sync mode, each first divided by the cpu time measured alongsid
 the same process. Below 1 the task queue helps, above 1 it costs. (The two modes run in
 two subprocesses one after the other; this machine's speed changes by 2x or more from one
 minute to the next, so the raw npu times of the two modes, shown for reference, are not
-directly comparable.)
+directly comparable.) Rows "N busy processes" come from the loaded pass: the script starts N
+processes spinning on the CPU for the duration of both modes' subprocesses.
 
 {async_cost_table(runs, cases)}
 ## The cpu baseline of the async process
@@ -279,6 +322,8 @@ spans ~10-60 s of this noisy machine, so it is less exact than the interleaved r
 ## Method
 
 - Each mode runs in a fresh subprocess with `TASK_QUEUE_ENABLE` set (it is read once per process).
+- The loaded pass (`--load-cases`, `--busy`): the named cases again, in both modes, while
+  `--busy` processes (`python -c "while True: pass"`) started by the script spin.
 - Per case: the state is built on cpu and on npu from the same seed; garbage is collected once
   and the collector stays disabled until the case is done (as `timeit` does); each device runs
   untimed warm-up iterations; then `repeats` pairs of timed measurements, the order alternating
@@ -336,6 +381,9 @@ def main() -> None:
                    help="comma list of case names to run (default all)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply iterations (default 1.0)")
     p.add_argument("--json", metavar="PATH", help="also dump the raw measurements as JSON")
+    p.add_argument("--load-cases", default=LOAD_CASES,
+                   help=f"comma list of cases run again under load (default {LOAD_CASES}; empty: no loaded pass)")
+    p.add_argument("--busy", type=int, default=2, help="spinning processes of the loaded pass (default 2)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
 
@@ -355,6 +403,10 @@ def main() -> None:
     if bad:
         p.error(f"unknown mode(s) {bad}; known: {list(MODES)}")
     cases = [c for c in CASES if not args.only or c.name in args.only]
+    load_cases = [n for n in args.load_cases.split(",") if n and (not args.only or n in args.only)]
+    unknown = [n for n in load_cases if n not in BY_NAME]
+    if unknown:
+        p.error(f"unknown --load-cases {unknown}")
 
     machine = {
         "nproc": nproc(),
@@ -368,6 +420,8 @@ def main() -> None:
     }
     t0 = time.perf_counter()
     runs = [run_mode(m, args) for m in modes]
+    if load_cases and args.busy > 0:
+        runs += [run_mode(m, args, only=load_cases, busy=args.busy) for m in modes]
     elapsed = time.perf_counter() - t0
     machine["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
