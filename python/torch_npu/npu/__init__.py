@@ -173,9 +173,10 @@ __all__ = [
 ] + _tensor_types.__all__ + _storage_types.__all__ + backends.__all__
 
 # ----------------------------------------------------------------------------------
-# Initialisation. The C++ runtime (hooks, allocator, generators) is set up by
-# _C._npu_init(); _lazy_init() does it once per process and then runs the calls
-# queued before it (e.g. torch.npu.manual_seed at import time of a user module).
+# Initialisation. _lazy_init() runs once per process, on the first npu tensor or torch.npu
+# call: it checks the environment, calls _C._npu_init() (idempotent; `import torch_npu`
+# already ran it), takes each device's default generator, and then runs the calls queued
+# before it (e.g. torch.npu.manual_seed at import time of a user module).
 
 #: Default generator of each device (filled by :func:`_lazy_init`).
 default_generators: Tuple[torch.Generator, ...] = ()
