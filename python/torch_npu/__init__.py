@@ -101,10 +101,11 @@ if not hasattr(torch.Tensor, "is_npu"):
         for_tensor=True, for_module=True, for_storage=True,
         unsupported_dtype=list(unsupported_dtype))
 
-# The runtime itself starts lazily (torch.npu._lazy_init(), on the first npu tensor or
-# torch.npu call), as torch_npu's and torch.cuda's: the simulated devices, their memory,
-# the stream worker threads and the default generators. Importing starts none of them, so
-# a process may fork after `import torch_npu` and use NPUs in the children.
+# The runtime itself starts lazily, on first use (torch.npu._lazy_init() on the first npu
+# tensor or torch.npu call, the C++ runtime on the first device it is asked for), as
+# torch_npu's and torch.cuda's: the simulated devices, their memory, the stream worker
+# threads and the default generators. Importing starts none of them, so a process may fork
+# after `import torch_npu` and use NPUs in the children.
 
 from torch_npu import _patches  # noqa: E402
 
