@@ -9,7 +9,7 @@ arithmetic on the same data.
 """
 import copy
 from dataclasses import dataclass
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -24,7 +24,7 @@ def _sync(device: str) -> Callable[[], None]:
 class Case:
     name: str            # short id, also used on the command line (--only)
     title: str           # what the table shows
-    target: float        # npu/cpu ratio to stay at or under
+    target: Optional[float]  # subject/baseline ratio to stay at or under; None: reported, no target
     n: int               # iterations per timed measurement
     repeats: int         # timed measurements per device (interleaved cpu/npu)
     warmup: int          # untimed iterations per device before the first measurement
@@ -33,6 +33,16 @@ class Case:
     unit: str = "us"     # how the per-iteration time is shown: "us" or "ms"
     note: str = ""
     sides: Tuple[str, str] = ("cpu", "npu")  # (baseline, subject): build() gets one; ratio = subject / baseline
+
+    def met(self, ratio: float) -> Optional[bool]:
+        """Whether ``ratio`` meets the target; None for a case without one."""
+        return None if self.target is None else ratio <= self.target
+
+    def target_text(self, ratio: float) -> str:
+        """'target <= 1.10: met' / 'NOT met', or 'no target', for one-line reports."""
+        if self.target is None:
+            return "no target"
+        return f"target <= {self.target:.2f}: {'met' if self.met(ratio) else 'NOT met'}"
 
 
 # ---- 1. large elementwise ------------------------------------------------------------

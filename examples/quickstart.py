@@ -1,4 +1,4 @@
-"""Quick start: the seed articles' examples on the simulated Ascend 910B.
+"""Quick start on the simulated Ascend 910B (`nox -s quickstart`, ci/quickstart.sh).
 
 1. the minimal check (x @ y on npu), 2. a small transformer language model trained on
 npu:0 with AdamW under mixed precision (torch_npu.npu.amp's GradScaler and autocast).
@@ -8,7 +8,7 @@ import torch
 import torch_npu  # noqa: F401  (registers the npu device)
 from torch_npu.npu.amp import GradScaler, autocast
 
-# 8.1 the minimal check
+# 1. the minimal check
 x = torch.randn(2, 2).npu()
 y = torch.randn(2, 2).npu()
 print(x @ y)
@@ -42,6 +42,7 @@ def batches(steps, batch=16, seq=32, vocab=64):
 
 
 def main(steps=60):
+    """2. train TinyLM on npu:0 with AdamW under autocast + GradScaler; fail unless the loss falls."""
     torch.npu.manual_seed(0)
     device = torch.device("npu:0")
     model = TinyLM().to(device)

@@ -27,6 +27,27 @@ bool isStreamCapturing(const NPUStream& stream) { return captureStatus(stream) !
 
 bool currentStreamCapturing() { return isStreamCapturing(getCurrentNPUStream()); }
 
+bool isStreamRecording(const NPUStream& stream) {
+  if (isStreamCapturing(stream)) return true;
+  aclmdlRI updating = nullptr;
+  NPU_CHECK(aclsimStreamTaskUpdateModel(stream.stream(), &updating));
+  return updating != nullptr;
+}
+
+void graph_task_group_begin(const NPUStream& stream) { NPU_CHECK(aclmdlRICaptureTaskGrpBegin(stream.stream())); }
+
+aclrtTaskGrp graph_task_group_end(const NPUStream& stream) {
+  aclrtTaskGrp group = nullptr;
+  NPU_CHECK(aclmdlRICaptureTaskGrpEnd(stream.stream(), &group));
+  return group;
+}
+
+void graph_task_update_begin(const NPUStream& stream, aclrtTaskGrp group) {
+  NPU_CHECK(aclmdlRICaptureTaskUpdateBegin(stream.stream(), group));
+}
+
+void graph_task_update_end(const NPUStream& stream) { NPU_CHECK(aclmdlRICaptureTaskUpdateEnd(stream.stream())); }
+
 MempoolId_t graph_pool_handle() { return {0, g_pool_uid.fetch_add(1)}; }
 
 void fail_capture(const NPUStream& stream, const std::string& msg) {

@@ -116,7 +116,8 @@ int run_task(void* user, char* err, size_t err_len) {
 }
 
 // A task recorded into a graph: run by every replay, owned by the graph's model (freed
-// by its destroy callback once the model and its queued replays are gone).
+// by its destroy callback once the model and its queued replays are gone, or once a task
+// update replaced it and no replay runs).
 int run_captured_task(void* user, char* err, size_t err_len) {
   return run_fn(static_cast<Task*>(user), err, err_len);
 }
@@ -160,7 +161,9 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
     aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
     aclmdlRI model = nullptr;
     NPU_CHECK(aclmdlRICaptureGetInfo(stream.stream(), &status, &model));
-    if (status != ACL_MODEL_RI_CAPTURE_STATUS_NONE) {
+    // A stream recording a task group update records it too, as the group's new task.
+    if (status == ACL_MODEL_RI_CAPTURE_STATUS_NONE) NPU_CHECK(aclsimStreamTaskUpdateModel(stream.stream(), &model));
+    if (status != ACL_MODEL_RI_CAPTURE_STATUS_NONE || model != nullptr) {
       auto* task = new Task{std::move(fn), stream.unwrap()};
       aclError err = aclsimLaunchKernel(stream.stream(), run_captured_task, task, name);
       if (err != ACL_SUCCESS) {

@@ -210,7 +210,7 @@ c10::Storage AliasMap::untiled_copy(const at::Tensor& t) {
   const FormattedStorage& f = *tiled_storage(t);
   if (!in_kernel()) {
     NPUStream stream = getCurrentNPUStream(device_);
-    if (isStreamCapturing(stream)) {
+    if (isStreamRecording(stream)) {
       fail_capture(stream, "a tensor in " + format_name(f.format) +
                                " cannot be used while a stream captures (reading it means a synchronisation); "
                                "npu_format_cast it to ND (2) before the capture");
@@ -252,7 +252,7 @@ at::Tensor twin(const at::Tensor& t) {
 }
 
 at::Tensor borrowed_twin(const at::Tensor& t) {
-  if (!t.defined() || !frees_in_stream_order(t) || isStreamCapturing(getCurrentNPUStream(t.device().index()))) {
+  if (!t.defined() || !frees_in_stream_order(t) || isStreamRecording(getCurrentNPUStream(t.device().index()))) {
     return twin(t);  // a graph's replays need what it captured
   }
   const c10::StorageImpl* impl = t.storage().unsafeGetStorageImpl();
@@ -326,7 +326,7 @@ bool small_on_idle_stream(const NPUStream& stream, int64_t numel) {
 
 void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel) {
   NPUStream stream = getCurrentNPUStream(device);
-  if (!in_kernel() && isStreamCapturing(stream)) {
+  if (!in_kernel() && isStreamRecording(stream)) {
     fail_capture(stream, std::string(name) +
                              " cannot be captured into an NPU graph: it must run before the call returns, which a "
                              "capturing stream never does; run it outside the capture");
@@ -363,7 +363,7 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
                    std::function<void(const std::vector<at::Tensor>&)> kernel) {
   NPUStream stream = getCurrentNPUStream(device);
   // A capturing stream records the kernel (launch); it must not run here.
-  const bool capture = !in_kernel() && isStreamCapturing(stream);
+  const bool capture = !in_kernel() && isStreamRecording(stream);
   AliasMap aliases(device);
   if (!capture) aliases.borrow_stream_ordered_memory();  // run inline, the caller holds the tensors
   for (auto& t : tensors) {
@@ -955,7 +955,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   // tensors, an out=empty(0) the kernel will resize. While the stream captures, all
   // such kernels are recorded (generators and copies of CPU tensors go with them).
   NPUStream stream = getCurrentNPUStream(device);
-  const bool capture = !in_kernel() && isStreamCapturing(stream);
+  const bool capture = !in_kernel() && isStreamRecording(stream);
   bool async = all_written && !scan.has_tiled &&
                (capture || (task_queue_enabled() && !in_kernel() && !scan.has_generator && !scan.has_cpu_tensor));
   for (size_t r = 0; async && r < results.size(); ++r) async = results[r].toTensor().numel() > 0;
@@ -1046,7 +1046,7 @@ bool small_operands_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
   const at::Tensor& t = is_npu(a) ? a : b;
   if (!is_npu(t)) return false;
   NPUStream stream = getCurrentNPUStream(t.device().index());
-  return !isStreamCapturing(stream) && small_on_idle_stream(stream, std::max(a.numel(), b.numel()));
+  return !isStreamRecording(stream) && small_on_idle_stream(stream, std::max(a.numel(), b.numel()));
 }
 
 // An operand the CPU kernel takes as it is (a Python number: a 0-dim CPU tensor) or as

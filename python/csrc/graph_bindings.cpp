@@ -182,9 +182,73 @@ void run_next_pending_host_func() {
   f->fn(f->data);
 }
 
+// The handle of a captured task group (graph_task_group_end), as torch_npu's _NPUTaskGroupHandle.
+struct TaskGroupHandle {
+  aclrtTaskGrp task_group = nullptr;
+};
+
+// torch.npu.ExternalEvent's event: an ACL_EVENT_EXTERNAL event (a flag a record sets and a
+// reset clears; a wait, also one recorded into a graph, waits for it), created on first use.
+class ExternalEvent {
+ public:
+  ~ExternalEvent() {
+    if (event_ != nullptr) aclrtDestroyEvent(event_);  // queued tasks and graphs keep it until done
+  }
+  void record(int64_t stream_id, int64_t device) {
+    NPUStream s = stream_of(stream_id, device);
+    NPU_CHECK(aclrtRecordEvent(get(s), s.stream()));
+  }
+  void wait(int64_t stream_id, int64_t device) {
+    NPUStream s = stream_of(stream_id, device);
+    NPU_CHECK(aclrtStreamWaitEvent(s.stream(), get(s)));
+  }
+  void reset(int64_t stream_id, int64_t device) {
+    NPUStream s = stream_of(stream_id, device);
+    NPU_CHECK(aclrtResetEvent(get(s), s.stream()));
+  }
+  uintptr_t address() const { return reinterpret_cast<uintptr_t>(event_); }
+
+ private:
+  aclrtEvent get(const NPUStream& s) {
+    if (event_ == nullptr) {
+      NPU_CHECK(aclrtCreateEventWithFlag(&event_, ACL_EVENT_EXTERNAL));
+      device_ = s.device_index();
+    }
+    TORCH_CHECK(s.device_index() == device_, "ExternalEvent: the event belongs to npu:", device_,
+                ", the stream to npu:", s.device_index());
+    return event_;
+  }
+  aclrtEvent event_ = nullptr;
+  c10::DeviceIndex device_ = -1;
+};
+
 }  // namespace
 
 void init_graph_bindings(py::module& m) {
+  py::class_<TaskGroupHandle>(m, "_NPUTaskGroupHandle")
+      .def_property_readonly("task_group",
+                             [](const TaskGroupHandle& h) { return reinterpret_cast<uintptr_t>(h.task_group); })
+      .def("__repr__", [](const TaskGroupHandle& h) {
+        return "<torch_npu._C._NPUTaskGroupHandle " + std::to_string(reinterpret_cast<uintptr_t>(h.task_group)) + ">";
+      });
+  m.def("_graph_task_group_begin", [](int64_t stream_id, int64_t device) {
+    graph_task_group_begin(stream_of(stream_id, device));
+  });
+  m.def("_graph_task_group_end", [](int64_t stream_id, int64_t device) {
+    return TaskGroupHandle{graph_task_group_end(stream_of(stream_id, device))};
+  });
+  m.def("_graph_task_update_begin", [](int64_t stream_id, int64_t device, const TaskGroupHandle& handle) {
+    graph_task_update_begin(stream_of(stream_id, device), handle.task_group);
+  });
+  m.def("_graph_task_update_end", [](int64_t stream_id, int64_t device) {
+    graph_task_update_end(stream_of(stream_id, device));
+  }, py::call_guard<py::gil_scoped_release>());
+  py::class_<ExternalEvent>(m, "_NPUExternalEvent")
+      .def(py::init<>())
+      .def("record", &ExternalEvent::record)
+      .def("wait", &ExternalEvent::wait)
+      .def("reset", &ExternalEvent::reset)
+      .def_property_readonly("npu_event", &ExternalEvent::address);
   py::class_<NPUGraph, std::shared_ptr<NPUGraph>>(m, "_NPUGraph")
       .def(py::init<>())
       .def(

@@ -1,7 +1,7 @@
 """Shared fixtures of the torch_npu Python tests.
 
 The tests import whatever ``torch_npu`` is importable: the installed wheel (nox,
-CI), the Bazel runfiles (``bazel test //python:tests``), or the source tree with
+CI), the Bazel runfiles (``bazel test //python:python_tests``), or the source tree with
 ``PYTHONPATH=python`` after ``tools/dev_link.sh``.
 """
 

@@ -1,6 +1,7 @@
 """Importing torch_npu: registration, version check, autoload, the monkey patches."""
 
 import importlib
+import os
 import sys
 import textwrap
 
@@ -168,6 +169,22 @@ def test_patches_are_listed_and_documented():
     # attention and DataParallel's torch._C primitives in test_hw_compat_nn.py; the others below).
     for patch in _patches.PATCHES:
         assert patch.__doc__ and len(patch.__doc__.strip()) > 40
+
+
+def test_patches_elsewhere_name_real_modules_and_tests():
+    """The modules _patches' docstring names for the other changes, and their tests, exist."""
+    import re
+
+    from torch_npu import _patches
+
+    package = os.path.dirname(_patches.__file__)
+    entries = re.findall(r"^\* ``([\w/]+\.py)``:.*?Tests: ([\w.,\s]+?)\.$", _patches.__doc__, re.M | re.S)
+    assert [module for module, _ in entries] == re.findall(r"^\* ``([\w/]+\.py)``", _patches.__doc__, re.M)
+    assert len(entries) >= 6
+    for module, tests in entries:
+        assert os.path.isfile(os.path.join(package, module)), module
+        for test in re.split(r"[,\s]+", tests):
+            assert os.path.isfile(os.path.join(os.path.dirname(__file__), test)), (module, test)
 
 
 def test_patch_torch_npu_submodule_aliases():

@@ -75,6 +75,10 @@ if _build is None:
 else:
     __version__ = _build.__version__
 
+# At import, _npu_init() only installs process-wide hooks that cost nothing until npu work
+# runs: the CPU allocator wrapper through which ATen's CPU kernels allocate their outputs in
+# npu memory when they run as npu kernels, and the hook that releases the GIL while a thread
+# blocks on the runtime. It is idempotent; torch.npu._lazy_init() calls it again.
 _C._npu_init()
 
 from torch_npu import _c_compat  # noqa: E402
@@ -97,8 +101,11 @@ if not hasattr(torch.Tensor, "is_npu"):
         for_tensor=True, for_module=True, for_storage=True,
         unsupported_dtype=list(unsupported_dtype))
 
-# The runtime starts lazily (first npu tensor or torch.npu call), as torch_npu's and
-# torch.cuda's: a process may fork after `import torch_npu` and use NPUs in the children.
+# The runtime itself starts lazily, on first use (torch.npu._lazy_init() on the first npu
+# tensor or torch.npu call, the C++ runtime on the first device it is asked for), as
+# torch_npu's and torch.cuda's: the simulated devices, their memory, the stream worker
+# threads and the default generators. Importing starts none of them, so a process may fork
+# after `import torch_npu` and use NPUs in the children.
 
 from torch_npu import _patches  # noqa: E402
 

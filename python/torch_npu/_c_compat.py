@@ -145,6 +145,25 @@ def _tensors_data_ptrs_at_indices_equal(tensors, data_ptrs, indices) -> bool:
     return True
 
 
+def _npu_fused_infer_attention_score_out_graph(stream, handle, event, *args, **kwargs):
+    """torch_npu's one-call task group update of npu_fused_infer_attention_score: on ``stream``,
+    records ``npu_fused_infer_attention_score.out(*args, **kwargs)`` (outputs as
+    ``out=[attention_out, softmax_lse]``) as the new tasks of the captured group ``handle``,
+    then records ``event`` (a torch.npu.ExternalEvent) so the next replay runs them. Returns
+    the outputs."""
+    out = kwargs.get("out")
+    if not isinstance(out, (list, tuple)) or len(out) != 2:
+        raise RuntimeError("_npu_fused_infer_attention_score_out_graph: out must have 2 tensors "
+                           f"(attention_out, softmax_lse), got {out!r}")
+    torch.npu.graph_task_update_begin(stream, handle)
+    try:
+        torch.ops.npu.npu_fused_infer_attention_score.out(*args, **kwargs)
+    finally:
+        torch.npu.graph_task_update_end(stream)
+    event.record(stream)
+    return out[0], out[1]
+
+
 def install(c_module) -> None:
     """Put the functions above, and the submodules ``_mstx`` and ``_npurt``, on ``torch_npu._C`` (where the
     extension has none of its own)."""
@@ -159,7 +178,8 @@ def install(c_module) -> None:
                  "_npu_checkPoolLiveAllocations": _npu_checkPoolLiveAllocations,
                  "_construct_NPU_Tensor_From_Storage_And_Metadata":
                      _construct_NPU_Tensor_From_Storage_And_Metadata,
-                 "_tensors_data_ptrs_at_indices_equal": _tensors_data_ptrs_at_indices_equal}
+                 "_tensors_data_ptrs_at_indices_equal": _tensors_data_ptrs_at_indices_equal,
+                 "_npu_fused_infer_attention_score_out_graph": _npu_fused_infer_attention_score_out_graph}
     # Device-independent helpers of torch._C that torch_npu also exposes on its own _C.
     for name in ("_construct_storage_from_data_pointer", "_add_cached_tensor", "_remove_cached_tensor",
                  "_is_cached_tensor", "_set_cached_tensors_enabled", "_storage_Use_Count"):

@@ -582,3 +582,21 @@ def _npu_linear(input, weight, bias=None):
 @_fake("npu::npu_linear_backward")
 def _npu_linear_backward(grad, input, weight):
     return input.new_empty(input.shape), weight.new_empty(weight.shape)
+
+
+class _OutListOverload(torch._ops.OpOverload):
+    """An ``.out`` overload with two outputs that also takes them as torch_npu's Python
+    binding does: ``op.out(..., out=[attention_out, softmax_lse])``."""
+
+    def __call__(self, /, *args, **kwargs):
+        if "out" in kwargs:
+            out = kwargs.pop("out")
+            if not isinstance(out, (list, tuple)) or len(out) != 2:
+                raise RuntimeError(f"{self.__name__}: out must be a list of 2 tensors (attention_out, softmax_lse), "
+                                   f"got {out!r}")
+            kwargs["attention_out"], kwargs["softmax_lse"] = out
+        return super().__call__(*args, **kwargs)
+
+
+for _name in ("npu_fused_infer_attention_score", "npu_fused_infer_attention_score_v2"):
+    getattr(torch.ops.npu, _name).out.__class__ = _OutListOverload

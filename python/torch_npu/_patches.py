@@ -1,4 +1,4 @@
-"""Every change torch_npu makes to ``torch`` beyond PyTorch's registration APIs.
+"""The changes torch_npu makes to ``torch`` at import that belong to no subsystem.
 
 PyTorch's PrivateUse1 registration (``rename_privateuse1_backend``,
 ``_register_device_module``, ``generate_methods_for_privateuse1_backend``) already
@@ -7,8 +7,38 @@ gives ``torch.npu``, ``Tensor.npu()``/``is_npu``, ``Module.npu()``,
 (2.13) and makes ``torch.autocast("npu")``, ``torch.amp.GradScaler("npu")``,
 ``torch.Stream("npu")``, ``torch.Event("npu")`` and ``torch.accelerator`` work.
 What is left is listed in :data:`PATCHES`: each entry is a small function with a
-docstring saying what it changes and why, applied once by :func:`apply` at import,
-and each has a test in ``python/tests/test_import.py``.
+docstring saying what it changes and why, applied once by :func:`apply` at import.
+Their tests are in ``python/tests/test_import.py`` unless the docstring names another
+file. All are written for and tested with the torch of each pair in ``versions/``
+(2.13, 2.14).
+
+Changes that belong to one subsystem live with it, because they are applied when that
+subsystem is (lazily, or only on request) or need its private state:
+
+* ``_inductor/registration.py``: Dynamo's npu device interface, trace rules and RNG-state
+  operators, and Inductor's scheduler, backend, lowering and codegen hooks (private torch
+  APIs, each fetched through ``_private`` so that a renamed hook fails with a clear error).
+  Applied by import hooks when ``torch._dynamo`` / ``torch._inductor.compile_fx`` is first
+  imported, so ``import torch_npu`` does not import them. Tests: test_compile_inductor.py,
+  test_compile_hw_compat.py.
+* ``_inductor/mlir/__init__.py``: the ``npu_backend`` Inductor config key and the
+  ``torch.compile`` wrapper that routes to the MLIR compiler (installed at import; cheap,
+  imports neither Inductor nor IREE). Tests: test_compile_mlir.py.
+* ``multiprocessing/reductions.py``: the npu sharing methods of ``torch.UntypedStorage`` and
+  ``torch.multiprocessing``'s tensor/storage reductions (installed at import by
+  ``torch_npu/__init__.py``). Tests: test_multiprocessing_npu.py.
+* ``_data_parallel.py``: ``torch._C._broadcast``, ``_scatter``, ``_gather`` & co. for npu
+  tensors; installed through :data:`PATCHES` (``_data_parallel_comm``), the code lives with
+  the rest of DataParallel's support. Tests: test_hw_compat_nn.py.
+* ``utils/__init__.py``: ``torch.version.cann``, set when ``torch_npu.utils`` is imported
+  (``import torch_npu`` does), as torch_npu does. Tests: test_compat_apis.py.
+* ``profiler/_non_intrusive_profile.py``: ``torch.optim.Optimizer._patch_step_function``,
+  only when ``PROF_CONFIG_PATH`` is set (dynamic profiling driven by ``optimizer.step()``).
+  Tests: test_profiler.py.
+* ``distributed/__init__.py``: the ``hccl`` backend of ``torch.distributed`` (registered
+  through its plugin API) and ``torch.distributed.ProcessGroupHCCL``. Tests: test_hccl.py.
+* ``contrib/transfer_to_npu.py``: rewrites ``torch.cuda`` and CUDA device arguments to npu,
+  only when a script imports it. Tests: test_transfer_to_npu.py.
 """
 
 import os

@@ -443,7 +443,8 @@ aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
   bool handled = false;
   if ((err = CaptureEventWait(s, e, &handled)) != ACL_SUCCESS || handled) return err;
   uint64_t gen = e->recorded.load(std::memory_order_acquire);
-  if (gen == 0 || e->Done(gen)) return ACL_SUCCESS;  // nothing outstanding to wait for
+  // (an external event's flag is judged when the wait runs, even before any record)
+  if (!(e->flags & ACL_EVENT_EXTERNAL) && (gen == 0 || e->Done(gen))) return ACL_SUCCESS;  // nothing outstanding
   Task t;
   t.kind = kTaskEventWait;
   t.a = e;
@@ -500,10 +501,13 @@ aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
   Stream* s = ResolveStream(stream, "aclrtRecordEvent", &err);
   if (!s) return err;
   if (s->capture.load(std::memory_order_acquire) != nullptr) return CaptureEventRecord(s, e);
-  e->capture_id.store(0, std::memory_order_release);
   Task t;
   t.kind = kTaskEventRecord;
   t.a = e;
+  snprintf(t.name, sizeof(t.name), "aclrtRecordEvent");
+  // Refused (before the generation moves on) by a stream recording a task group update.
+  if (s->update.load(std::memory_order_acquire) != nullptr) return UpdateTask(s, t);
+  e->capture_id.store(0, std::memory_order_release);
   e->Ref();
   e->record_pid.store(getpid(), std::memory_order_relaxed);
   t.n = e->recorded.fetch_add(1, std::memory_order_acq_rel) + 1;

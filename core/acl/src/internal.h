@@ -142,6 +142,8 @@ struct TaskBlock {
 
 struct Event;
 struct ModelRI;
+struct TaskGroup;
+struct TaskUpdate;
 
 struct Stream {
   static constexpr uint32_t kMagic = 0x5354524dU;  // "STRM"
@@ -151,6 +153,10 @@ struct Stream {
   uint32_t priority = 0, flags = 0;
   // The capture this stream records into (it began it or joined it), or nullptr.
   std::atomic<ModelRI*> capture{nullptr};
+  // Capturing: the task group open on this stream (guarded by the model's mutex).
+  TaskGroup* group = nullptr;
+  // The task group update this stream records (aclmdlRICaptureTaskUpdateBegin), or nullptr.
+  std::atomic<TaskUpdate*> update{nullptr};
 
   // Enqueue a task (recorded instead when the stream captures); starts the worker on first use. Never blocks on task execution.
   aclError Enqueue(const Task& t);
@@ -221,6 +227,8 @@ struct Event {
   std::atomic<int64_t> stamp_ns{-1};        // steady clock at the latest completion
   std::atomic<uint64_t> capture_id{0};      // capture holding the latest record (0: none)
   std::atomic<int> record_pid{0};           // the process of the latest record call
+  // ACL_EVENT_EXTERNAL: the flag is set while completed > cleared (Reset sets cleared).
+  std::atomic<uint64_t> cleared{0};
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<int> waiters{0};
@@ -232,6 +240,7 @@ struct Event {
   void Complete(uint64_t gen);  // run by a worker
   void Reset();                 // run by a worker
   void WaitFor(uint64_t gen);   // blocks (condvar) until completed >= gen
+  void WaitForFlag();           // ACL_EVENT_EXTERNAL: blocks until a record after the last reset ran
   bool Done(uint64_t gen) const {
     return completed.load(std::memory_order_acquire) >= gen;
   }
@@ -292,6 +301,10 @@ void ShutdownAllStreams(bool exiting);
 // ---- stream capture (mdl_ri.cpp) ------------------------------------------------------
 // Records `t` into the capture of `s` (kernels, callbacks, copies, memsets).
 aclError CaptureTask(Stream* s, const Task& t);
+// Records `t` into the task group update of `s` (aclmdlRICaptureTaskUpdateBegin).
+aclError UpdateTask(Stream* s, const Task& t);
+// Abandons the task group update `s` records, if any (the stream is being destroyed).
+void DropTaskUpdate(Stream* s);
 // Record / reset / wait of event `e` on capturing stream `s` (or, for a wait, a stream
 // that joins the capture holding e's record). *handled false: not a capture matter.
 aclError CaptureEventRecord(Stream* s, Event* e);

@@ -11,15 +11,42 @@
 // Replay (aclmdlRIExecuteAsync) enqueues a single task that runs the model's tasks on the
 // stream's worker. Event records inside a model get their generation at enqueue time (so
 // the host can wait for them right after the call), one per execution.
+//
+// Task groups (aclmdlRICaptureTaskGrpBegin/End) name the tasks one stream recorded in
+// between, by their indexes in the model. A task update (aclmdlRICaptureTaskUpdateBegin/
+// End) records the tasks launched on a stream as the group's new ones and, in that
+// stream's order, writes them over the old ones. Executions of a model with groups read
+// each task under the model's lock as they reach it, so an update that lands while an
+// execution runs affects the tasks that execution has not reached yet. The userData of a
+// replaced kernel is released (its destroy callbacks) once no execution runs.
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <thread>
 
 #include "internal.h"
 
 namespace aclsim {
+
+struct TaskGroup {
+  static constexpr uint32_t kMagic = 0x54475250U;  // "TGRP"
+  uint32_t magic = kMagic;
+  ModelRI* model = nullptr;     // owns the group
+  Stream* stream = nullptr;     // that recorded it
+  std::vector<size_t> indexes;  // of its tasks in the model
+  bool open = true;
+};
+
+struct TaskUpdate {
+  TaskGroup* group = nullptr;
+  ModelRI* model = nullptr;  // referenced while the update exists
+  std::vector<Task> tasks;   // the group's new tasks
+  bool failed = false;       // a refused task: aclmdlRICaptureTaskUpdateEnd fails
+  std::string reason;
+};
 
 struct ModelRI {
   static constexpr uint32_t kMagic = 0x4d444c52U;  // "MDLR"
@@ -38,18 +65,39 @@ struct ModelRI {
   std::string reason;             // of the first invalidation
   std::vector<std::pair<aclrtCallback, void*>> on_destroy;
   size_t records = 0;             // event-record tasks
+  std::vector<std::unique_ptr<TaskGroup>> groups;
+  int running = 0;                // executions under way (models with groups only)
+  std::vector<std::pair<aclrtCallback, void*>> retired;  // of replaced kernels, run when running == 0
 
   void Ref() { refs.fetch_add(1, std::memory_order_relaxed); }
   void Unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
-  ~ModelRI() {
-    for (Task& t : tasks) {
-      if (t.kind == kTaskEventRecord || t.kind == kTaskEventReset) static_cast<Event*>(t.a)->Unref();
-    }
-    for (auto& [fn, data] : on_destroy) fn(data);
-  }
+  ~ModelRI();
 };
+
+namespace {
+
+std::mutex g_groups_mu;            // guards g_groups
+std::set<const void*> g_groups;    // live task groups (handles are checked against it)
+
+bool IsEventTask(uint8_t kind) {
+  return kind == kTaskEventRecord || kind == kTaskEventReset || kind == kTaskEventWait;
+}
+
+}  // namespace
+
+ModelRI::~ModelRI() {
+  {
+    std::lock_guard<std::mutex> g(g_groups_mu);
+    for (auto& group : groups) g_groups.erase(group.get());
+  }
+  for (Task& t : tasks) {
+    if (IsEventTask(t.kind)) static_cast<Event*>(t.a)->Unref();
+  }
+  for (auto& [fn, data] : retired) fn(data);
+  for (auto& [fn, data] : on_destroy) fn(data);
+}
 
 namespace {
 
@@ -96,12 +144,14 @@ void Invalidate(ModelRI* m, const std::string& reason) {
   }
 }
 
-aclError Append(ModelRI* m, const Task& t) {
+// Appends `t`, launched on `s`, to the capture (and to the task group open on `s`).
+aclError Append(ModelRI* m, Stream* s, const Task& t) {
   std::lock_guard<std::mutex> g(m->mu);
   if (m->invalidated)
     return Fail(ACL_ERROR_RT_STREAM_CAPTURE_INVALIDATED,
                 "%s: the stream capture was invalidated by an earlier error: %s", t.name[0] ? t.name : KindName(t.kind),
                 m->reason.c_str());
+  if (s->group != nullptr) s->group->indexes.push_back(m->tasks.size());
   m->tasks.push_back(t);
   if (t.kind == kTaskEventRecord) ++m->records;
   return ACL_SUCCESS;
@@ -162,34 +212,59 @@ std::string NotPermitted(const char* api, const char* what) {
 aclError CaptureTask(Stream* s, const Task& t) {
   ModelRI* m = s->capture.load(std::memory_order_acquire);
   if (m == nullptr) return s->Enqueue(t);  // the capture ended meanwhile
-  return Append(m, t);
+  return Append(m, s, t);
+}
+
+aclError UpdateTask(Stream* s, const Task& t) {
+  TaskUpdate* u = s->update.load(std::memory_order_acquire);
+  if (u == nullptr) return s->Enqueue(t);  // the update ended meanwhile
+  const char* name = t.name[0] ? t.name : KindName(t.kind);
+  if (IsEventTask(t.kind) || t.kind == kTaskModel) {
+    std::string msg = std::string(name) + ": " + KindName(t.kind) +
+                      " tasks cannot be recorded into a task group update (only kernels, callbacks, copies, memsets)";
+    u->failed = true;
+    if (u->reason.empty()) u->reason = msg;
+    return Fail(ACL_ERROR_INVALID_PARAM, "%s", msg.c_str());
+  }
+  u->tasks.push_back(t);
+  return ACL_SUCCESS;
+}
+
+void DropTaskUpdate(Stream* s) {
+  std::unique_ptr<TaskUpdate> u(s->update.exchange(nullptr, std::memory_order_acq_rel));
+  if (u != nullptr) u->model->Unref();  // its kernels' callbacks run when the model is freed
 }
 
 // Records an event task into the capture of `s`; the task holds a reference to `e`.
-static aclError AppendEventTask(ModelRI* m, Event* e, TaskKind kind, const char* name) {
+static aclError AppendEventTask(ModelRI* m, Stream* s, Event* e, TaskKind kind, const char* name) {
   Task t{};
   t.kind = kind;
   t.a = e;
   snprintf(t.name, sizeof(t.name), "%s", name);
   e->Ref();
-  aclError err = Append(m, t);
+  aclError err = Append(m, s, t);
   if (err != ACL_SUCCESS) e->Unref();
   return err;
 }
 
 aclError CaptureEventRecord(Stream* s, Event* e) {
   ModelRI* m = s->capture.load(std::memory_order_acquire);
-  aclError err = AppendEventTask(m, e, kTaskEventRecord, "aclrtRecordEvent");
+  aclError err = AppendEventTask(m, s, e, kTaskEventRecord, "aclrtRecordEvent");
   if (err == ACL_SUCCESS) e->capture_id.store(m->id, std::memory_order_release);
   return err;
 }
 
 aclError CaptureEventReset(Stream* s, Event* e) {
-  return AppendEventTask(s->capture.load(std::memory_order_acquire), e, kTaskEventReset, "aclrtResetEvent");
+  return AppendEventTask(s->capture.load(std::memory_order_acquire), s, e, kTaskEventReset, "aclrtResetEvent");
 }
 
 aclError CaptureEventWait(Stream* s, Event* e, bool* handled) {
   ModelRI* own = s->capture.load(std::memory_order_acquire);
+  if (e->flags & ACL_EVENT_EXTERNAL) {
+    // A wait for an external event's flag: recorded, it waits at each execution.
+    *handled = own != nullptr;
+    return own ? AppendEventTask(own, s, e, kTaskEventWait, "aclrtStreamWaitEvent") : ACL_SUCCESS;
+  }
   ModelRef holder_ref(ActiveCapture(e->capture_id.load(std::memory_order_acquire)));
   ModelRI* holder = holder_ref.get();
   *handled = true;
@@ -288,22 +363,67 @@ aclError CheckUnsafeCall(const char* api) {
   return Fail(ACL_ERROR_RT_CAPTURE_MODE_NOT_SUPPORT, "%s", msg.c_str());
 }
 
+// Runs the callbacks of replaced kernels once no execution may still run them.
+static void ReleaseRetired(ModelRI* m, bool execution_done) {
+  std::vector<std::pair<aclrtCallback, void*>> retired;
+  {
+    std::lock_guard<std::mutex> g(m->mu);
+    if (execution_done) --m->running;
+    if (m->running == 0) retired.swap(m->retired);
+  }
+  for (auto& [fn, data] : retired) fn(data);
+}
+
 void RunModelExecution(Stream* s, void* execution, char* errbuf, size_t errlen) {
   auto* e = static_cast<Execution*>(execution);
   ModelRI* m = e->model;
+  // The groups (and the task count) are fixed once the capture ended; only a model with
+  // groups can have its tasks replaced while this runs.
+  const bool updatable = !m->groups.empty();
+  if (updatable) {
+    std::lock_guard<std::mutex> g(m->mu);
+    ++m->running;
+  }
   size_t record = 0;
-  for (const Task& task : m->tasks) {
-    Task t = task;
-    if (t.kind == kTaskEventRecord) {
-      t.n = e->gens[record++];
-      static_cast<Event*>(t.a)->Ref();  // Run drops one reference
-    } else if (t.kind == kTaskEventReset) {
-      static_cast<Event*>(t.a)->Ref();
+  const size_t n = m->tasks.size();
+  for (size_t i = 0; i < n; ++i) {
+    Task t;
+    if (updatable) {
+      std::lock_guard<std::mutex> g(m->mu);
+      t = m->tasks[i];
+    } else {
+      t = m->tasks[i];
     }
+    if (t.kind == kTaskEventRecord) t.n = e->gens[record++];
+    if (IsEventTask(t.kind)) static_cast<Event*>(t.a)->Ref();  // Run drops one reference
     s->Run(t, errbuf, errlen);
   }
+  if (updatable) ReleaseRetired(m, true);
   m->Unref();
   delete e;
+}
+
+// The task callback applying an update (aclmdlRICaptureTaskUpdateEnd) in its stream's order.
+static void ApplyTaskUpdate(void* data) {
+  std::unique_ptr<TaskUpdate> u(static_cast<TaskUpdate*>(data));
+  ModelRI* m = u->model;
+  {
+    std::lock_guard<std::mutex> g(m->mu);
+    const std::vector<size_t>& idx = u->group->indexes;
+    for (size_t i = 0; i < idx.size(); ++i) {
+      Task& old = m->tasks[idx[i]];
+      if (old.kind == kTaskKernel && old.a != u->tasks[i].a) {
+        // The replaced kernel's userData is released (its callbacks move to `retired`).
+        auto owned = std::stable_partition(m->on_destroy.begin(), m->on_destroy.end(),
+                                           [&](const auto& cb) { return cb.second != old.a; });
+        m->retired.insert(m->retired.end(), owned, m->on_destroy.end());
+        m->on_destroy.erase(owned, m->on_destroy.end());
+      }
+      old = u->tasks[i];
+    }
+  }
+  ReleaseRetired(m, false);
+  m->Unref();
 }
 
 }  // namespace aclsim
@@ -326,6 +446,9 @@ aclError aclmdlRICaptureBegin(aclrtStream stream, aclmdlRICaptureMode mode) {
                 s->device);
   if (s->capture.load(std::memory_order_acquire) != nullptr)
     return Fail(ACL_ERROR_RT_STREAM_CAPTURED, "aclmdlRICaptureBegin: the stream is already capturing");
+  if (s->update.load(std::memory_order_acquire) != nullptr)
+    return Fail(ACL_ERROR_INVALID_PARAM,
+                "aclmdlRICaptureBegin: the stream is updating a task group (call aclmdlRICaptureTaskUpdateEnd first)");
   auto* m = new ModelRI();
   m->id = g_model_serial.fetch_add(1, std::memory_order_relaxed) + 1;
   m->device = s->device;
@@ -374,7 +497,10 @@ aclError aclmdlRICaptureEnd(aclrtStream stream, aclmdlRI* modelRI) {
       return Fail(ACL_ERROR_RT_STREAM_CAPTURE_UNMATCHED,
                   "aclmdlRICaptureEnd: the capture was not begun on this stream (it joined it through an event)");
     m->capturing = false;
-    for (Stream* joined : m->streams) joined->capture.store(nullptr, std::memory_order_release);
+    for (Stream* joined : m->streams) {
+      joined->group = nullptr;  // a group left open stays unusable (never ended)
+      joined->capture.store(nullptr, std::memory_order_release);
+    }
     m->streams.clear();
     invalidated = m->invalidated;
     reason = m->reason;
@@ -408,6 +534,158 @@ aclError aclmdlRICaptureThreadExchangeMode(aclmdlRICaptureMode* mode) {
                 static_cast<int>(m));
   *mode = tl_mode;
   tl_mode = m;
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRICaptureTaskGrpBegin(aclrtStream stream) {
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclmdlRICaptureTaskGrpBegin", &err);
+  if (!s) return err;
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  if (m == nullptr)
+    return Fail(ACL_ERROR_RT_STREAM_NOT_CAPTURED, "aclmdlRICaptureTaskGrpBegin: the stream is not capturing");
+  std::lock_guard<std::mutex> g(m->mu);
+  if (s->group != nullptr)
+    return Fail(ACL_ERROR_INVALID_PARAM,
+                "aclmdlRICaptureTaskGrpBegin: a task group is already open on this stream (groups do not nest)");
+  auto group = std::make_unique<TaskGroup>();
+  group->model = m;
+  group->stream = s;
+  s->group = group.get();
+  {
+    std::lock_guard<std::mutex> gg(g_groups_mu);
+    g_groups.insert(group.get());
+  }
+  m->groups.push_back(std::move(group));
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp* handle) {
+  if (handle == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureTaskGrpEnd: handle is null");
+  *handle = nullptr;
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclmdlRICaptureTaskGrpEnd", &err);
+  if (!s) return err;
+  ModelRI* m = s->capture.load(std::memory_order_acquire);
+  if (m == nullptr)
+    return Fail(ACL_ERROR_RT_STREAM_NOT_CAPTURED, "aclmdlRICaptureTaskGrpEnd: the stream is not capturing");
+  std::lock_guard<std::mutex> g(m->mu);
+  if (s->group == nullptr)
+    return Fail(ACL_ERROR_INVALID_PARAM,
+                "aclmdlRICaptureTaskGrpEnd: no task group is open on this stream (call aclmdlRICaptureTaskGrpBegin)");
+  s->group->open = false;
+  *handle = s->group;
+  s->group = nullptr;
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle) {
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclmdlRICaptureTaskUpdateBegin", &err);
+  if (!s) return err;
+  auto* group = static_cast<TaskGroup*>(handle);
+  ModelRI* m = nullptr;
+  {
+    std::lock_guard<std::mutex> g(g_groups_mu);
+    if (g_groups.count(handle) == 0)
+      return Fail(ACL_ERROR_INVALID_PARAM,
+                  "aclmdlRICaptureTaskUpdateBegin: invalid task group handle %p (its model destroyed?)", handle);
+    m = group->model;
+    m->Ref();  // held by the update
+  }
+  ModelRef model(m);
+  if (m->magic.load(std::memory_order_relaxed) != ModelRI::kMagic)
+    return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureTaskUpdateBegin: the task group's model was destroyed");
+  {
+    std::lock_guard<std::mutex> g(m->mu);
+    if (m->capturing || group->open)
+      return Fail(ACL_ERROR_INVALID_PARAM,
+                  "aclmdlRICaptureTaskUpdateBegin: the task group is still being captured (end the group and the "
+                  "capture first)");
+  }
+  if (s->capture.load(std::memory_order_acquire) != nullptr)
+    return Fail(ACL_ERROR_RT_STREAM_CAPTURED,
+                "aclmdlRICaptureTaskUpdateBegin: the stream is capturing (update from a stream that does not)");
+  if (s->device != m->device)
+    return Fail(ACL_ERROR_RT_STREAM_CONTEXT,
+                "aclmdlRICaptureTaskUpdateBegin: the model was captured on device %d, the stream belongs to device %d",
+                m->device, s->device);
+  if (s->update.load(std::memory_order_acquire) != nullptr)
+    return Fail(ACL_ERROR_INVALID_PARAM,
+                "aclmdlRICaptureTaskUpdateBegin: the stream is already updating a task group (call "
+                "aclmdlRICaptureTaskUpdateEnd first)");
+  auto* u = new TaskUpdate();
+  u->group = group;
+  u->model = model.release();
+  s->update.store(u, std::memory_order_release);
+  return ACL_SUCCESS;
+}
+
+aclError aclmdlRICaptureTaskUpdateEnd(aclrtStream stream) {
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclmdlRICaptureTaskUpdateEnd", &err);
+  if (!s) return err;
+  std::unique_ptr<TaskUpdate> u(s->update.exchange(nullptr, std::memory_order_acq_rel));
+  if (u == nullptr)
+    return Fail(ACL_ERROR_INVALID_PARAM,
+                "aclmdlRICaptureTaskUpdateEnd: the stream is not updating a task group (call "
+                "aclmdlRICaptureTaskUpdateBegin first)");
+  ModelRef model(u->model);
+  std::string msg;
+  {
+    std::lock_guard<std::mutex> g(model->mu);
+    const std::vector<size_t>& idx = u->group->indexes;
+    if (u->failed) {
+      msg = u->reason;
+    } else if (u->tasks.size() != idx.size()) {
+      msg = "the update recorded " + std::to_string(u->tasks.size()) + " tasks, the task group has " +
+            std::to_string(idx.size()) + " (launch the same work with new parameters)";
+    } else {
+      for (size_t i = 0; i < idx.size() && msg.empty(); ++i) {
+        const Task& old = model->tasks[idx[i]];
+        if (old.kind != u->tasks[i].kind)
+          msg = "task " + std::to_string(i) + " of the update is a " + KindName(u->tasks[i].kind) +
+                ", the task group's is a " + KindName(old.kind) + " (" + old.name + ")";
+      }
+    }
+    if (!msg.empty()) {
+      // Nothing changes; the kernels recorded for the update are released now.
+      std::vector<std::pair<aclrtCallback, void*>> dropped;
+      for (const Task& t : u->tasks) {
+        if (t.kind != kTaskKernel) continue;
+        auto owned = std::stable_partition(model->on_destroy.begin(), model->on_destroy.end(),
+                                           [&](const auto& cb) { return cb.second != t.a; });
+        dropped.insert(dropped.end(), owned, model->on_destroy.end());
+        model->on_destroy.erase(owned, model->on_destroy.end());
+      }
+      model->retired.insert(model->retired.end(), dropped.begin(), dropped.end());
+    }
+  }
+  if (!msg.empty()) {
+    ReleaseRetired(model.get(), false);
+    return Fail(ACL_ERROR_INVALID_PARAM, "aclmdlRICaptureTaskUpdateEnd: %s", msg.c_str());
+  }
+  u->model = model.release();  // the update holds the reference until it is applied
+  Task t{};
+  t.kind = kTaskCallback;
+  t.fn = reinterpret_cast<void*>(&ApplyTaskUpdate);
+  t.a = u.get();
+  snprintf(t.name, sizeof(t.name), "aclmdlRICaptureTaskUpdateEnd");
+  if ((err = s->Enqueue(t)) != ACL_SUCCESS) {
+    u->model->Unref();
+    return err;
+  }
+  u.release();
+  return ACL_SUCCESS;
+}
+
+aclError aclsimStreamTaskUpdateModel(aclrtStream stream, aclmdlRI* modelRI) {
+  if (modelRI == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclsimStreamTaskUpdateModel: modelRI is null");
+  aclError err = ACL_SUCCESS;
+  Stream* s = ResolveStreamHandle(stream, "aclsimStreamTaskUpdateModel", &err);
+  if (!s) return err;
+  TaskUpdate* u = s->update.load(std::memory_order_acquire);
+  *modelRI = u ? u->model : nullptr;
   return ACL_SUCCESS;
 }
 

@@ -65,6 +65,7 @@ bool Stream::Orphaned() const {
 
 aclError Stream::Enqueue(const Task& t) {
   if (capture.load(std::memory_order_acquire) != nullptr) return CaptureTask(this, t);
+  if (update.load(std::memory_order_acquire) != nullptr) return UpdateTask(this, t);
   if (Orphaned()) return ForkedChildFail("launching a task");
   std::unique_lock<std::mutex> lk(mu_);
   if (inline_) {
@@ -188,6 +189,7 @@ void Stream::WorkerMain() {
 }
 
 Stream::~Stream() {
+  DropTaskUpdate(this);
   for (TaskBlock* b : {head_, free_}) {
     while (b) {
       TaskBlock* n = b->next;
@@ -318,7 +320,10 @@ void Stream::Execute(Task& t, char* errbuf, size_t errlen) {
     }
     case kTaskEventWait: {
       auto* ev = static_cast<Event*>(t.a);
-      ev->WaitFor(t.n);
+      if (ev->flags & ACL_EVENT_EXTERNAL)
+        ev->WaitForFlag();
+      else
+        ev->WaitFor(t.n);
       ev->Unref();
       break;
     }
@@ -376,6 +381,18 @@ void Event::Complete(uint64_t gen) {
 void Event::Reset() {
   std::lock_guard<std::mutex> g(mu);
   stamp_ns.store(-1, std::memory_order_relaxed);
+  cleared.store(completed.load(std::memory_order_relaxed), std::memory_order_seq_cst);
+}
+
+void Event::WaitForFlag() {
+  auto set = [&] { return completed.load(std::memory_order_seq_cst) > cleared.load(std::memory_order_seq_cst); };
+  if (set()) return;
+  waiters.fetch_add(1, std::memory_order_seq_cst);
+  {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, set);
+  }
+  waiters.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Event::WaitFor(uint64_t gen) {

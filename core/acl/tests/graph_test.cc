@@ -334,6 +334,110 @@ static void TestLifetimeAndErrors() {
   CHECK_OK(aclrtDestroyStream(s));
 }
 
+// A kernel writing its parameter (userData: a Param) to a slot: what an update replaces.
+struct Param {
+  int* slot;
+  int value;
+};
+static int WriteParam(void* p, char*, size_t) {
+  auto* param = static_cast<Param*>(p);
+  *param->slot = param->value;
+  return 0;
+}
+static std::atomic<int> g_released{0};
+static void ReleaseParam(void* p) {
+  g_released.fetch_add(1);
+  delete static_cast<Param*>(p);
+}
+
+// Task groups, their updates, and external events ordering a replay after an update.
+static void TestTaskUpdate() {
+  aclrtStream s = NewStream();
+  aclrtStream upd = NewStream();
+  aclrtEvent ext = nullptr;
+  CHECK_OK(aclrtCreateEventWithFlag(&ext, ACL_EVENT_EXTERNAL));
+  int slot = 0, before = 0;
+  aclrtTaskGrp group = nullptr;
+  CHECK_RC(aclmdlRICaptureTaskGrpBegin(s), ACL_ERROR_RT_STREAM_NOT_CAPTURED);
+  CHECK_OK(aclmdlRICaptureBegin(s, ACL_MODEL_RI_CAPTURE_MODE_GLOBAL));
+  aclmdlRI capturing = nullptr;
+  aclmdlRICaptureStatus st;
+  CHECK_OK(aclmdlRICaptureGetInfo(s, &st, &capturing));
+  auto* p0 = new Param{&before, 1};
+  CHECK_OK(aclsimLaunchKernel(s, WriteParam, p0, "outside_group"));
+  CHECK_OK(aclsimModelRIAddDestroyCallback(capturing, ReleaseParam, p0));
+  CHECK_OK(aclrtStreamWaitEvent(s, ext));  // recorded: waits at each replay
+  CHECK_OK(aclrtResetEvent(ext, s));
+  CHECK_RC(aclmdlRICaptureTaskGrpEnd(s, &group), ACL_ERROR_INVALID_PARAM);  // none open
+  CHECK_OK(aclmdlRICaptureTaskGrpBegin(s));
+  CHECK_RC(aclmdlRICaptureTaskGrpBegin(s), ACL_ERROR_INVALID_PARAM);  // no nesting
+  auto* p1 = new Param{&slot, 10};
+  CHECK_OK(aclsimLaunchKernel(s, WriteParam, p1, "grouped"));
+  CHECK_OK(aclsimModelRIAddDestroyCallback(capturing, ReleaseParam, p1));
+  CHECK_RC(aclmdlRICaptureTaskUpdateBegin(upd, capturing), ACL_ERROR_INVALID_PARAM);  // not a group
+  CHECK_OK(aclmdlRICaptureTaskGrpEnd(s, &group));
+  CHECK(group != nullptr);
+  CHECK_RC(aclmdlRICaptureTaskUpdateBegin(upd, group), ACL_ERROR_INVALID_PARAM);  // still capturing
+  aclmdlRI model = nullptr;
+  CHECK_OK(aclmdlRICaptureEnd(s, &model));
+
+  // A replay waits for the flag: nothing runs before the event is recorded.
+  CHECK_OK(aclmdlRIExecuteAsync(model, s));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  CHECK_EQ(slot, 0);  // the group waits behind the external event
+  CHECK_OK(aclrtRecordEvent(ext, upd));
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_EQ(before, 1);
+  CHECK_EQ(slot, 10);
+
+  // An update: the group's kernel with a new parameter, applied in the update stream's order.
+  CHECK_OK(aclmdlRICaptureTaskUpdateBegin(upd, group));
+  aclmdlRI updating = nullptr;
+  CHECK_OK(aclsimStreamTaskUpdateModel(upd, &updating));
+  CHECK(updating == model);
+  CHECK_RC(aclrtRecordEvent(ext, upd), ACL_ERROR_INVALID_PARAM);  // event tasks refused...
+  CHECK_RC(aclmdlRICaptureTaskUpdateBegin(upd, group), ACL_ERROR_INVALID_PARAM);  // already updating
+  CHECK_RC(aclmdlRICaptureTaskUpdateEnd(upd), ACL_ERROR_INVALID_PARAM);  // ...and fail the update
+  CHECK_EQ(g_released.load(), 0);
+  CHECK_OK(aclmdlRICaptureTaskUpdateBegin(upd, group));
+  auto* p2 = new Param{&slot, 20};
+  CHECK_OK(aclsimLaunchKernel(upd, WriteParam, p2, "grouped"));
+  CHECK_OK(aclsimModelRIAddDestroyCallback(model, ReleaseParam, p2));
+  CHECK_OK(aclmdlRICaptureTaskUpdateEnd(upd));
+  CHECK_OK(aclsimStreamTaskUpdateModel(upd, &updating));
+  CHECK(updating == nullptr);
+  CHECK_OK(aclrtRecordEvent(ext, upd));
+  CHECK_OK(aclmdlRIExecuteAsync(model, s));
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_EQ(slot, 20);
+  CHECK_EQ(g_released.load(), 1);  // the replaced kernel's parameter (no execution runs)
+
+  // An update must launch as many tasks, of the same kinds, as the group holds.
+  CHECK_OK(aclmdlRICaptureTaskUpdateBegin(upd, group));
+  auto* p3 = new Param{&slot, 30};
+  auto* p4 = new Param{&slot, 40};
+  CHECK_OK(aclsimLaunchKernel(upd, WriteParam, p3, "grouped"));
+  CHECK_OK(aclsimModelRIAddDestroyCallback(model, ReleaseParam, p3));
+  CHECK_OK(aclsimLaunchKernel(upd, WriteParam, p4, "grouped"));
+  CHECK_OK(aclsimModelRIAddDestroyCallback(model, ReleaseParam, p4));
+  CHECK_RC(aclmdlRICaptureTaskUpdateEnd(upd), ACL_ERROR_INVALID_PARAM);
+  CHECK(strstr(aclGetRecentErrMsg(), "recorded 2 tasks, the task group has 1") != nullptr);
+  CHECK_EQ(g_released.load(), 3);  // the refused update's parameters
+  CHECK_RC(aclmdlRICaptureTaskUpdateEnd(upd), ACL_ERROR_INVALID_PARAM);  // not updating
+  CHECK_OK(aclrtRecordEvent(ext, upd));
+  CHECK_OK(aclmdlRIExecuteAsync(model, s));
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_EQ(slot, 20);  // unchanged
+
+  CHECK_OK(aclmdlRIDestroy(model));
+  CHECK_OK(aclrtSynchronizeStream(upd));
+  CHECK_EQ(g_released.load(), 5);  // p0 and p2 with the model
+  CHECK_RC(aclmdlRICaptureTaskUpdateBegin(upd, group), ACL_ERROR_INVALID_PARAM);  // stale handle
+  CHECK_OK(aclrtDestroyEvent(ext));
+  CHECK_OK(aclrtDestroyStream(upd));
+  CHECK_OK(aclrtDestroyStream(s));
+}
+
 int main() {
   TestCaptureReplay();
   TestMisuse();
@@ -342,5 +446,6 @@ int main() {
   TestCopiesAndEvents();
   TestForkJoin();
   TestLifetimeAndErrors();
+  TestTaskUpdate();
   return Finish();
 }

@@ -49,6 +49,7 @@ from .streams import (
     _subscribe_report,
     _unsubscribe_report,
     Event,
+    ExternalEvent,
     ExternalStream,
     Stream,
     StreamContext,
@@ -123,7 +124,10 @@ from .autocast_utils import (get_amp_supported_dtype, is_autocast_enabled, set_a
 from . import op_support
 from .op_support import get_cpu_fallback, is_op_supported, set_cpu_fallback
 from . import graphs
-from .graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing, make_graphed_callables
+from .graphs import (NPUGraph, graph, graph_pool_handle, graph_task_group_begin, graph_task_group_end,
+                     graph_task_update_begin, graph_task_update_end, is_current_stream_capturing,
+                     make_graphed_callables, super_kernel_scope_begin, super_kernel_scope_end)
+from ._npugraph_handlers import NpuGraphOpHandler, register_npu_graph_handler
 from . import _tensor_types
 from . import aclnn, backends, deterministic
 from .backends import (enable_flash_sdp, enable_math_sdp, enable_mem_efficient_sdp, flash_sdp_enabled,
@@ -145,7 +149,7 @@ __all__ = [
     "can_device_access_peer", "utilization", "mem_get_info", "is_initialized", "init", "npurt",
     "get_soc_version", "is_support_inf_nan", "current_blas_handle", "get_cann_version",
     # streams / events
-    "Stream", "Event", "ExternalStream", "SyncLaunchStream", "StreamContext", "stream", "set_stream",
+    "Stream", "Event", "ExternalEvent", "ExternalStream", "SyncLaunchStream", "StreamContext", "stream", "set_stream",
     "current_stream", "default_stream", "set_sync_debug_mode", "get_sync_debug_mode",
     # memory
     "OutOfMemoryError", "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "ipc_collect",
@@ -167,15 +171,18 @@ __all__ = [
     "is_jit_compile_false", "set_mm_bmm_format_nd", "get_mm_bmm_format_nd",
     # graphs
     "NPUGraph", "graph", "graph_pool_handle", "is_current_stream_capturing", "make_graphed_callables",
+    "graph_task_group_begin", "graph_task_group_end", "graph_task_update_begin", "graph_task_update_end",
+    "super_kernel_scope_begin", "super_kernel_scope_end", "NpuGraphOpHandler", "register_npu_graph_handler",
     # backends
     "aclnn", "preferred_linalg_library", "enable_deterministic_with_backward",
     "disable_deterministic_with_backward",
 ] + _tensor_types.__all__ + _storage_types.__all__ + backends.__all__
 
 # ----------------------------------------------------------------------------------
-# Initialisation. The C++ runtime (hooks, allocator, generators) is set up by
-# _C._npu_init(); _lazy_init() does it once per process and then runs the calls
-# queued before it (e.g. torch.npu.manual_seed at import time of a user module).
+# Initialisation. _lazy_init() runs once per process, on the first npu tensor or torch.npu
+# call: it checks the environment, calls _C._npu_init() (idempotent; `import torch_npu`
+# already ran it), takes each device's default generator, and then runs the calls queued
+# before it (e.g. torch.npu.manual_seed at import time of a user module).
 
 #: Default generator of each device (filled by :func:`_lazy_init`).
 default_generators: Tuple[torch.Generator, ...] = ()

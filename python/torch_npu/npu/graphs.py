@@ -18,6 +18,12 @@ the values the tensor has at that point of the graph.
 __all__ = [
     "is_current_stream_capturing",
     "graph_pool_handle",
+    "graph_task_group_begin",
+    "graph_task_group_end",
+    "graph_task_update_begin",
+    "graph_task_update_end",
+    "super_kernel_scope_begin",
+    "super_kernel_scope_end",
     "NPUGraph",
     "graph",
     "make_graphed_callables",
@@ -36,6 +42,7 @@ from torch.fx.node import has_side_effect
 
 import torch_npu._C as _C
 from torch_npu._composite_ops import _op
+from torch_npu.npu._npugraph_handlers.npugraph_handler import _NPU_GRAPH_OP_HANDLERS
 
 _CAPTURE_ERROR_MODES = ("global", "thread_local", "relaxed")
 
@@ -51,6 +58,184 @@ def graph_pool_handle():
     Pass it as ``pool`` to several captures to let them share memory.
     """
     return _C._graph_pool_handle()
+
+
+def _stream_args(stream, fn):
+    if not isinstance(stream, torch.npu.Stream):
+        raise TypeError(f"{fn}: argument 'stream' must be a torch.npu.Stream, got {type(stream).__name__}")
+    return stream.stream_id, stream.device_index
+
+
+def graph_task_group_begin(stream):
+    r"""Start a task group on ``stream``, which captures a graph: the work launched on it until
+    :func:`graph_task_group_end` can later be launched again with new parameters
+    (:func:`graph_task_update_begin`)."""
+    _C._graph_task_group_begin(*_stream_args(stream, "graph_task_group_begin"))
+
+
+def graph_task_group_end(stream):
+    r"""End the task group of ``stream``; returns its handle for :func:`graph_task_update_begin`."""
+    return _C._graph_task_group_end(*_stream_args(stream, "graph_task_group_end"))
+
+
+def graph_task_update_begin(stream, handle):
+    r"""Start updating the captured task group ``handle`` from ``stream`` (a stream that does not
+    capture): the work launched on ``stream`` until :func:`graph_task_update_end` is recorded,
+    not run, as the group's new tasks. It must be the group's work with new host parameters
+    (e.g. ``actual_seq_lengths``): as many tasks, of the same kinds."""
+    if not isinstance(handle, _C._NPUTaskGroupHandle):
+        raise TypeError("graph_task_update_begin: argument 'handle' must be what graph_task_group_end returned, "
+                        f"got {type(handle).__name__}")
+    _C._graph_task_update_begin(*_stream_args(stream, "graph_task_update_begin"), handle)
+
+
+def graph_task_update_end(stream):
+    r"""End the update ``stream`` records. The group's tasks are replaced when ``stream`` gets
+    there: replays that must see the update wait for an event recorded on ``stream`` after
+    this call (:class:`torch.npu.ExternalEvent`, waited for inside the capture)."""
+    _C._graph_task_update_end(*_stream_args(stream, "graph_task_update_end"))
+
+
+def _check_scope_name(scope_name, fn):
+    if scope_name is not None and (not isinstance(scope_name, str) or not scope_name.strip()):
+        raise RuntimeError(f"{fn}: scope_name should be None or a non-empty string, got {scope_name!r}")
+
+
+@_op("super_kernel_scope_begin(str? scope_name=None) -> ()", keys=("PrivateUse1", "CPU", "BackendSelect"))
+def _super_kernel_scope_begin(scope_name=None):
+    _check_scope_name(scope_name, "super_kernel_scope_begin")
+
+
+@_op("super_kernel_scope_end(str? scope_name=None) -> ()", keys=("PrivateUse1", "CPU", "BackendSelect"))
+def _super_kernel_scope_end(scope_name=None):
+    _check_scope_name(scope_name, "super_kernel_scope_end")
+
+
+def super_kernel_scope_begin(scope_name=None):
+    r"""Open a super kernel scope (``scope_name``: None or a non-empty string) on the current
+    stream: on Ascend, the kernels captured inside are fused into one super kernel by
+    :meth:`NPUGraph.super_kernel_optimize`. The simulator has no super kernels: the scope is
+    checked and the kernels run one by one, which gives the same results."""
+    return torch.ops.npu.super_kernel_scope_begin(scope_name)
+
+
+def super_kernel_scope_end(scope_name=None):
+    r"""Close the super kernel scope opened by :func:`super_kernel_scope_begin`."""
+    return torch.ops.npu.super_kernel_scope_end(scope_name)
+
+
+# The options of NPUGraph.super_kernel_optimize: name -> type (a list: list of that type; a
+# dict: its sub-options and their types).
+_SUPER_KERNEL_OPTIONS = {
+    "optimize_options": {
+        "preload_code": int, "split_mode": int, "stream_fusion": int, "constant_codegen": int,
+        "auto_op_parallel": int, "opt_extend": str, "dcci_before_kernel_start": [str],
+        "dcci_after_kernel_end": [str], "dcci_disable_on_kernel": [str], "ubuf_lock_ignore_kernel": [str],
+        "early_start": int,
+        "aggressive_opt_strategies": {"event_breaker_bypass": int, "value_breaker_bypass": int,
+                                      "task_breaker_bypass": int},
+    },
+    "debug_options": {
+        "debug_sync_all": int, "debug_op_exec_trace": int, "debug_cross_core_sync_check": int,
+        "debug_extend": str, "debug_per_op_max_core_num": int,
+    },
+}
+
+
+def _check_option(where, value, expected):
+    if isinstance(expected, dict):
+        if not isinstance(value, dict):
+            raise RuntimeError(f"{where} must be a dict, got {type(value).__name__}")
+        for key, sub in value.items():
+            if key not in expected:
+                raise RuntimeError(f"{where}: invalid key {key!r} (valid: {', '.join(expected)})")
+            _check_option(f"{where}[{key!r}]", sub, expected[key])
+    elif isinstance(expected, list):
+        if not isinstance(value, list):
+            raise RuntimeError(f"{where} must be a list of {expected[0].__name__}, got {type(value).__name__}")
+        for i, item in enumerate(value):
+            _check_option(f"{where}[{i}]", item, expected[0])
+    elif not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise RuntimeError(f"{where} must be {expected.__name__}, got {type(value).__name__}")
+
+
+class _GraphDispatchRecord:
+    r"""One captured call of an operator with a handler: its task group and what it was called with."""
+
+    def __init__(self, event, handle, func, args, kwargs):
+        self.event = event            # torch.npu.ExternalEvent the group waits for
+        self.handle = handle          # of the task group
+        self.op_cache_entry = func    # the operator overload captured
+        self.args = list(args)
+        self.kwargs = dict(kwargs)
+
+
+class _GraphDispatchMode(torch.utils._python_dispatch.TorchDispatchMode):
+    r"""The dispatch mode of ``torch.npu.graph(..., auto_dispatch_capture=True)``.
+
+    Each call of an operator with a handler (``_NPU_GRAPH_OP_HANDLERS``) is captured as a task
+    group of its own that first waits for an :class:`ExternalEvent`; :meth:`update_capture_record`
+    launches the recorded calls again with new arguments, as task group updates on one update
+    stream shared by all graphs, each followed by a record of its event (so the next replay
+    runs the updated group). A replay of such a graph waits for an update first.
+    """
+
+    update_stream = None  # shared by every graph
+
+    def __init__(self):
+        super().__init__()
+        if _GraphDispatchMode.update_stream is None:
+            _GraphDispatchMode.update_stream = torch.npu.Stream()
+        self.graph_dispatch_records = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = _NPU_GRAPH_OP_HANDLERS.get(func.__name__)
+        if handler is None:
+            return func(*args, **kwargs)
+        should_handle = getattr(handler, "should_handle", None)
+        if should_handle is not None and not should_handle(func, args, kwargs):
+            return func(*args, **kwargs)
+        stream = torch.npu.current_stream()
+        event = torch.npu.ExternalEvent()
+        event.wait(stream)
+        event.reset(stream)
+        func, args, kwargs = handler.prepare_capture(func, args, kwargs)
+        graph_task_group_begin(stream)
+        result = func(*args, **kwargs)
+        handle = graph_task_group_end(stream)
+        self.graph_dispatch_records.append(_GraphDispatchRecord(event, handle, func, args, kwargs))
+        return handler.postprocess_result(result, kwargs)
+
+    def update_capture_record(self, cpu_update_input):
+        records = self.graph_dispatch_records
+        if not isinstance(cpu_update_input, (list, tuple)) or not all(isinstance(u, dict) for u in cpu_update_input):
+            raise TypeError("NPUGraph.update: cpu_update_input must be a list of dicts (one per captured operator, "
+                            f"or one for all), got {cpu_update_input!r}")
+        if not records:
+            # (an operator computed by decomposition, as the ATB operators are here, reaches the
+            # dispatch mode as the operators it is made of, which have no handler)
+            raise RuntimeError("NPUGraph.update: the capture recorded no call of an operator with an update "
+                               "handler, so there is nothing to update")
+        if len(cpu_update_input) == 1:
+            cpu_update_input = list(cpu_update_input) * len(records)
+        if len(cpu_update_input) != len(records):
+            raise RuntimeError(f"NPUGraph.update: the graph captured {len(records)} operators to update, "
+                               f"cpu_update_input has {len(cpu_update_input)} elements")
+        stream = self.update_stream
+        with torch.npu.stream(stream):
+            for record, update in zip(records, cpu_update_input):
+                handler = _NPU_GRAPH_OP_HANDLERS.get(record.op_cache_entry.__name__)
+                if handler is None:
+                    raise RuntimeError(f"NPUGraph.update: no handler is registered for the captured operator "
+                                       f"{record.op_cache_entry.__name__} any more")
+                handler.update_args(record, update)
+                graph_task_update_begin(stream, record.handle)
+                try:
+                    record.op_cache_entry(*record.args, **record.kwargs)
+                finally:
+                    graph_task_update_end(stream)
+                record.event.record(stream)
 
 
 def _check_pool(pool):
@@ -80,7 +265,35 @@ class NPUGraph(_C._NPUGraph):
     def __new__(cls):
         graph = super().__new__(cls)
         graph.generators = []  # registered with register_generator_state
+        graph.graph_dispatch_mode = _GraphDispatchMode()
+        graph.auto_dispatch_capture = False
         return graph
+
+    def update(self, cpu_update_input):
+        r"""Launch the operators captured with ``torch.npu.graph(..., auto_dispatch_capture=True)``
+        again with new host arguments, e.g. ``[{"actual_seq_lengths": [100]}]``: a list of one
+        dict per captured operator, or of one dict for all (keys an operator does not take are
+        ignored; see :class:`torch.npu.NpuGraphOpHandler`). The next replay runs the updated work.
+        """
+        if not self.auto_dispatch_capture:
+            raise RuntimeError("NPUGraph.update: the graph was not captured with "
+                               "torch.npu.graph(..., auto_dispatch_capture=True)")
+        self.graph_dispatch_mode.update_capture_record(cpu_update_input)
+
+    def super_kernel_optimize(self, optimize_options=None, debug_options=None):
+        r"""Fuse the kernels of the captured super kernel scopes (see
+        :func:`super_kernel_scope_begin`), with ``optimize_options`` / ``debug_options`` (dicts
+        of torch_npu's option names, or None). The options are checked; the simulator has no
+        super kernels, so the graph is left as captured and replays give the same results.
+        """
+        for name, options in (("optimize_options", optimize_options), ("debug_options", debug_options)):
+            if options is not None:
+                _check_option(name, options, _SUPER_KERNEL_OPTIONS[name])
+        try:
+            self.pool()  # raises without a captured graph
+        except RuntimeError:
+            raise RuntimeError("Called NPUGraph::super_kernel_optimize without a preceding successful capture.") \
+                from None
 
     def capture_begin(self, pool=None, capture_error_mode="global"):
         r"""Begin capturing NPU work on the current stream (which must not be the default stream).
@@ -143,12 +356,16 @@ class graph:
         pool (optional): memory pool token to share (see :func:`graph_pool_handle`).
         stream (torch.npu.Stream, optional): stream to capture on; by default a side stream
             shared by all captures.
+        auto_dispatch_capture (bool, optional): capture each call of an operator that has an
+            update handler as a task group of its own, so that :meth:`NPUGraph.update` can
+            give it new host arguments (see :class:`torch.npu.NpuGraphOpHandler`).
         capture_error_mode (str, optional): see :meth:`NPUGraph.capture_begin`.
     """
 
     default_capture_stream: typing.Optional["torch.npu.Stream"] = None
 
-    def __init__(self, npu_graph, pool=None, stream=None, capture_error_mode: str = "global"):
+    def __init__(self, npu_graph, pool=None, stream=None, auto_dispatch_capture=False,
+                 capture_error_mode: str = "global"):
         if not isinstance(npu_graph, NPUGraph):
             raise TypeError(f"npu_graph must be a torch.npu.NPUGraph, got {type(npu_graph).__name__}")
         _check_mode(capture_error_mode)
@@ -159,6 +376,7 @@ class graph:
         self.stream_ctx = torch.npu.stream(self.capture_stream)
         self.npu_graph = npu_graph
         self.capture_error_mode = capture_error_mode
+        npu_graph.auto_dispatch_capture = bool(auto_dispatch_capture)
 
     def __enter__(self):
         # Free what the capture could otherwise not reuse, and start from a quiet device.
@@ -171,8 +389,13 @@ class graph:
         except BaseException:
             self.stream_ctx.__exit__(None, None, None)
             raise
+        if self.npu_graph.auto_dispatch_capture:
+            self.npu_graph.graph_dispatch_mode.graph_dispatch_records.clear()
+            self.npu_graph.graph_dispatch_mode.__enter__()
 
     def __exit__(self, exc_type, exc_value, traceback):
+        if self.npu_graph.auto_dispatch_capture:
+            self.npu_graph.graph_dispatch_mode.__exit__(exc_type, exc_value, traceback)
         try:
             if exc_type is None:
                 self.npu_graph.capture_end()
@@ -515,7 +738,8 @@ def _save_npugraph_tensors(obj, tensors, save_path, overwrite):
 
 # No outputs: keep the calls in torch.compile graphs (dead code elimination would drop them).
 for _overload in (torch.ops.npu.print_npugraph_tensor.default, torch.ops.npu.save_npugraph_tensor.default,
-                  torch.ops.npu.save_npugraph_tensor.tensor_list):
+                  torch.ops.npu.save_npugraph_tensor.tensor_list, torch.ops.npu.super_kernel_scope_begin.default,
+                  torch.ops.npu.super_kernel_scope_end.default):
     has_side_effect(_overload)
 
 

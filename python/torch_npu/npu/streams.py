@@ -22,6 +22,7 @@ from ..utils._error_code import ErrCode, pta_error
 __all__ = [
     "Stream",
     "Event",
+    "ExternalEvent",
     "ExternalStream",
     "SyncLaunchStream",
     "StreamContext",
@@ -281,6 +282,55 @@ class Event(torch.Event):
         if self.npu_event:
             return f"<torch_npu.npu.Event {self.npu_event:#x}>"
         return "<torch_npu.npu.Event uninitialized>"
+
+
+class ExternalEvent:
+    r"""An NPU event that works as a flag (torch_npu's ``graph_external`` events): :meth:`record`
+    sets it, :meth:`reset` clears it, and a stream told to :meth:`wait` waits until it is set,
+    also when the wait comes before any record. Waits and resets issued while a stream
+    captures an NPU graph are part of the graph: each replay waits for the flag at that point
+    (task group updates use this: see :func:`torch.npu.graph_task_update_begin`). A replay
+    waiting for a flag nobody sets waits forever, as on Ascend.
+
+    The event belongs to the device of the first stream it is used with.
+    """
+
+    def __init__(self):
+        self._event = _C._NPUExternalEvent()
+
+    def _apply(self, method, stream, fn):
+        if stream is None:
+            stream = current_stream()
+        else:
+            _check_npu_stream(stream, fn=fn)
+        method(stream.stream_id, stream.device_index)
+
+    def record(self, stream=None):
+        r"""Set the flag when ``stream`` (the current stream if ``None``) gets there."""
+        self._apply(self._event.record, stream, "ExternalEvent.record")
+
+    def wait(self, stream=None):
+        r"""Make the work submitted to ``stream`` (the current stream if ``None``) from now on
+        wait until the flag is set."""
+        self._apply(self._event.wait, stream, "ExternalEvent.wait")
+
+    def reset(self, stream=None):
+        r"""Clear the flag when ``stream`` (the current stream if ``None``) gets there."""
+        self._apply(self._event.reset, stream, "ExternalEvent.reset")
+
+    @property
+    def npu_event(self) -> int:
+        r"""Address of the underlying ``aclrtEvent`` (0 before the first use)."""
+        return int(self._event.npu_event)
+
+    @property
+    def _as_parameter_(self):
+        return ctypes.c_void_p(self.npu_event)
+
+    def __repr__(self) -> str:
+        if self.npu_event:
+            return f"<torch_npu.npu.ExternalEvent {self.npu_event:#x}>"
+        return "<torch_npu.npu.ExternalEvent uninitialized>"
 
 
 def _stream_of(data) -> Stream:

@@ -121,6 +121,11 @@ typedef void (*aclrtCallback)(void* userData);
 // Event flags (aclrtCreateEventWithFlag).
 #define ACL_EVENT_SYNC 0x1u
 #define ACL_EVENT_TIME_LINE 0x8u   // event records a timestamp
+// An external event is a flag: a record sets it, aclrtResetEvent clears it, and a stream
+// waiting for it (aclrtStreamWaitEvent, also before any record, also inside a captured
+// model at each execution) waits until it is set. Graph task updates use it to make a
+// replay wait for the update (see aclmdlRICaptureTaskUpdateBegin).
+#define ACL_EVENT_EXTERNAL 0x20u
 
 // ---- init / devices -------------------------------------------------------------
 // aclInit is optional: every API initialises the simulator on first use.
@@ -274,6 +279,23 @@ aclError aclmdlRIExecuteAsync(aclmdlRI modelRI, aclrtStream stream);
 aclError aclmdlRIExecute(aclmdlRI modelRI, int32_t timeout);
 // Invalidates the handle; the model is freed once its queued executions have run.
 aclError aclmdlRIDestroy(aclmdlRI modelRI);
+// Task groups: the tasks a capturing stream records between aclmdlRICaptureTaskGrpBegin
+// and aclmdlRICaptureTaskGrpEnd (no nesting) form a group whose parameters can be updated
+// after the capture. Between aclmdlRICaptureTaskUpdateBegin(stream, group) and
+// aclmdlRICaptureTaskUpdateEnd(stream), the tasks launched on `stream` (a stream that does
+// not capture) are recorded, not run, as the group's new tasks: as many as the group has,
+// of the same kinds (kernels, callbacks, copies, memsets; event tasks are refused).
+// aclmdlRICaptureTaskUpdateEnd checks them and enqueues the update on `stream`: when the
+// stream gets there, the group's tasks are replaced, and executions that reach the group
+// afterwards run the new ones. Order replays after the update with an event (e.g. an
+// ACL_EVENT_EXTERNAL event waited for at the start of the group and recorded on the
+// update stream after aclmdlRICaptureTaskUpdateEnd). A group handle is valid as long as
+// its model.
+typedef void* aclrtTaskGrp;
+aclError aclmdlRICaptureTaskGrpBegin(aclrtStream stream);
+aclError aclmdlRICaptureTaskGrpEnd(aclrtStream stream, aclrtTaskGrp* handle);
+aclError aclmdlRICaptureTaskUpdateBegin(aclrtStream stream, aclrtTaskGrp handle);
+aclError aclmdlRICaptureTaskUpdateEnd(aclrtStream stream);
 // Prints the model's tasks to stdout / writes them as JSON to `path` (flags: 0 or 1).
 aclError aclmdlRIDebugPrint(aclmdlRI modelRI);
 aclError aclmdlRIDebugJsonPrint(aclmdlRI modelRI, const char* path, uint32_t flags);
@@ -359,7 +381,13 @@ aclError aclsimVmmLookup(const void* ptr, void** resStart, size_t* resSize, uint
                          int32_t* deviceId, uint64_t* arenaOffset);
 // Model extensions. Calls fn(userData) when the model is freed (after aclmdlRIDestroy
 // and its last queued execution): owners of recorded kernels' userData free it there.
+// A callback whose userData is the userData of a recorded kernel belongs to that kernel:
+// when a task update replaces the kernel, it is called once no execution of the model
+// runs any more (or when the model is freed, if that comes first).
 aclError aclsimModelRIAddDestroyCallback(aclmdlRI modelRI, aclrtCallback fn, void* userData);
+// The model whose task group `stream` is updating (between aclmdlRICaptureTaskUpdateBegin
+// and End), or NULL.
+aclError aclsimStreamTaskUpdateModel(aclrtStream stream, aclmdlRI* modelRI);
 // Number of recorded tasks; a unique id of the model (never reused in the process).
 aclError aclsimModelRIInfo(aclmdlRI modelRI, size_t* numTasks, uint64_t* id);
 // Invalidates the capture `stream` takes part in, with a reason aclmdlRICaptureEnd

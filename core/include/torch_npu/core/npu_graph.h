@@ -27,6 +27,18 @@ CaptureStatus captureStatus(const NPUStream& stream);
 bool isStreamCapturing(const NPUStream& stream);
 // torch.npu.is_current_stream_capturing().
 bool currentStreamCapturing();
+// True while work launched on `stream` is recorded instead of run: it captures, or it
+// records a task group update (graph_task_update_begin). Ops keep what such work uses.
+bool isStreamRecording(const NPUStream& stream);
+
+// Task groups of a capture and their updates (torch.npu.graph_task_group_begin & co, over
+// aclmdlRICaptureTaskGrp* / aclmdlRICaptureTaskUpdate*): the work launched on a capturing
+// stream between group begin and end can be launched again, with new parameters, on
+// another stream between update begin and end; the graph's replays then run that.
+void graph_task_group_begin(const NPUStream& stream);
+aclrtTaskGrp graph_task_group_end(const NPUStream& stream);
+void graph_task_update_begin(const NPUStream& stream, aclrtTaskGrp group);
+void graph_task_update_end(const NPUStream& stream);
 // A pool id no capture uses yet (torch.npu.graph_pool_handle()).
 MempoolId_t graph_pool_handle();
 // Invalidates the capture `stream` takes part in and throws c10::Error(msg): for
