@@ -13,8 +13,9 @@ harness.py), and the ratio is npu time / cpu time. Targets apply to the default
 (async) mode; the sync rows show what asynchrony costs or saves.
 
 A loaded pass follows (``--load-cases``, ``--busy``): the cases the asynchrony target names
-(large elementwise ops, a training step) run again in both modes while ``--busy`` processes
-started by this script spin on the CPU, the normal state of a shared CI runner.
+(large elementwise ops, a training step) run again, async and sync subprocesses alternated
+``--load-rounds`` times, while ``--busy`` processes started by this script spin on the CPU, the
+normal state of a shared CI runner.
 
 --write keeps everything from the line ``<!-- keep: ... -->`` to the end of an existing
 file (hand-written analysis) and regenerates the rest.
@@ -25,6 +26,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -217,23 +219,34 @@ def mode_label(info) -> str:
 
 
 def async_cost_table(runs, cases) -> str:
-    by_mode = {(info["mode"], info.get("busy", 0)): {r["name"]: r for r in info["results"]} for info in runs}
+    """async / sync per case and load. A load with several rounds (async and sync subprocesses
+    alternated) shows the median of the rounds' normalised costs and their range."""
+    by_mode = {}
+    for info in runs:
+        by_mode.setdefault((info["mode"], info.get("busy", 0)), []).append({r["name"]: r for r in info["results"]})
     loads = sorted({busy for mode, busy in by_mode if ("async", busy) in by_mode and ("sync", busy) in by_mode})
     if not loads:
         return ""
-    lines = ["| benchmark | load | ratio async | ratio sync | async / sync (normalised) | target | met | npu async | "
-             "npu sync |",
-             "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+    lines = ["| benchmark | load | rounds | ratio async | ratio sync | async / sync (normalised) | range | target | "
+             "met | npu async | npu sync |",
+             "|---|---|---:|---:|---:|---:|---|---:|---|---:|---:|"]
     for busy in loads:
         for case in cases:
-            a, s = by_mode[("async", busy)].get(case.name), by_mode[("sync", busy)].get(case.name)
-            if not a or not s:
+            pairs = [(a[case.name], s[case.name]) for a, s in zip(by_mode[("async", busy)], by_mode[("sync", busy)])
+                     if case.name in a and case.name in s]
+            if not pairs:
                 continue
-            cost = a["ratio"] / s["ratio"]
-            lines.append(f"| {case.title} | {f'{busy} busy processes' if busy else 'idle'} | {a['ratio']:.2f} | "
-                         f"{s['ratio']:.2f} | {cost:.2f} | <= {ASYNC_COST_TARGET:.2f} | "
-                         f"{'yes' if cost <= ASYNC_COST_TARGET else 'no'} | {fmt_time(a['subject_s'], case.unit)} | "
-                         f"{fmt_time(s['subject_s'], case.unit)} |")
+            costs = [a["ratio"] / s["ratio"] for a, s in pairs]
+            cost = statistics.median(costs)
+            a_ratio = statistics.median(a["ratio"] for a, _ in pairs)
+            s_ratio = statistics.median(s["ratio"] for _, s in pairs)
+            a_time = statistics.median(a["subject_s"] for a, _ in pairs)
+            s_time = statistics.median(s["subject_s"] for _, s in pairs)
+            spread = f"{min(costs):.2f}–{max(costs):.2f}" if len(costs) > 1 else "—"
+            lines.append(f"| {case.title} | {f'{busy} busy processes' if busy else 'idle'} | {len(pairs)} | "
+                         f"{a_ratio:.2f} | {s_ratio:.2f} | {cost:.2f} | {spread} | <= {ASYNC_COST_TARGET:.2f} | "
+                         f"{'yes' if cost <= ASYNC_COST_TARGET else 'no'} | {fmt_time(a_time, case.unit)} | "
+                         f"{fmt_time(s_time, case.unit)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -270,10 +283,15 @@ def spread_table(runs, cases) -> str:
     return "\n".join(lines) + "\n"
 
 
+def idle_runs(runs):
+    """The runs of the main pass (the loaded pass's rounds only feed the async-cost table)."""
+    return [info for info in runs if not info.get("busy")]
+
+
 def markdown(runs, cases, machine, args, elapsed) -> str:
     first = runs[0]
     tqe = ", ".join(f"{i['mode']}: TASK_QUEUE_ENABLE={i['TASK_QUEUE_ENABLE']} "
-                    f"(task queue {'on' if i['task_queue_enabled'] else 'off'})" for i in runs)
+                    f"(task queue {'on' if i['task_queue_enabled'] else 'off'})" for i in idle_runs(runs))
     notes = "\n".join(f"- **{c.title}**: {c.note}" for c in cases if c.note)
     return f"""# torch_npu benchmarks (simulator npu vs cpu)
 
@@ -282,7 +300,7 @@ baseline time, both measured in the same process with their repetitions interlea
 better; the targets apply to the default **async** mode). The baseline is the same work on cpu
 tensors, or, for fused operators, their unfused composition on npu.
 
-{table(runs, cases)}
+{table(idle_runs(runs), cases)}
 ## Cost of asynchrony (TASK_QUEUE_ENABLE=1 vs 0)
 
 `async / sync (normalised)` = ratio async / ratio sync: the npu time of the async mode
@@ -291,7 +309,9 @@ the same process. Below 1 the task queue helps, above 1 it costs. (The two modes
 two subprocesses one after the other; this machine's speed changes by 2x or more from one
 minute to the next, so the raw npu times of the two modes, shown for reference, are not
 directly comparable.) Rows "N busy processes" come from the loaded pass: the script starts N
-processes spinning on the CPU for the duration of both modes' subprocesses.
+processes spinning on the CPU for the duration of each subprocess, and alternates async and sync
+subprocesses `--load-rounds` times ({args.load_rounds} here); such a row shows the median of the
+rounds' costs and their range.
 
 {async_cost_table(runs, cases)}
 ## The cpu baseline of the async process
@@ -323,8 +343,9 @@ spans ~10-60 s of this noisy machine, so it is less exact than the interleaved r
 ## Method
 
 - Each mode runs in a fresh subprocess with `TASK_QUEUE_ENABLE` set (it is read once per process).
-- The loaded pass (`--load-cases`, `--busy`): the named cases again, in both modes, while
-  `--busy` processes (`python -c "while True: pass"`) started by the script spin.
+- The loaded pass (`--load-cases`, `--busy`, `--load-rounds`): the named cases again, async and sync
+  subprocesses alternated `--load-rounds` times, while `--busy` processes
+  (`python -c "while True: pass"`) started by the script spin.
 - Per case: the state is built on cpu and on npu from the same seed; garbage is collected once
   and the collector stays disabled until the case is done (as `timeit` does); each device runs
   untimed warm-up iterations; then `repeats` pairs of timed measurements, the order alternating
@@ -339,7 +360,7 @@ spans ~10-60 s of this noisy machine, so it is less exact than the interleaved r
 
 Spread of the individual measurements:
 
-{spread_table(runs, cases)}
+{spread_table(idle_runs(runs), cases)}
 Case notes:
 
 {notes}
@@ -385,6 +406,8 @@ def main() -> None:
     p.add_argument("--load-cases", default=LOAD_CASES,
                    help=f"comma list of cases run again under load (default {LOAD_CASES}; empty: no loaded pass)")
     p.add_argument("--busy", type=int, default=2, help="spinning processes of the loaded pass (default 2)")
+    p.add_argument("--load-rounds", type=int, default=3,
+                   help="loaded pass: async and sync subprocesses alternated this many times (default 3)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args()
 
@@ -422,12 +445,13 @@ def main() -> None:
     t0 = time.perf_counter()
     runs = [run_mode(m, args) for m in modes]
     if load_cases and args.busy > 0:
-        runs += [run_mode(m, args, only=load_cases, busy=args.busy) for m in modes]
+        for _ in range(args.load_rounds):
+            runs += [run_mode(m, args, only=load_cases, busy=args.busy) for m in modes]
     elapsed = time.perf_counter() - t0
     machine["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
     print()
-    print(table(runs, cases))
+    print(table(idle_runs(runs), cases))
     for extra in (async_cost_table(runs, cases), clean_cpu_table(runs, cases)):
         if extra:
             print(extra)
