@@ -523,6 +523,30 @@ def tables(results, classes_path, markdown=False):
     return "\n".join(lines), causes
 
 
+def prune_passing(out, classes_path):
+    """Drop the classification rows of tests that now pass, and the ``<collection>`` rows of files
+    that now import (exact rows only: a glob row may still match a failing test), so the CSV keeps
+    describing failures."""
+    passed = set()
+    for suite, per in load_results(out).items():
+        imported = {r["file"] for key, r in per.items() if key != "__files__" and not key.endswith("::<collection>")}
+        passed |= {(suite, key) for key, r in per.items() if key != "__files__" and r["outcome"] == "passed"}
+        passed |= {(suite, rel + "::<collection>") for rel in imported
+                   if per.get(rel + "::<collection>") is None}
+    with open(classes_path, newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    kept = [row for row in rows if (row["suite"], row["test"]) not in passed]
+    with open(classes_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, lineterminator="\r\n")
+        w.writeheader()
+        w.writerows(kept)
+    for row in rows:
+        if (row["suite"], row["test"]) in passed:
+            print("passes now: %s/%s (%s)" % (row["suite"], row["test"], row["root_cause"] or row["class"]))
+    print("%d of %d rows removed" % (len(rows) - len(kept), len(rows)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -559,8 +583,13 @@ def main():
     ap.add_argument("--markdown", action="store_true", help="tables as markdown")
     ap.add_argument("--unclassified", action="store_true",
                     help="do not run; print the failures of --out that have no class (CSV)")
+    ap.add_argument("--prune", action="store_true",
+                    help="do not run; remove from --classes the exact rows of tests that passed in --out")
     args = ap.parse_args()
 
+    if args.prune:
+        prune_passing(args.out, args.classes)
+        return
     if args.unclassified:
         exact, patterns = load_classes(args.classes)
         w = csv.writer(sys.stdout)
