@@ -24,6 +24,7 @@
 #include <string>
 #include <exception>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_generator.h"
@@ -637,6 +638,16 @@ bool meta_resizes_outs(const c10::OperatorHandle& op, const OpTraits& traits, co
       meta.push_back(v);
     }
   }
+  // out= arguments sharing memory (e.g. kthvalue(..., out=(t, t))): the kernel resizes the
+  // one tensor twice, which separate meta twins cannot show, so the call runs synchronously.
+  for (size_t i = 0; i < outs.size(); ++i) {
+    for (size_t j = i + 1; j < outs.size(); ++j) {
+      if (outs[i].second.defined() && outs[j].second.defined() &&
+          outs[i].second.storage().is_alias_of(outs[j].second.storage())) {
+        return true;
+      }
+    }
+  }
   try {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
   } catch (const std::exception&) {
@@ -898,6 +909,39 @@ void record_functional(const c10::OperatorHandle& op, c10::DeviceIndex device, c
          });
 }
 
+// The operator and the dtypes of its tensor arguments, as one number. A CPU kernel refuses
+// a dtype (AT_DISPATCH's "... not implemented for 'Bool'") only when it runs, where torch_npu's
+// aclnn operators refuse it at the call (aclnnXxxGetWorkspaceSize). So the first call of each
+// signature runs synchronously and raises such an error at the call, as synchronous mode
+// does; once a signature has run, its later calls may be queued (proven_signatures).
+uint64_t dtype_signature(const c10::FunctionSchema& schema, const torch::jit::Stack& stack, size_t begin,
+                         size_t num_args) {
+  uint64_t h = reinterpret_cast<uintptr_t>(&schema) * 0x9E3779B97F4A7C15ull;
+  auto mix = [&h](uint64_t v) { h = (h ^ (v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2))) * 0xBF58476D1CE4E5B9ull; };
+  auto tensor = [&mix](const at::Tensor& t) { mix(t.defined() ? static_cast<uint64_t>(t.scalar_type()) + 1 : 0); };
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::IValue& v = stack[begin + i];
+    if (v.isTensor()) {
+      tensor(v.toTensor());
+    } else if (v.isTensorList()) {
+      mix(1000 + v.toTensorList().size());
+      for (const at::Tensor& t : v.toTensorList()) tensor(t);
+    } else if (v.isList()) {
+      for (const c10::IValue& e : v.toListRef()) tensor(e.isTensor() ? e.toTensor() : at::Tensor());
+    } else if (v.isScalar()) {
+      mix(2000 + static_cast<uint64_t>(v.toScalar().type()));  // a Python number's kind decides the dtype too
+    } else {
+      mix(3000);
+    }
+  }
+  return h;
+}
+
+std::unordered_set<uint64_t>& proven_signatures() {
+  thread_local std::unordered_set<uint64_t> proven;
+  return proven;
+}
+
 // A kernel waiting on a stream: the aliased arguments and what it writes.
 struct QueuedKernel {
   QueuedKernel(const c10::OperatorHandle& op, c10::DeviceIndex device, int64_t max_numel)
@@ -965,6 +1009,8 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   // An out= argument the kernel resizes: synchronously (while capturing, run once to learn
   // the new geometry, as a functional op).
   if (async && traits.has_out && may_resize_outs(op, traits, *stack, args_begin)) async = false;
+  const uint64_t signature = async && !capture ? dtype_signature(schema, *stack, args_begin, num_args) : 0;
+  if (signature != 0 && !proven_signatures().count(signature)) async = false;
 
   if (async || capture) {
     for (size_t i = args_begin; i < stack->size(); ++i) clone_cpu_tensors((*stack)[i]);
@@ -1012,6 +1058,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   } else {
     run_now(schema.name().c_str(), device, scan.max_numel,
             [&op, stack] { op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack); });
+    if (signature != 0) proven_signatures().insert(signature);
   }
   for (const auto& w : written) aliases.sync_back(w);
   // Tensors in tiled formats ran through untiled copies. All go back, not only the

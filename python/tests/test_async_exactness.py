@@ -118,3 +118,40 @@ def test_out_resize_matches_in_sync_mode_too():
     )
     r = run_python(code, env={"TASK_QUEUE_ENABLE": "0"})
     assert r.returncode == 0, r.stderr
+
+
+def test_out_arguments_sharing_memory_get_the_shape_the_cpu_gives():
+    # Fuzzer seed 208163: kthvalue(..., out=(t, t)) resizes the one tensor twice; a Meta
+    # kernel run on separate twins of the outs predicted no change, so the call was queued
+    # and the host kept shape [1] where the CPU gives [].
+    x = torch.arange(4).reshape(4, 1)
+    cpu_out = torch.zeros(1, dtype=torch.int64)
+    torch.kthvalue(x, 4, -2, out=(cpu_out, cpu_out))
+    x_npu, npu_out = x.npu(), torch.zeros(1, dtype=torch.int64, device="npu")
+    busy = _busy_stream()
+    torch.kthvalue(x_npu, 4, -2, out=(npu_out, npu_out))
+    assert npu_out.shape == cpu_out.shape == ()  # at the call
+    assert npu_out.cpu().equal(cpu_out)
+    torch.npu.synchronize()
+    del busy
+
+
+def test_a_dtype_the_kernel_refuses_raises_at_the_call_behind_queued_work():
+    # Fuzzer seed 219040: cumsum into a bool out= is refused by the kernel ("not implemented
+    # for 'Bool'"). Queued, that error came at the next synchronisation as a stream error;
+    # synchronously (and on torch_npu, whose aclnn ops check dtypes at the call) it comes
+    # from the call itself.
+    idx = torch.randint(0, 8, (16,), device="npu")
+    out = torch.zeros(16, dtype=torch.bool, device="npu")
+    busy = _busy_stream()
+    with pytest.raises(NotImplementedError, match="not implemented for 'Bool'"):
+        torch.cumsum(idx, -1, out=out)
+    torch.npu.synchronize()  # the stream has no error left behind
+    del busy
+    # A signature that ran once may be queued afterwards, and still computes what the CPU does.
+    ok = torch.zeros(16, dtype=torch.int64, device="npu")
+    torch.cumsum(idx, -1, out=ok)
+    busy = _busy_stream()
+    torch.cumsum(idx, -1, out=ok)
+    torch.testing.assert_close(ok.cpu(), torch.cumsum(idx.cpu(), -1), rtol=0, atol=0)
+    del busy

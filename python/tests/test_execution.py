@@ -135,6 +135,7 @@ def test_kernel_error_surfaces_at_sync_and_stream_recovers():
     busy = torch.empty(1024, 1024, device="npu")
     x = torch.zeros(4, device="npu")
     idx = torch.tensor([0, 9], device="npu")
+    x.index_add_(0, idx * 0, torch.ones(2, device="npu"))  # this dtype signature has run: the next may queue
     torch.matmul(a, a, out=busy)       # keeps the stream busy: what follows is queued
     x.index_add_(0, idx, torch.ones(2, device="npu"))
     with pytest.raises(RuntimeError, match="index_add"):
@@ -155,6 +156,7 @@ def test_inline_small_decides_where_a_small_kernel_on_an_idle_stream_fails(inlin
 import torch, torch_npu
 x = torch.zeros(4, device="npu")
 idx = torch.tensor([0, 9], device="npu")
+x.index_add_(0, idx * 0, torch.ones(2, device="npu"))  # the first call of a dtype signature runs at once
 torch.npu.synchronize()
 try:
     x.index_add_(0, idx, torch.ones(2, device="npu"))
