@@ -20,7 +20,7 @@ subsystem is (lazily, or only on request) or need its private state:
   APIs, each fetched through ``_private`` so that a renamed hook fails with a clear error).
   Applied by import hooks when ``torch._dynamo`` / ``torch._inductor.compile_fx`` is first
   imported, so ``import torch_npu`` does not import them. Tests: test_compile_inductor.py,
-  test_compile_hw_compat.py.
+  test_compile_npu_semantics.py.
 * ``_inductor/mlir/__init__.py``: the ``npu_backend`` Inductor config key and the
   ``torch.compile`` wrapper that routes to the MLIR compiler (installed at import; cheap,
   imports neither Inductor nor IREE). Tests: test_compile_mlir.py.
