@@ -305,3 +305,17 @@ def test_multihead_attention_fairseq_style():
     torch.testing.assert_close(out.cpu().view(bsz, tgt, E), expected, atol=1e-5, rtol=1e-5)
     out.sum().backward()
     assert m.q_proj.weight.grad is not None
+
+
+# ---- npu_fast_condition_index_put --------------------------------------------------------------
+
+def test_fast_condition_index_put():
+    x = torch.randn(4, 5)
+    cond = x > 0.3
+    for value in (0, 1, 2.5):
+        out = cf.npu_fast_condition_index_put(x.npu(), cond.npu(), value)
+        ref = x.clone()
+        ref[cond] = value
+        torch.testing.assert_close(out.cpu(), ref)
+    with pytest.raises(TypeError, match="condition"):
+        cf.npu_fast_condition_index_put(x.npu(), cond.int().npu(), 1)
