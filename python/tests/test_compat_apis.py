@@ -347,3 +347,11 @@ def test_erase_stream_lets_memory_be_reused_at_once():
         torch_npu.erase_stream(v, None)
     with pytest.raises(ValueError, match="must be an npu tensor"):
         torch_npu.erase_stream(torch.zeros(2), side)
+
+
+def test_unsupported_dtype_list():
+    # MindSpeed filters torch's dtypes with torch_npu.unsupported_dtype.
+    assert torch_npu.unsupported_dtype == [torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32,
+                                           torch.qint8]
+    valid = [d for d in vars(torch).values() if isinstance(d, torch.dtype) and d not in torch_npu.unsupported_dtype]
+    assert torch.float32 in valid and torch.qint8 not in valid

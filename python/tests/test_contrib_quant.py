@@ -238,3 +238,24 @@ def test_torch_compile_traces_quant_and_ps_roi_ops():
     compiled = torch.compile(block, backend="aot_eager", fullgraph=True)
     for got, want in zip(compiled(*args), block(*args)):
         torch.testing.assert_close(got.cpu(), want.cpu())
+
+
+# ---- npu_weight_quant_batchmatmul: the antiquantisation rounds in x's dtype ------------------
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_weight_quant_dequantises_in_x_dtype(dtype):
+    g = torch.Generator().manual_seed(0)
+    m, k, n = 8, 2048, 64
+    x = torch.randn(m, k, generator=g).to(dtype)
+    w = torch.randint(-8, 8, (k, n), dtype=torch.int8, generator=g)
+    scale = torch.randn(n, generator=g).to(dtype)
+    offset = torch.randn(n, generator=g).to(dtype)
+    out = torch_npu.npu_weight_quant_batchmatmul(x.npu(), w.npu(), scale.npu(), offset.npu()).cpu()
+    # Huawei's test/contrib/test_linear_weight_quant.py reference: (w + offset) * scale in x's
+    # dtype, then a float32 matmul rounded to x's dtype.
+    ref = (x.float() @ ((w.to(dtype) + offset) * scale).float()).to(dtype)
+    exact = (x.float() @ ((w.float() + offset.float()) * scale.float())).to(dtype)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), ref.float(), atol=1e-2, rtol=2e-3)
+    assert not torch.equal(ref, exact)  # the rounding is visible at this size
+    assert (out == ref).float().mean() > 0.95
