@@ -355,3 +355,27 @@ def test_unsupported_dtype_list():
                                            torch.qint8]
     valid = [d for d in vars(torch).values() if isinstance(d, torch.dtype) and d not in torch_npu.unsupported_dtype]
     assert torch.float32 in valid and torch.qint8 not in valid
+
+
+# ---- torch.npu.<X>Storage legacy typed storages ---------------------------------------------
+
+@pytest.mark.parametrize("name,dtype", [("BoolStorage", torch.bool), ("FloatStorage", torch.float32),
+                                        ("HalfStorage", torch.float16), ("LongStorage", torch.int64)])
+def test_npu_legacy_storage_types(name, dtype):
+    import warnings
+
+    cls = getattr(torch.npu, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = cls(3)
+        assert s.device.type == "npu" and s.dtype == dtype and s.size() == 3
+        s.fill_(1)
+        assert s.tolist() == torch.ones(3, dtype=dtype).tolist()
+        t = torch.tensor([0, 1, 1], dtype=dtype, device="npu")
+        assert isinstance(t.storage(), cls)
+        assert not isinstance(t.cpu().storage(), cls)  # a CPU storage of that dtype is not one
+        assert t.storage().tolist() == [0, 1, 1] or t.storage().tolist() == [False, True, True]
+        s2 = cls([1, 0])
+        assert s2.device.type == "npu" and s2.tolist() == torch.tensor([1, 0], dtype=dtype).tolist()
+        with pytest.raises(RuntimeError, match="Not available for NPU storage"):
+            cls.from_buffer(b"\x00")

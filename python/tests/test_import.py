@@ -166,7 +166,8 @@ def test_patches_are_listed_and_documented():
 
     assert _patches._applied
     # Each is documented (the lazy-module patch is tested in test_lazy_modules.py; flex
-    # attention and DataParallel's torch._C primitives in test_hw_compat_nn.py; the others below).
+    # attention in test_sdpa.py, DataParallel's torch._C primitives in test_data_parallel.py; the
+    # others below).
     for patch in _patches.PATCHES:
         assert patch.__doc__ and len(patch.__doc__.strip()) > 40
 

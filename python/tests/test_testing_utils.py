@@ -288,3 +288,22 @@ def test_testing_runner_keeps_numpy_seed():
     result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "CI": ""})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "OK" in result.stderr
+
+
+# ---- torch_npu.testing's assertEqual: 0-d vs one-element numpy arrays compare by value -------
+
+def test_testcase_assert_equal_0d_against_one_element_array():
+    import numpy as np
+    from torch_npu.testing.testcase import TestCase
+
+    class _T(TestCase):
+        def runTest(self):
+            pass
+
+    t = _T()
+    t.assertEqual(torch.tensor([10]).numpy(), torch.tensor(10).numpy())
+    t.assertEqual(np.array(3.0), np.array([3.0]))
+    with pytest.raises(AssertionError):
+        t.assertEqual(torch.tensor([10]).numpy(), torch.tensor(9).numpy())
+    with pytest.raises(AssertionError):  # other shape mismatches still fail
+        t.assertEqual(np.zeros(2), np.zeros((1, 2)))

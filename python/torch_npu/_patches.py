@@ -29,7 +29,7 @@ subsystem is (lazily, or only on request) or need its private state:
   ``torch_npu/__init__.py``). Tests: test_multiprocessing_npu.py.
 * ``_data_parallel.py``: ``torch._C._broadcast``, ``_scatter``, ``_gather`` & co. for npu
   tensors; installed through :data:`PATCHES` (``_data_parallel_comm``), the code lives with
-  the rest of DataParallel's support. Tests: test_hw_compat_nn.py.
+  the rest of DataParallel's support. Tests: test_data_parallel.py.
 * ``utils/__init__.py``: ``torch.version.cann``, set when ``torch_npu.utils`` is imported
   (``import torch_npu`` does), as torch_npu does. Tests: test_compat_apis.py.
 * ``profiler/_non_intrusive_profile.py``: ``torch.optim.Optimizer._patch_step_function``,
@@ -224,7 +224,7 @@ def _flex_attention_on_npu() -> None:
     that imported ``flex_attention`` before torch_npu), and its higher-order operator has
     autocast rules for CPU and CUDA only: under ``torch.autocast("npu")`` query, key and
     value are cast to the autocast dtype, as those rules do, and the operator runs below
-    autocast. Tested in python/tests/test_hw_compat_nn.py.
+    autocast. Tested in python/tests/test_sdpa.py.
     """
     import torch.nn.attention.flex_attention as api
     from torch._C import DispatchKey
