@@ -1,5 +1,6 @@
 """torch_npu APIs that Huawei's own test files and user code call directly: legacy tensor
-types, torch_npu._C helpers, storage sizes and data-pointer moves, SoC numbers, collect_env."""
+types and typed storages, torch_npu._C helpers, storage sizes and data-pointer moves, SoC
+numbers, collect_env, torch_npu.unsupported_dtype."""
 import textwrap
 import unittest
 

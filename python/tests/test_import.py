@@ -1,4 +1,5 @@
-"""Importing torch_npu: registration, version check, autoload, the monkey patches."""
+"""Importing torch_npu: registration, version check, autoload, the monkey patches; import does
+not start the runtime and fork children use the npu."""
 
 import importlib
 import os

@@ -1,5 +1,6 @@
 """torch.npu memory tools: memory history and snapshots, MemPool / use_mem_pool, the
-pluggable allocator (in fresh processes), against the caching allocator's real state."""
+pluggable allocator (in fresh processes), against the caching allocator's real state; the
+host (pinned-memory) allocator."""
 import gc
 import os
 import pickle

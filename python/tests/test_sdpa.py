@@ -1,5 +1,6 @@
 """F.scaled_dot_product_attention on npu runs the fused attention kernel (the overrideable
-SDPA backend) and matches PyTorch's CPU result, forward and backward."""
+SDPA backend) and matches PyTorch's CPU result, forward and backward; FlexAttention on npu;
+torch.backends.npu's SDP switches."""
 import pytest
 import torch
 import torch.nn.functional as F

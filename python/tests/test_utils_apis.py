@@ -1,6 +1,7 @@
 """torch_npu.utils' Python APIs (FlopsCounter, save_async / serialization.load, thread affinity,
 collect_env helpers, cpp_extension.NpuExtension, utils.profiler.Profile), the testing helpers,
-torch_npu.distributed.run / distributed_c10d and profiler.analyse's worker pool."""
+torch_npu.distributed.run / distributed_c10d, profiler.analyse's worker pool and the error
+codes of torch_npu.utils._error_code."""
 import os
 import textwrap
 import threading
