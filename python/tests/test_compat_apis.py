@@ -1,5 +1,6 @@
 """torch_npu APIs that Huawei's own test files and user code call directly: legacy tensor
-types, torch_npu._C helpers, storage sizes and data-pointer moves, SoC numbers, collect_env."""
+types and typed storages, torch_npu._C helpers, storage sizes and data-pointer moves, SoC
+numbers, collect_env, torch_npu.unsupported_dtype."""
 import textwrap
 import unittest
 
@@ -347,3 +348,35 @@ def test_erase_stream_lets_memory_be_reused_at_once():
         torch_npu.erase_stream(v, None)
     with pytest.raises(ValueError, match="must be an npu tensor"):
         torch_npu.erase_stream(torch.zeros(2), side)
+
+
+def test_unsupported_dtype_list():
+    # MindSpeed filters torch's dtypes with torch_npu.unsupported_dtype.
+    assert torch_npu.unsupported_dtype == [torch.quint8, torch.quint4x2, torch.quint2x4, torch.qint32,
+                                           torch.qint8]
+    valid = [d for d in vars(torch).values() if isinstance(d, torch.dtype) and d not in torch_npu.unsupported_dtype]
+    assert torch.float32 in valid and torch.qint8 not in valid
+
+
+# ---- torch.npu.<X>Storage legacy typed storages ---------------------------------------------
+
+@pytest.mark.parametrize("name,dtype", [("BoolStorage", torch.bool), ("FloatStorage", torch.float32),
+                                        ("HalfStorage", torch.float16), ("LongStorage", torch.int64)])
+def test_npu_legacy_storage_types(name, dtype):
+    import warnings
+
+    cls = getattr(torch.npu, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = cls(3)
+        assert s.device.type == "npu" and s.dtype == dtype and s.size() == 3
+        s.fill_(1)
+        assert s.tolist() == torch.ones(3, dtype=dtype).tolist()
+        t = torch.tensor([0, 1, 1], dtype=dtype, device="npu")
+        assert isinstance(t.storage(), cls)
+        assert not isinstance(t.cpu().storage(), cls)  # a CPU storage of that dtype is not one
+        assert t.storage().tolist() == [0, 1, 1] or t.storage().tolist() == [False, True, True]
+        s2 = cls([1, 0])
+        assert s2.device.type == "npu" and s2.tolist() == torch.tensor([1, 0], dtype=dtype).tolist()
+        with pytest.raises(RuntimeError, match="Not available for NPU storage"):
+            cls.from_buffer(b"\x00")

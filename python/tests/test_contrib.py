@@ -234,7 +234,7 @@ def test_activations_and_small_modules():
     torch.testing.assert_close(loss.cpu(), F.cross_entropy(pred, target, label_smoothing=0.1 * 10 / 9),
                                atol=1e-5, rtol=1e-5)
     dp = cm.NpuDropPath(0.5)
-    assert dp.eval()(xn) is xn  # samples are dropped with the ensemble: test_hw_compat_contrib.py
+    assert dp.eval()(xn) is xn  # samples are dropped with the ensemble: test_drop_path_*
     for cls in (cm.NpuFairseqDropout, cm.NpuCachedDropout):
         d = cls(0.2, module_name="attn")
         assert d.eval()(xn).data_ptr() == xn.data_ptr() or torch.equal(d(xn).cpu(), x)
@@ -305,3 +305,119 @@ def test_multihead_attention_fairseq_style():
     torch.testing.assert_close(out.cpu().view(bsz, tgt, E), expected, atol=1e-5, rtol=1e-5)
     out.sum().backward()
     assert m.q_proj.weight.grad is not None
+
+
+# ---- npu_fast_condition_index_put --------------------------------------------------------------
+
+def test_fast_condition_index_put():
+    x = torch.randn(4, 5)
+    cond = x > 0.3
+    for value in (0, 1, 2.5):
+        out = cf.npu_fast_condition_index_put(x.npu(), cond.npu(), value)
+        ref = x.clone()
+        ref[cond] = value
+        torch.testing.assert_close(out.cpu(), ref)
+    with pytest.raises(TypeError, match="condition"):
+        cf.npu_fast_condition_index_put(x.npu(), cond.int().npu(), 1)
+
+
+# ---- npu_giou: [n, 1] as torch_npu (op-plugin permutes the kernel's [1, n]) -----------------
+
+def _giou_ref(b, g):  # boxes as rows, xywh
+    def corners(t):
+        return t[:, 0] - t[:, 2] / 2, t[:, 1] - t[:, 3] / 2, t[:, 0] + t[:, 2] / 2, t[:, 1] + t[:, 3] / 2
+    ax1, ay1, ax2, ay2 = corners(b)
+    bx1, by1, bx2, by2 = corners(g)
+    inter = (torch.min(ax2, bx2) - torch.max(ax1, bx1)).clamp(min=0) * \
+        (torch.min(ay2, by2) - torch.max(ay1, by1)).clamp(min=0)
+    union = (ax2 - ax1) * (ay2 - ay1) + (bx2 - bx1) * (by2 - by1) - inter
+    outer = (torch.max(ax2, bx2) - torch.min(ax1, bx1)) * (torch.max(ay2, by2) - torch.min(ay1, by1))
+    return inter / union - (outer - union) / outer
+
+
+def test_giou_has_torch_npus_shape_and_backward():
+    # Huawei's test/contrib/test_iou.py::test_npu_giou: expected [[0.5], [0.0111], [-0.2523]]
+    box1 = torch.tensor([[0, 0, 10, 10], [10, 10, 20, 20], [32, 32, 38, 42]], dtype=torch.float32)
+    box2 = torch.tensor([[0, 0, 10, 20], [0, 10, 10, 10], [10, 10, 20, 20]], dtype=torch.float32)
+    out = cf.npu_giou(box1.npu(), box2.npu())
+    assert out.shape == (3, 1)
+    torch.testing.assert_close(out.cpu()[:, 0], _giou_ref(box1, box2))
+    torch.testing.assert_close(out.cpu(), torch.tensor([[0.5], [0.0111], [-0.2523]]), atol=1e-4, rtol=0)
+    # The backward takes the [n, 1] gradient (random boxes: no ties between corners).
+    g = torch.Generator().manual_seed(1)
+    box1, box2 = torch.rand(5, 4, generator=g) + 0.5, torch.rand(5, 4, generator=g) + 0.5
+    b, bc = box1.npu().requires_grad_(), box1.clone().requires_grad_()
+    w = torch.randn(5, 1, generator=g)
+    (cf.npu_giou(b, box2.npu()) * w.npu()).sum().backward()
+    (_giou_ref(bc, box2)[:, None] * w).sum().backward()
+    torch.testing.assert_close(b.grad.cpu(), bc.grad, atol=1e-5, rtol=1e-5)
+    # torch_npu.npu_giou itself: boxes as columns, [n, 1]; is_cross: [n, m].
+    cols = torch.rand(4, 6) + 0.2
+    assert torch_npu.npu_giou(cols.npu(), cols.npu(), True, False, 0).shape == (6, 1)
+    assert torch_npu.npu_giou(cols.npu(), cols[:, :4].contiguous().npu(), True, True, 0).shape == (6, 4)
+
+
+# ---- NpuDropPath: torch_npu's pre-generated random tensors ----------------------------------
+
+def test_drop_path_without_ensemble_keeps_input():
+    cm.NpuDropPath.task_dict.clear()
+    x = torch.randn(6, 3, 4).npu()
+    dp = cm.NpuDropPath(0.5).train()
+    assert dp(x) is x and dp(x) is x  # torch_npu drops only with pre-generated tensors
+    assert cm.NpuDropPath(0.0).train()(x) is x
+    assert dp.eval()(x) is x
+    with pytest.raises(RuntimeError, match="Tensor"):
+        dp.train()([1, 2])
+    with pytest.raises(ValueError, match="drop_prob"):
+        cm.NpuDropPath(None)
+
+
+def test_drop_path_ensemble_drops_whole_samples():
+    cm.NpuDropPath.task_dict.clear()
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.drop = cm.NpuDropPath(0.5)
+
+        def forward(self, x):
+            return self.drop(x)
+
+    model = Block().npu().train()
+    cm.NpuDropPath.enable_droppath_ensemble(model)
+    assert isinstance(cm.NpuDropPath.droppath_stream, torch.npu.Stream)
+    x = torch.randn(64, 3, 5).npu()
+    assert torch.equal(model(x).cpu(), x.cpu())  # first pass: registers what it needs
+    kept = 0
+    for _ in range(4):
+        y, xc = model(x).cpu(), x.cpu()
+        per_sample = y.flatten(1)
+        dropped = (per_sample == 0).all(1)
+        torch.testing.assert_close(y[~dropped], xc[~dropped] * 2)  # kept samples scaled by 1/keep
+        kept += int((~dropped).sum())
+        assert 0 < int(dropped.sum()) < 64
+    assert 64 < kept < 192  # of 4 x 64 samples, about half kept
+    cm.NpuDropPath.task_dict.clear()
+
+
+def test_channel_shuffle_takes_more_channels_than_in_channels():
+    # Huawei's test_channel_shuffle.py: ChannelShuffle(2) on two 2-channel inputs shuffles
+    # the first two channels of the concatenation.
+    x = torch.randn(2, 2, 3, 3)
+    out = cm.ChannelShuffle(2, split_shuffle=False)(x.npu(), x.npu()).cpu()
+    ref = x.view(2, 2, 1, 3, 3).transpose(1, 2).reshape(2, 2, 3, 3)
+    torch.testing.assert_close(out, ref)
+    with pytest.raises(ValueError, match="in_channels"):
+        cm.ChannelShuffle(8)(x.npu(), x.npu())
+
+
+def test_multihead_attention_private_helpers():
+    from torch_npu.contrib.module.multihead_attention import _MHAConfig, _NpuLinear
+    _MHAConfig.set_fussion()
+    assert _MHAConfig.use_fussion_mha
+    lin = _NpuLinear(10, 20)
+    x = torch.randn(5, 10)
+    torch.testing.assert_close(lin(x), x @ lin.weight.t() + lin.bias)
+    assert lin(torch.randn(2, 5, 10)).shape == (2, 5, 20)
+    with pytest.raises(RuntimeError, match="2-D or 3-D"):
+        lin(torch.randn(5, 10, 3, 1))

@@ -1,4 +1,5 @@
-"""Importing torch_npu: registration, version check, autoload, the monkey patches."""
+"""Importing torch_npu: registration, version check, autoload, the monkey patches; import does
+not start the runtime and fork children use the npu."""
 
 import importlib
 import os
@@ -166,7 +167,8 @@ def test_patches_are_listed_and_documented():
 
     assert _patches._applied
     # Each is documented (the lazy-module patch is tested in test_lazy_modules.py; flex
-    # attention and DataParallel's torch._C primitives in test_hw_compat_nn.py; the others below).
+    # attention in test_sdpa.py, DataParallel's torch._C primitives in test_data_parallel.py; the
+    # others below).
     for patch in _patches.PATCHES:
         assert patch.__doc__ and len(patch.__doc__.strip()) > 40
 
@@ -267,3 +269,29 @@ def test_patch_default_tensor_type_npu():
     finally:
         torch.set_default_tensor_type(torch.FloatTensor)
     assert torch.zeros(1).device.type == "cpu" and torch.get_default_dtype() == torch.float32
+
+
+# ---- import does not start the runtime; fork children use the npu (fresh interpreter) --
+
+def test_import_does_not_start_runtime_and_fork_children_use_npu():
+    code = textwrap.dedent("""
+        import os, torch, torch_npu
+        assert not torch_npu.npu.is_initialized(), "import started the runtime"
+        assert torch.npu.is_available() and torch.npu.device_count() > 0
+        assert not torch_npu.npu.is_initialized(), "a device query started the runtime"
+        pid = os.fork()
+        if pid == 0:
+            ok = torch.equal((torch.ones(3, device="npu") * 2).cpu(), torch.full((3,), 2.))
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print("CHILD", os.waitstatus_to_exitcode(status))
+        torch.npu.manual_seed(7)
+        a = torch.randn(4, device="npu")
+        assert torch_npu.npu.is_initialized()
+        torch.npu.manual_seed(7)
+        assert torch.equal(a.cpu(), torch.randn(4, device="npu").cpu())
+        print("OK")
+    """)
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "CHILD 0" in result.stdout and "OK" in result.stdout

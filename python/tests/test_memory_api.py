@@ -1,5 +1,6 @@
 """torch.npu memory tools: memory history and snapshots, MemPool / use_mem_pool, the
-pluggable allocator (in fresh processes), against the caching allocator's real state."""
+pluggable allocator (in fresh processes), against the caching allocator's real state; the
+host (pinned-memory) allocator."""
 import gc
 import os
 import pickle
@@ -572,3 +573,20 @@ def test_mem_pool_with_pluggable_allocator(allocator_so):
     gc.collect()
     assert lib.free_count() == frees + 1 and lib.freed() == freed + seg["total_size"]
     del outside
+
+
+# ---- the host (pinned-memory) allocator is registered (fresh interpreter) ---------
+
+def test_host_allocator_is_registered():
+    code = textwrap.dedent("""
+        import torch, torch_npu
+        t = torch.empty(1 << 16).pin_memory()
+        assert t.is_pinned()
+        torch.accelerator.memory.empty_host_cache()  # crashed without npu's HostAllocator
+        torch._C._accelerator_emptyHostCache()
+        del t
+        print("OK")
+    """)
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout

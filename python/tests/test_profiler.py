@@ -475,3 +475,20 @@ def test_metadata_with_quotes_and_backslashes(tmp_path):
         trace = json.load(f)
     assert trace["cmd"] == meta["cmd"] and trace["cfg"] == meta["cfg"]
     assert any(e.get("name") == "aten::sum" for e in trace["traceEvents"])
+
+
+# ---- profiles name a device copy aclnnInplaceCopy, as torch_npu's do -------------------------
+
+def test_device_copy_is_named_aclnnInplaceCopy_in_profiles():
+    from torch_npu.testing.common_utils import check_operators_in_prof
+
+    x = torch.randn(2, 6, 9, 4)
+    xn = x.npu()
+    with torch.autograd.profiler.profile(use_device="npu") as prof:
+        y = xn.permute(1, 0, 2, 3).contiguous()
+    assert check_operators_in_prof(["aclnnInplaceCopy"], prof)
+    torch.testing.assert_close(y.cpu(), x.permute(1, 0, 2, 3).contiguous())
+    # Host <-> device copies are not device copies.
+    with torch.autograd.profiler.profile(use_device="npu") as prof:
+        x.npu().cpu()
+    assert not check_operators_in_prof(["aclnnInplaceCopy"], prof)

@@ -1,5 +1,6 @@
 """F.scaled_dot_product_attention on npu runs the fused attention kernel (the overrideable
-SDPA backend) and matches PyTorch's CPU result, forward and backward."""
+SDPA backend) and matches PyTorch's CPU result, forward and backward; FlexAttention on npu;
+torch.backends.npu's SDP switches."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -174,3 +175,54 @@ def test_dynamic_shapes_keep_one_graph():
         out = compiled(q.npu(), k.npu(), v.npu())
         torch.testing.assert_close(out.cpu(), attend(q, k, v), rtol=1e-4, atol=1e-5)
     assert counter.frame_count == 1
+
+
+# ---- FlexAttention on npu -------------------------------------------------------------------
+
+def test_flex_attention_runs_on_npu_and_under_autocast(monkeypatch):
+    from torch.nn.attention import flex_attention as fa
+
+    # The operator's eager implementation (no internal torch.compile): quick and exact.
+    monkeypatch.setattr(fa, "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG", True)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 32) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    out = fa.flex_attention(q.npu(), k.npu(), v.npu())
+    assert out.device.type == "npu" and out.dtype == torch.float32
+    torch.testing.assert_close(out.cpu(), ref)
+
+    with torch.autocast("npu", dtype=torch.bfloat16):
+        low = fa.flex_attention(q.npu(), k.npu(), v.npu())
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.float().cpu(), ref, rtol=2e-2, atol=2e-2)
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    mask = fa.create_block_mask(causal, 2, 4, 16, 16, device="npu")
+    out = fa.flex_attention(q.npu(), k.npu(), v.npu(), block_mask=mask)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(out.cpu(), ref)
+    # Other devices are still checked by PyTorch's validation.
+    with pytest.raises(ValueError, match="FlexAttention is only supported"):
+        fa.flex_attention(q.to("meta"), k.to("meta"), v.to("meta"))
+
+
+# ---- torch.backends.npu has torch_npu's SDPA switches ---------------------------------------
+
+def test_torch_backends_npu_sdp_switches():
+    import warnings
+
+    backends = torch.backends.npu
+    for name in ("sdp_kernel", "flash_sdp_enabled", "enable_flash_sdp", "mem_efficient_sdp_enabled",
+                 "enable_mem_efficient_sdp", "math_sdp_enabled", "enable_math_sdp", "preferred_linalg_library"):
+        assert callable(getattr(backends, name)), name
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        before = (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled(), backends.math_sdp_enabled())
+        with backends.sdp_kernel(enable_flash=False, enable_mem_efficient=False):
+            assert not backends.flash_sdp_enabled() and not backends.mem_efficient_sdp_enabled()
+            assert torch._C._get_flash_sdp_enabled() is False  # the global flags PyTorch's SDPA reads
+        assert (backends.flash_sdp_enabled(), backends.mem_efficient_sdp_enabled(),
+                backends.math_sdp_enabled()) == before
+    assert backends.enabled is True  # the op-library switch is still there

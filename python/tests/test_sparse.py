@@ -371,3 +371,42 @@ def test_unsupported_sparse_op_names_op_and_layout():
         torch.cumsum(s, 0)
     with pytest.raises(NotImplementedError, match=r"aten::\w+.* sparse compressed .* tensors on npu"):
         torch.cumsum(_dense().to_sparse_csr().npu(), 0)
+
+
+# ---- sparse COO add in float16 / bfloat16 (PyTorch's CPU kernel has none) --------------------
+
+def _sparse(dtype, indices, values, size):
+    return torch.sparse_coo_tensor(torch.tensor(indices), torch.tensor(values, dtype=dtype), size)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sparse_add_in_reduced_precision(dtype):
+    a = _sparse(dtype, [[0, 1, 3]], [[1.5, 2.0], [0.25, -1.0], [3.0, 4.0]], (5, 2))
+    b = _sparse(dtype, [[1, 4]], [[2.0, 2.0], [-0.5, 8.0]], (5, 2))
+    # Reference: the float sum rounded once to dtype.
+    ref = (a.float().to_dense() + 3 * b.float().to_dense()).to(dtype)
+    an, bn = a.npu(), b.npu()
+
+    out = torch.add(an, bn, alpha=3)
+    assert out.is_sparse and out.dtype == dtype and out.device.type == "npu"
+    torch.testing.assert_close(out.to_dense().cpu(), ref, rtol=0, atol=0)
+
+    res = torch.sparse_coo_tensor(size=(5, 2), dtype=dtype).npu()
+    torch.add(an, bn, alpha=3, out=res)
+    torch.testing.assert_close(res.to_dense().cpu(), ref, rtol=0, atol=0)
+
+    an.add_(bn, alpha=3)
+    torch.testing.assert_close(an.to_dense().cpu(), ref, rtol=0, atol=0)
+
+
+def test_sparse_embedding_fp16_accumulates_gradients():
+    # The second backward adds two sparse float16 gradients.
+    emb = torch.nn.Embedding(10, 3, sparse=True).half().npu()
+    idx = torch.tensor([7, 1, 3, 1]).npu()
+    emb(idx).sum().backward()
+    emb(idx).sum().backward()
+    dense = emb.weight.grad.to_dense().cpu().float()
+    ref = torch.zeros(10, 3)
+    for i in [7, 1, 3, 1]:
+        ref[i] += 2
+    torch.testing.assert_close(dense, ref)

@@ -639,3 +639,20 @@ def test_this_process_is_untouched():
     assert "torch_npu.contrib.transfer_to_npu" not in sys.modules
     assert not torch.ones(1, device="npu").is_cuda
     assert torch.Generator is torch._C.Generator
+
+
+def test_transfer_to_npu_profiler_kernel_device():
+    code = textwrap.dedent("""
+        import warnings
+        warnings.simplefilter("ignore")
+        import torch, torch_npu
+        from torch_npu.contrib import transfer_to_npu
+        from torch.autograd.profiler_util import Kernel
+        assert Kernel("model_inference", "cuda", 11).device == "npu"
+        assert Kernel(name="k", device="cuda:1", duration=2) == ("k", "npu:1", 2)
+        assert Kernel("k", "cpu", 3).device == "cpu"
+        print("OK")
+    """)
+    result = run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout

@@ -1,6 +1,7 @@
 """torch_npu.utils' Python APIs (FlopsCounter, save_async / serialization.load, thread affinity,
 collect_env helpers, cpp_extension.NpuExtension, utils.profiler.Profile), the testing helpers,
-torch_npu.distributed.run / distributed_c10d and profiler.analyse's worker pool."""
+torch_npu.distributed.run / distributed_c10d, profiler.analyse's worker pool and the error
+codes of torch_npu.utils._error_code."""
 import os
 import textwrap
 import threading
@@ -386,3 +387,17 @@ def test_utils_dynamo_registers_the_npu_device_interface():
     s = torch.npu.Stream()
     with torch.npu.stream(s):
         assert interface.get_raw_stream(0) == s.npu_stream == torch_npu._C._npu_getCurrentRawStream(0)
+
+
+# ---- torch_npu.utils._error_code ------------------------------------------------------------
+
+def test_error_code_suffix(monkeypatch):
+    from torch_npu.utils._error_code import ErrCode, ops_error, pta_error
+    monkeypatch.delenv("TORCH_NPU_COMPACT_ERROR_OUTPUT", raising=False)
+    msg = ops_error(ErrCode.VALUE)
+    assert msg.startswith("\n[ERROR] ") and msg.endswith("ERR01003 OPS invalid value")
+    assert "PID:" in msg and "RankID:-1" in msg
+    assert pta_error(ErrCode.ACL).endswith("ERR00100 PTA call acl api failed")
+    assert ErrCode.NOT_SUPPORT.code == 7 and ErrCode.NOT_SUPPORT.msg == "feature not supported"
+    monkeypatch.setenv("TORCH_NPU_COMPACT_ERROR_OUTPUT", "1")
+    assert ops_error(ErrCode.VALUE) == ""

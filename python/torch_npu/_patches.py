@@ -20,7 +20,7 @@ subsystem is (lazily, or only on request) or need its private state:
   APIs, each fetched through ``_private`` so that a renamed hook fails with a clear error).
   Applied by import hooks when ``torch._dynamo`` / ``torch._inductor.compile_fx`` is first
   imported, so ``import torch_npu`` does not import them. Tests: test_compile_inductor.py,
-  test_compile_hw_compat.py.
+  test_compile_npu_semantics.py.
 * ``_inductor/mlir/__init__.py``: the ``npu_backend`` Inductor config key and the
   ``torch.compile`` wrapper that routes to the MLIR compiler (installed at import; cheap,
   imports neither Inductor nor IREE). Tests: test_compile_mlir.py.
@@ -29,7 +29,7 @@ subsystem is (lazily, or only on request) or need its private state:
   ``torch_npu/__init__.py``). Tests: test_multiprocessing_npu.py.
 * ``_data_parallel.py``: ``torch._C._broadcast``, ``_scatter``, ``_gather`` & co. for npu
   tensors; installed through :data:`PATCHES` (``_data_parallel_comm``), the code lives with
-  the rest of DataParallel's support. Tests: test_hw_compat_nn.py.
+  the rest of DataParallel's support. Tests: test_data_parallel.py.
 * ``utils/__init__.py``: ``torch.version.cann``, set when ``torch_npu.utils`` is imported
   (``import torch_npu`` does), as torch_npu does. Tests: test_compat_apis.py.
 * ``profiler/_non_intrusive_profile.py``: ``torch.optim.Optimizer._patch_step_function``,
@@ -224,7 +224,7 @@ def _flex_attention_on_npu() -> None:
     that imported ``flex_attention`` before torch_npu), and its higher-order operator has
     autocast rules for CPU and CUDA only: under ``torch.autocast("npu")`` query, key and
     value are cast to the autocast dtype, as those rules do, and the operator runs below
-    autocast. Tested in python/tests/test_hw_compat_nn.py.
+    autocast. Tested in python/tests/test_sdpa.py.
     """
     import torch.nn.attention.flex_attention as api
     from torch._C import DispatchKey

@@ -1,8 +1,7 @@
-"""torch_npu's own distributed API on the hccl backend, as Huawei's test/distributed uses it.
-
-Gaps found by running Huawei's test/distributed files: integer ReduceOp.AVG, PREMUL_SUM
-(torch_npu.distributed._make_hccl_premul_sum), get_hccl_comm_name, the stream-id queries,
-hccl_config checks, the uneven all-gather / reduce-scatter, _group_start/_group_end.
+"""torch_npu's own distributed API on the hccl backend, as Huawei's test/distributed uses it:
+integer ReduceOp.AVG, PREMUL_SUM (torch_npu.distributed._make_hccl_premul_sum),
+get_hccl_comm_name, the stream-id queries, hccl_config checks, the uneven all-gather /
+reduce-scatter, _group_start/_group_end.
 Multi-process, with test_hccl.py's helpers; every expected value is computed here.
 """
 import pytest

@@ -1,7 +1,7 @@
-"""torch.compile behaviours that torch_npu's own test/_inductor and test/dynamo rely on.
-
-Each test here comes from a gap found by running Huawei's compile-vs-eager tests against
-this torch_npu; references are computed in the test (eager on npu).
+"""Dynamo / Inductor semantics on npu that torch_npu's own test/_inductor and test/dynamo rely on:
+torch.npu calls inside compiled functions, empty cpu tensors moved to npu in a graph, RNG
+state saved and replayed around checkpointed regions. References are computed in the test
+(eager on npu).
 """
 import os
 
@@ -35,7 +35,7 @@ def _host_side_effects(x):
 
 @pytest.mark.parametrize("fn", [_device_queries, _host_side_effects])
 def test_npu_device_functions_trace_into_one_graph(fn):
-    """Before: each call was a graph break (an Unsupported error with fullgraph=True)."""
+    """No graph break (which fullgraph=True turns into an Unsupported error)."""
     x = torch.randn(4, 3, device="npu")
     counter = torch._dynamo.testing.CompileCounter()
     out = torch.compile(fn, backend=counter, fullgraph=True)(x)
@@ -73,7 +73,7 @@ def test_current_device_is_guarded():
 
 
 def test_synchronize_is_not_in_the_inductor_code():
-    """Huawei's test_npu_synchronize: the host-side call runs at trace time, the kernels fuse."""
+    """The host-side call runs at trace time, the kernels fuse."""
     from torch._inductor.utils import run_and_get_code
 
     def fn(x):
@@ -95,7 +95,7 @@ def test_synchronize_is_not_in_the_inductor_code():
     lambda: torch.empty_permuted((8, 64, 128), (2, 0, 1)),
 ])
 def test_empty_tensor_moved_to_npu_keeps_its_size(make):
-    """Before: the compiled graph returned a [0, 0, 0] tensor (Huawei's test_empty)."""
+    """The compiled graph returns the full-size tensor, not a [0, 0, 0] one."""
     def fn():
         x = make().npu()
         x.uniform_(-100, 100)
@@ -110,7 +110,7 @@ def test_empty_tensor_moved_to_npu_keeps_its_size(make):
 
 # ---- random ops saved and replayed around checkpointed regions -----------------------
 def test_checkpointed_dropout_with_fallback_random_matches_eager():
-    """run_and_save_rng_state / run_with_rng_state for npu (before: "Backend not supported")."""
+    """run_and_save_rng_state / run_with_rng_state work for npu."""
     from torch.utils.checkpoint import checkpoint
 
     def fn(x):
