@@ -52,23 +52,27 @@ def test_requests_are_padded_by_32_bytes_then_rounded_to_512(clean_allocator):
     assert _block_size(160 * MiB) == 160 * MiB + 512
 
 
+def _stats_delta(fn):
+    before = torch.npu.memory_stats()
+    keep = fn()
+    after = torch.npu.memory_stats()
+    return keep, {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
+
+
 def test_requested_bytes_are_the_unpadded_request(clean_allocator):
-    t = torch.empty(1000, dtype=torch.uint8, device="npu")
-    stats = torch.npu.memory_stats()
-    assert stats["requested_bytes.all.current"] == 1000
-    assert stats["allocated_bytes.all.current"] == 1536
+    t, d = _stats_delta(lambda: torch.empty(1000, dtype=torch.uint8, device="npu"))
+    assert d["requested_bytes.all.current"] == 1000
+    assert d["allocated_bytes.all.current"] == 1536
     del t
 
 
 def test_a_1_mib_request_is_large_with_the_padding(clean_allocator):
-    small = torch.empty(MiB - 32, dtype=torch.uint8, device="npu")
-    stats = torch.npu.memory_stats()
-    assert stats["allocated_bytes.small_pool.current"] == MiB
-    assert stats["allocated_bytes.large_pool.current"] == 0
-    large = torch.empty(MiB, dtype=torch.uint8, device="npu")
-    stats = torch.npu.memory_stats()
-    assert stats["allocated_bytes.large_pool.current"] == MiB + 512
-    assert stats["reserved_bytes.large_pool.current"] == 20 * MiB
+    small, d = _stats_delta(lambda: torch.empty(MiB - 32, dtype=torch.uint8, device="npu"))
+    assert d["allocated_bytes.small_pool.current"] == MiB
+    assert d["allocated_bytes.large_pool.current"] == 0
+    large, d = _stats_delta(lambda: torch.empty(MiB, dtype=torch.uint8, device="npu"))
+    assert d["allocated_bytes.large_pool.current"] == MiB + 512
+    assert d["allocated_bytes.small_pool.current"] == 0
     del small, large
 
 
