@@ -8,6 +8,8 @@
 //    pools (small: requests <= 1 MiB, 2 MiB segments; large: everything else), each an
 //    ordered set keyed by (stream, size, address) so a best-fit lookup for a stream is a
 //    lower_bound.
+//  - Sizes are torch_npu's: a request is padded by 32 bytes and rounded up to 512 bytes
+//    (or to its roundup_power2_divisions step), so a request is small up to 1 MiB - 32.
 //  - malloc: process completed record_stream events, best-fit search, otherwise
 //    aclrtMalloc a new segment; on failure release cached blocks (first only what is
 //    needed among oversize blocks, then every unsplit cached segment) and retry, then
@@ -15,7 +17,8 @@
 //    enough; frees coalesce with free neighbours.
 //  - expandable_segments:True (CUDA's ExpandableSegment): instead of aclrtMalloc'ed
 //    segments, each stream and pool gets a reserved virtual range (aclrtReserveMemAddress)
-//    that grows by mapping 2 MiB pages of physical memory (aclrtMallocPhysical +
+//    that grows by mapping pages of physical memory (2 MiB in the small pool, the large
+//    segment size, 20 MiB by default, in the large one, as torch_npu; aclrtMallocPhysical +
 //    aclrtMapMem) where the request needs them, merging them with the free blocks
 //    around. Releasing cached memory (empty_cache, the OOM retry, gc) unmaps the whole
 //    pages of free blocks, wherever they are, and a later request maps memory again at
@@ -106,8 +109,29 @@ const char* const kConfEnv = "PYTORCH_NPU_ALLOC_CONF";
 // Configuration (PYTORCH_NPU_ALLOC_CONF)
 // ---------------------------------------------------------------------------------
 
+// torch_npu pads every request by this much before rounding it (its AddPadSize: only an
+// Ascend950 with CANN >= 9.1.0 drops the padding; no simulated SoC is one).
+constexpr size_t kPadSize = 32;
+// roundup_power2_divisions covers 16 power-of-two intervals from 1 MiB: interval i holds
+// the sizes in [2^i MiB, 2^(i+1) MiB) (the first also everything below, the last
+// everything above), as c10's AcceleratorAllocatorConfig that torch_npu uses.
+constexpr size_t kRoundUpPowerOfTwoIntervals = 16;
+constexpr size_t kRoundUpPowerOfTwoStartLog2 = 20;  // 1 MiB
+
+size_t floor_log2(size_t v) { return 63 - static_cast<size_t>(__builtin_clzll(v)); }
+
 struct Config {
   size_t max_split_size = std::numeric_limits<size_t>::max();
+  // max_non_split_rounding_mb: a free block of at least max_split_size serves a request
+  // of at least max_split_size only when it is less than this much bigger (default: the
+  // large segment size).
+  size_t max_non_split_rounding_size = kLargeBuffer;
+  // large_segment_size_mb: the segment of a request in (1 MiB, 10 MiB), and the page of
+  // the large pool's expandable segments.
+  size_t large_segment_size = kLargeBuffer;
+  // segment_size_mb (deprecated by torch_npu): the page of the large pool's expandable
+  // segments when large_segment_size_mb is not set; 0: unset.
+  size_t segment_size = 0;
   double garbage_collection_threshold = 0.0;
   bool expandable_segments = false;
   size_t base_addr_aligned_kb = 16;  // accepted (real torch_npu key); no effect here
@@ -118,12 +142,8 @@ struct Config {
   // rejected before reaching the driver and counted in num_oom_rejections. The fraction
   // check itself always applies here (the simulator's driver never aborts).
   bool throw_on_npumalloc_oom = false;
-  // roundup_power2_divisions: `limits[i]` (bytes, ascending) pairs with `divisions[i]`;
-  // a size below limits[i] (and not below an earlier limit) uses divisions[i]; sizes past
-  // the last limit use `divisions_rest`. A single value sets only `divisions_rest`.
-  std::vector<size_t> limits;
-  std::vector<size_t> divisions;
-  size_t divisions_rest = 0;
+  // roundup_power2_divisions: the divisions of each interval (0 or 1: plain 512 B rounding).
+  std::vector<size_t> divisions = std::vector<size_t>(kRoundUpPowerOfTwoIntervals, 0);
   // The pinned-host allocator's (npu_hooks.cpp), as CUDA's: blocks larger than
   // pinned_max_cached_size go back to the host when freed instead of being cached;
   // requests up to both limits are rounded up to a power of two (more reuse).
@@ -131,12 +151,17 @@ struct Config {
   size_t pinned_max_round_threshold = std::numeric_limits<size_t>::max();
 
   size_t roundup_divisions(size_t size) const {
-    for (const auto i : c10::irange(limits.size())) {
-      if (size < limits[i]) {
-        return divisions[i];
-      }
-    }
-    return divisions_rest;
+    const size_t log = floor_log2(size);
+    size_t index = log > kRoundUpPowerOfTwoStartLog2 ? log - kRoundUpPowerOfTwoStartLog2 : 0;
+    index = std::min(index, kRoundUpPowerOfTwoIntervals - 1);
+    return divisions[index];
+  }
+
+  // The page of the large pool's expandable segments: large_segment_size_mb if set, else
+  // segment_size_mb if set, else 20 MiB (torch_npu's get_custom_expandable_segment_size).
+  size_t expandable_large_page() const {
+    if (large_segment_size != kLargeBuffer) return large_segment_size;
+    return segment_size > 0 ? segment_size : kLargeBuffer;
   }
 };
 
@@ -196,52 +221,79 @@ bool parse_double(const std::string& s, double* out) {
               "': expected ", expected, ".");
 }
 
+// As c10's AcceleratorAllocatorConfig (torch_npu's parser) and its error texts: a single
+// power of 2 sets every interval; a list [<size_mb>:<divisions>, ..., >:<divisions>] sets
+// the interval holding <size_mb> MiB, the first entry also every interval below it, and
+// `>` every interval after the previous entry's.
 void parse_roundup(const std::string& value, Config* c) {
+  const std::string key = "roundup_power2_divisions";
   const char* expected =
       "a power of 2 (e.g. roundup_power2_divisions:4) or a list of "
-      "<size_mb>:<divisions> with power-of-2 sizes and power-of-2 (or 0) divisions, "
-      "optionally ending in >:<divisions> (e.g. [256:1,512:2,>:4])";
-  const std::string key = "roundup_power2_divisions";
+      "<size_mb>:<divisions> (e.g. [256:1,512:2,>:4])";
+  auto& table = c->divisions;
   if (value.empty() || value.front() != '[') {
     size_t d = 0;
-    if (!parse_uint(value, &d) || !is_pow2(d)) conf_error(key, value, expected);
-    c->divisions_rest = d;
+    if (!parse_uint(value, &d)) conf_error(key, value, expected);
+    TORCH_CHECK_VALUE(is_pow2(d), "For roundups, the divisions has to be power of 2 ");
+    std::fill(table.begin(), table.end(), d);
     return;
   }
   if (value.back() != ']') conf_error(key, value, expected);
   const std::string body = value.substr(1, value.size() - 2);
-  size_t last_limit = 0;
-  bool saw_rest = false;
+  size_t last_index = 0;
+  bool first_value = true;
   for (const auto& item_raw : split_top(body, ',')) {
     const std::string item = trim(item_raw);
+    if (item.empty()) continue;
     const auto colon = item.find(':');
-    if (colon == std::string::npos || saw_rest) conf_error(key, value, expected);
+    if (colon == std::string::npos) conf_error(key, value, expected);
     const std::string k = trim(item.substr(0, colon));
     const std::string v = trim(item.substr(colon + 1));
     size_t d = 0;
-    if (!parse_uint(v, &d) || (d != 0 && !is_pow2(d))) conf_error(key, value, expected);
+    if (!parse_uint(v, &d)) conf_error(key, value, expected);
+    TORCH_CHECK_VALUE(d == 0 || is_pow2(d),
+                      "For roundups, the divisions has to be power of 2 or 0 to disable roundup ");
     if (k == ">") {
-      c->divisions_rest = d;
-      saw_rest = true;
+      std::fill(table.begin() + static_cast<std::ptrdiff_t>(std::min(last_index + 1, table.size())),
+                table.end(), d);
       continue;
     }
-    size_t mb = 0;
-    if (!parse_uint(k, &mb) || !is_pow2(mb) || mb > (1ULL << 30)) {
-      conf_error(key, value, expected);
+    size_t boundary = 0;
+    if (!parse_uint(k, &boundary)) conf_error(key, value, expected);
+    TORCH_CHECK_VALUE(is_pow2(boundary), "For roundups, the intervals have to be power of 2 ");
+    const size_t index = std::min(floor_log2(boundary), table.size() - 1);
+    if (first_value) {
+      std::fill(table.begin(), table.begin() + static_cast<std::ptrdiff_t>(index), d);
+      first_value = false;
     }
-    const size_t limit = mb * kMB;
-    TORCH_CHECK(limit > last_limit, kConfEnv, ": invalid value '", value, "' for key '",
-                key, "': interval sizes must be increasing.");
-    c->limits.push_back(limit);
-    c->divisions.push_back(d);
-    last_limit = limit;
+    table[index] = d;
+    last_index = index;
   }
 }
 
-Config parse_config(const std::string& conf) {
+// A whole number of MiB (too large values saturate, as c10's).
+size_t parse_mb(const std::string& key, const std::string& value) {
+  size_t mb = 0;
+  if (!parse_uint(value, &mb)) conf_error(key, value, "an integer number of MiB");
+  return mb;
+}
+
+size_t mb_to_bytes(size_t mb) {
+  return std::min(mb, std::numeric_limits<size_t>::max() / kMB) * kMB;
+}
+
+// `prev`: the configuration in use (allocator settings changed at run time), whose segment
+// sizes stay unless `conf` sets them (c10's parser does not reset them either).
+Config parse_config(const std::string& conf, const Config* prev = nullptr) {
   Config c;
+  if (prev != nullptr) {
+    c.large_segment_size = prev->large_segment_size;
+    c.max_non_split_rounding_size = prev->large_segment_size;
+    c.segment_size = prev->segment_size;
+  }
   const std::string all = trim(conf);
   if (all.empty()) return c;
+  std::vector<std::pair<std::string, std::string>> options;
   for (const auto& opt_raw : split_top(all, ',')) {
     const std::string opt = trim(opt_raw);
     if (opt.empty()) continue;
@@ -249,22 +301,43 @@ Config parse_config(const std::string& conf) {
     TORCH_CHECK(colon != std::string::npos, kConfEnv, ": option '", opt,
                 "' is not of the form key:value (options are comma-separated "
                 "key:value pairs, e.g. max_split_size_mb:128,expandable_segments:False).");
-    const std::string key = trim(opt.substr(0, colon));
-    const std::string value = trim(opt.substr(colon + 1));
-    if (key == "max_split_size_mb") {
+    options.emplace_back(trim(opt.substr(0, colon)), trim(opt.substr(colon + 1)));
+  }
+  // large_segment_size_mb first: the lower bounds of max_split_size_mb and
+  // max_non_split_rounding_mb are the large segment size (as c10's parser).
+  for (const auto& [key, value] : options) {
+    if (key != "large_segment_size_mb") continue;
+    const size_t min_mb = kMinLargeAlloc / kMB;
+    const size_t mb = parse_mb(key, value);
+    TORCH_CHECK_VALUE(mb > min_mb, "CachingAllocator option large_segment_size_mb must be > ",
+                      min_mb, " MB");
+    c.large_segment_size = mb_to_bytes(mb);
+  }
+  c.max_non_split_rounding_size = c.large_segment_size;
+  bool segment_size_set = false;
+  for (const auto& [key, value] : options) {
+    if (key == "large_segment_size_mb") {
+      continue;  // above
+    } else if (key == "max_split_size_mb" || key == "max_non_split_rounding_mb") {
+      const size_t min_mb = c.large_segment_size / kMB;
+      const size_t mb = parse_mb(key, value);
+      TORCH_CHECK_VALUE(mb >= min_mb, "CachingAllocator option ", key, " too small, must be >= ",
+                        min_mb);
+      (key == "max_split_size_mb" ? c.max_split_size : c.max_non_split_rounding_size) =
+          mb_to_bytes(mb);
+    } else if (key == "segment_size_mb") {
+      TORCH_WARN_ONCE("`segment_size_mb` is deprecated, please use `large_segment_size_mb` instead.");
       size_t mb = 0;
-      const size_t min_mb = kLargeBuffer / kMB;
-      if (!parse_uint(value, &mb) || mb <= min_mb) {
-        conf_error(key, value, "an integer number of MiB greater than " +
-                                   std::to_string(min_mb));
-      }
-      mb = std::min(mb, std::numeric_limits<size_t>::max() / kMB);
-      c.max_split_size = mb * kMB;
+      TORCH_CHECK(parse_uint(value, &mb), "CachingAllocator option segment_size_mb is invalid.");
+      TORCH_CHECK(mb >= 20 && mb <= 512,
+                  "CachingAllocator option segment_size_mb error, must be [20, 512], dtype is int");
+      c.segment_size = mb * kMB;
+      segment_size_set = true;
     } else if (key == "garbage_collection_threshold") {
       double t = 0;
-      if (!parse_double(value, &t) || !(t > 0.0 && t < 1.0)) {
-        conf_error(key, value, "a number in the open interval (0.0, 1.0)");
-      }
+      if (!parse_double(value, &t)) conf_error(key, value, "a number in (0.0, 1.0)");
+      TORCH_CHECK_VALUE(t > 0.0 && t < 1.0,
+                        "garbage_collect_threshold is invalid, set it in (0.0, 1.0)");
       c.garbage_collection_threshold = t;
     } else if (key == "expandable_segments") {
       if (value == "True") {
@@ -317,13 +390,19 @@ Config parse_config(const std::string& conf) {
       if (!parse_uint(value, &mb)) conf_error(key, value, "an integer number of MiB");
     } else {
       TORCH_CHECK(false, kConfEnv, ": unrecognized key '", key,
-                  "'. Expected one of: max_split_size_mb, garbage_collection_threshold, "
+                  "'. Expected one of: max_split_size_mb, max_non_split_rounding_mb, "
+                  "large_segment_size_mb, segment_size_mb, garbage_collection_threshold, "
                   "expandable_segments, roundup_power2_divisions, base_addr_aligned_kb, "
                   "page_size, per_process_memory_fraction, throw_on_npumalloc_oom, multi_stream_lazy_reclaim, "
                   "release_lock_on_npumalloc, pinned_mem_register, "
                   "pin_memory_expandable_segments, pinned_reserve_segment_size_mb, pinned_max_cached_size_mb, "
                   "pinned_max_round_threshold_mb.");
     }
+  }
+  if (c.large_segment_size != kLargeBuffer && segment_size_set) {
+    TORCH_WARN_ONCE(
+        "Both `segment_size_mb` and `large_segment_size_mb` are set. "
+        "`segment_size_mb` is deprecated. It is recommended to use only `large_segment_size_mb`.");
   }
   return c;
 }
@@ -595,18 +674,21 @@ aclrtPhysicalMemProp physical_prop(c10::DeviceIndex device) {
 }
 
 // A virtual address range reserved for one stream and pool, backed on demand page by
-// page (aclrtMemGetAllocationGranularity bytes). Each page has its own physical handle
+// page. As torch_npu's, a page of the small pool is 2 MiB and one of the large pool the
+// large segment size (20 MiB unless large_segment_size_mb or segment_size_mb say
+// otherwise), rounded up to aclrtMemGetAllocationGranularity. Each page has its own physical handle
 // so that any free page can be unmapped on its own and its memory mapped again
 // wherever it is needed. The range is 1 1/8 of the device's capacity (as CUDA's), so a
 // segment can keep growing at its end after pages in its middle were unmapped.
 class ExpandableSegment {
  public:
   // nullptr when the address space cannot be reserved.
-  static ExpandableSegment* create(c10::DeviceIndex device) {
+  static ExpandableSegment* create(c10::DeviceIndex device, size_t page_size) {
     aclrtPhysicalMemProp prop = physical_prop(device);
-    size_t page = 0;
+    size_t granularity = 0;
     NPU_CHECK(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
-                                               &page));
+                                               &granularity));
+    const size_t page = (std::max(page_size, granularity) + granularity - 1) / granularity * granularity;
     const size_t capacity = aclsimDeviceCapacity(device);
     const size_t pages = (capacity + capacity / 8 + page - 1) / page;
     void* ptr = nullptr;
@@ -1167,7 +1249,10 @@ class DeviceCachingAllocator {
             &stats_.requested_bytes};
   }
 
+  // torch_npu's round_size: the request plus kPadSize, then 512 B multiples, or the next
+  // of roundup_power2_divisions steps of its power-of-two interval.
   size_t round_size(size_t size) const {
+    size += kPadSize;
     if (size < kMinBlockSize) return kMinBlockSize;
     const size_t divisions = config_->roundup_divisions(size);
     if (divisions > 1 && size > kMinBlockSize * divisions) {
@@ -1186,9 +1271,9 @@ class DeviceCachingAllocator {
     return down == size ? size : down + step;
   }
 
-  static size_t allocation_size(size_t size) {
+  size_t allocation_size(size_t size) const {
     if (size <= kSmallSize) return kSmallBuffer;
-    if (size < kMinLargeAlloc) return kLargeBuffer;
+    if (size < kMinLargeAlloc) return config_->large_segment_size;
     return kRoundLarge * ((size + kRoundLarge - 1) / kRoundLarge);
   }
 
@@ -1216,7 +1301,9 @@ class DeviceCachingAllocator {
       // Don't hand an oversize block to a small request, nor a much bigger oversize
       // block to an oversize request (larger candidates only get worse).
       if (p.size() < max_split && b->size >= max_split) return false;
-      if (p.size() >= max_split && b->size >= p.size() + kLargeBuffer) return false;
+      if (p.size() >= max_split && b->size - p.size() >= config_->max_non_split_rounding_size) {
+        return false;
+      }
       if (p.on_worker && !exec_safe(b)) {
         if (++scanned >= kMaxWorkerScan) return false;
         continue;
@@ -1406,7 +1493,8 @@ class DeviceCachingAllocator {
       }
       if (has_room(c)) return c;
     }
-    ExpandableSegment* segment = ExpandableSegment::create(device_);
+    ExpandableSegment* segment = ExpandableSegment::create(
+        device_, pool.is_small ? kSmallBuffer : config_->expandable_large_page());
     if (segment == nullptr) return nullptr;
     Block* c = new Block(device_, p.stream(), segment->size(), &pool, segment->ptr());
     c->expandable = segment;
@@ -1971,7 +2059,7 @@ class State {
 
   void set_settings(const std::string& conf) {
     ensure_init();
-    Config c = parse_config(conf);  // validate before touching anything
+    Config c = parse_config(conf, &config_);  // validate before touching anything
     {
       std::vector<std::unique_lock<std::mutex>> locks;
       for (auto& d : devices_) locks.emplace_back(d->mutex());

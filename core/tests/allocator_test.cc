@@ -51,6 +51,9 @@ bool throws_with(const std::function<void()>& fn, const std::string& needle,
 constexpr size_t kKiB = 1024;
 constexpr size_t kMiB = 1024 * 1024;
 constexpr size_t kGiB = 1024 * kMiB;
+// torch_npu pads every request by 32 bytes before rounding: a request of n - kPad bytes
+// takes a block of exactly n bytes (n a multiple of 512).
+constexpr size_t kPad = 32;
 constexpr size_t AGG = 0, SMALL = 1, LARGE = 2;
 
 alloc::DeviceStats stats(c10::DeviceIndex d = 0) { return alloc::getDeviceStats(d); }
@@ -134,18 +137,18 @@ void test_reuse_and_pools() {
   char* q = A(1000);
   CHECK(p == q);
   auto s = stats();
-  CHECK_EQ(s.allocated_bytes[AGG].current, 1024);   // rounded to 512
+  CHECK_EQ(s.allocated_bytes[AGG].current, 1536);   // 1000 + 32 rounded up to 512
   CHECK_EQ(s.requested_bytes[AGG].current, 1000);
-  CHECK_EQ(s.allocated_bytes[SMALL].current, 1024);
+  CHECK_EQ(s.allocated_bytes[SMALL].current, 1536);
   CHECK_EQ(s.reserved_bytes[SMALL].current, static_cast<int64_t>(2 * kMiB));
   CHECK_EQ(s.segment[SMALL].current, 1);
   CHECK_EQ(s.num_device_alloc, 1);
 
-  // 1 MiB is still small; 1 MiB + 1 is large (20 MiB segment).
-  char* m = A(1 * kMiB);
+  // 1 MiB - 32 is still small; 1 MiB - 31 is large (20 MiB segment).
+  char* m = A(1 * kMiB - kPad);
   CHECK_EQ(stats().segment[SMALL].current, 1);  // carved from the same 2 MiB segment
-  CHECK(m == q + 1024);
-  char* l = A(1 * kMiB + 1);
+  CHECK(m == q + 1536);
+  char* l = A(1 * kMiB - kPad + 1);
   s = stats();
   CHECK_EQ(s.segment[LARGE].current, 1);
   CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(20 * kMiB));
@@ -184,12 +187,12 @@ void test_reuse_and_pools() {
 void test_split_and_coalesce() {
   reset_all();
   // Large pool: a 4 MiB request takes a 20 MiB segment and splits it.
-  char* a = A(4 * kMiB);
+  char* a = A(4 * kMiB - kPad);
   auto s = stats();
   CHECK_EQ(s.segment[LARGE].current, 1);
   CHECK_EQ(s.inactive_split[LARGE].current, 1);
   CHECK_EQ(s.inactive_split_bytes[LARGE].current, static_cast<int64_t>(16 * kMiB));
-  char* b = A(4 * kMiB);
+  char* b = A(4 * kMiB - kPad);
   CHECK(b == a + 4 * kMiB);  // carved from the remainder
   s = stats();
   CHECK_EQ(s.segment[LARGE].current, 1);
@@ -214,7 +217,7 @@ void test_split_and_coalesce() {
   }
   CHECK_EQ(segs, 1u);
   // An 18 MiB request fits only because the segment coalesced.
-  char* c = A(18 * kMiB);
+  char* c = A(18 * kMiB - kPad);
   CHECK(c == a);
   CHECK_EQ(stats().segment[LARGE].current, 1);
   CHECK_EQ(stats().num_device_alloc, 1);
@@ -222,17 +225,17 @@ void test_split_and_coalesce() {
   CHECK_EQ(stats().inactive_split_bytes[LARGE].current, static_cast<int64_t>(2 * kMiB));
   // A 19.5 MiB request in a 20 MiB segment leaves 0.5 MiB: not split.
   F(c);
-  char* d = A(19 * kMiB + 512 * kKiB);
+  char* d = A(19 * kMiB + 512 * kKiB - kPad);
   CHECK(d == a);
   CHECK_EQ(stats().inactive_split[LARGE].current, 0);
   CHECK_EQ(stats().allocated_bytes[LARGE].current, static_cast<int64_t>(20 * kMiB));
-  CHECK_EQ(stats().requested_bytes[LARGE].current, static_cast<int64_t>(19 * kMiB + 512 * kKiB));
+  CHECK_EQ(stats().requested_bytes[LARGE].current, static_cast<int64_t>(19 * kMiB + 512 * kKiB - kPad));
   F(d);
 
   // Small pool: 512-byte blocks are packed back to back.
   char* x = A(1);
-  char* y = A(512);
-  char* z = A(513);
+  char* y = A(512 - kPad);
+  char* z = A(513 - kPad);
   CHECK(y == x + 512);
   CHECK(z == y + 512);
   CHECK_EQ(stats().allocated_bytes[SMALL].current, 2048);
@@ -248,8 +251,8 @@ void test_split_and_coalesce() {
   CHECK_EQ(s.segment[SMALL].current, 1);
 
   // Snapshot of a split segment.
-  char* p1 = A(4 * kMiB);
-  char* p2 = A(2 * kMiB);
+  char* p1 = A(4 * kMiB - kPad);
+  char* p2 = A(2 * kMiB - kPad);
   F(p1);
   snap = alloc::snapshot();
   bool found = false;
@@ -261,7 +264,7 @@ void test_split_and_coalesce() {
     CHECK(!seg.blocks[0].allocated && !seg.blocks[0].active);
     CHECK(seg.blocks[1].allocated && seg.blocks[1].active);
     CHECK_EQ(seg.blocks[1].size, 2 * kMiB);
-    CHECK_EQ(seg.blocks[1].requested_size, 2 * kMiB);
+    CHECK_EQ(seg.blocks[1].requested_size, 2 * kMiB - kPad);
     CHECK_EQ(seg.allocated_size, 2 * kMiB);
     CHECK_EQ(seg.active_size, 2 * kMiB);
     CHECK(seg.stream == aclsimDefaultStream(0));
@@ -278,8 +281,8 @@ void test_split_and_coalesce() {
 
 void test_stats_peak_reset() {
   reset_all();
-  char* a = A(3 * kMiB);
-  char* b = A(5 * kMiB);
+  char* a = A(3 * kMiB - kPad);
+  char* b = A(5 * kMiB - kPad);
   F(a);
   auto s = stats();
   CHECK_EQ(s.allocated_bytes[AGG].current, static_cast<int64_t>(5 * kMiB));
@@ -313,7 +316,7 @@ void test_empty_cache_and_mem_info() {
   reset_all();
   auto [free0, total] = alloc::memGetInfo(0);
   CHECK_EQ(total, 4 * kGiB);
-  char* a = A(100 * kMiB);
+  char* a = A(100 * kMiB - kPad);
   char* b = A(1000);
   auto [free1, total1] = alloc::memGetInfo(0);
   CHECK_EQ(free0 - free1, 102 * kMiB);
@@ -356,10 +359,10 @@ void test_oom_and_recovery() {
   // Cached memory is released to satisfy a request: 3 GiB cached on another stream
   // cannot be reused by the default stream, so it is freed and the malloc retried.
   auto other = torch_npu::getStreamFromPool(false, 0);
-  void* big = alloc::raw_alloc_with_stream(3 * kGiB, npu_stream(other));
+  void* big = alloc::raw_alloc_with_stream(3 * kGiB - kPad, npu_stream(other));
   F(big);
   CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(3 * kGiB + 2 * kMiB));
-  char* q = A(2 * kGiB);
+  char* q = A(2 * kGiB - kPad);
   s = stats();
   CHECK_EQ(s.num_alloc_retries, 2);
   CHECK_EQ(s.num_ooms, 1);
@@ -419,7 +422,7 @@ void test_record_stream() {
 
   void* first = nullptr;
   {
-    auto d = alloc::get()->allocate(4096);
+    auto d = alloc::get()->allocate(4096 - kPad);
     first = d.get();
     alloc::recordStream(d, npu_stream(side));
     // Recording the allocation stream itself is a no-op.
@@ -570,7 +573,7 @@ void test_max_split_size() {
   reset_all();
   alloc::setAllocatorSettings("max_split_size_mb:40");
   CHECK_EQ(stats().max_split_size, static_cast<int64_t>(40 * kMiB));
-  char* big = A(70 * kMiB);
+  char* big = A(70 * kMiB - kPad);
   auto s = stats();
   CHECK_EQ(s.oversize_allocations.current, 1);
   CHECK_EQ(s.oversize_segments.current, 1);
@@ -588,11 +591,11 @@ void test_max_split_size() {
   CHECK_EQ(stats().segment[LARGE].current, 3);
   F(big3);
   // ...but reuses a closer oversize block whole, without splitting it.
-  char* big2 = A(55 * kMiB);
+  char* big2 = A(55 * kMiB - kPad);
   CHECK(big2 == big);
   s = stats();
   CHECK_EQ(s.allocated_bytes[LARGE].current, static_cast<int64_t>(70 * kMiB));
-  CHECK_EQ(s.requested_bytes[LARGE].current, static_cast<int64_t>(55 * kMiB));
+  CHECK_EQ(s.requested_bytes[LARGE].current, static_cast<int64_t>(55 * kMiB - kPad));
   CHECK_EQ(s.inactive_split[LARGE].current, 0);
   CHECK_EQ(s.oversize_allocations.current, 1);
   CHECK_EQ(s.oversize_segments.current, 2);
@@ -620,22 +623,24 @@ void test_roundup_power2() {
   char* a = A(1200 * kKiB);  // between 1 MiB and 2 MiB in steps of 256 KiB
   CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(1280 * kKiB));
   F(a);
-  char* b = A(4 * kMiB);  // a power of two stays as is
+  char* b = A(4 * kMiB - kPad);  // a power of two stays as is
   CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(4 * kMiB));
   F(b);
+  // Per power-of-two interval (interval i: [2^i, 2^(i+1)) MiB): [1:1,4:2,>:8] gives 1 to
+  // the 1 MiB interval and below, 2 to [4, 8) MiB, 8 from 8 MiB; [2, 4) MiB keeps 0.
   alloc::setAllocatorSettings("roundup_power2_divisions:[1:1,4:2,>:8]");
-  char* c = A(3 * kMiB + 1);  // 2..4 MiB in 2 steps -> 4 MiB (below the 4 MiB key)
-  CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(4 * kMiB));
+  char* c = A(3 * kMiB + 1);  // [2, 4) MiB: 512-byte rounding
+  CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(3 * kMiB + 512));
   F(c);
-  char* d = A(5 * kMiB);  // past the last key: 8 divisions of 4..8 MiB -> 5 MiB
-  CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(5 * kMiB));
+  char* d = A(5 * kMiB);  // [4, 8) MiB in 2 steps -> 6 MiB
+  CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(6 * kMiB));
   F(d);
-  char* e = A(5 * kMiB + 1);  // -> 5.5 MiB
-  CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(5 * kMiB + 512 * kKiB));
+  char* e = A(9 * kMiB);  // [8, 16) MiB in 8 steps -> 10 MiB
+  CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(10 * kMiB));
   F(e);
   alloc::setAllocatorSettings("");
   char* f = A(1200 * kKiB);
-  CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(1200 * kKiB));
+  CHECK_EQ(stats().allocated_bytes[AGG].current, static_cast<int64_t>(1200 * kKiB + 512));
   F(f);
   alloc::emptyCache();
 }
@@ -646,7 +651,7 @@ void test_garbage_collection() {
   alloc::setMemoryFraction(0.5, 0);  // 2 GiB allowed; gc above 1 GiB reserved
   auto other = torch_npu::getStreamFromPool(false, 0);
   std::vector<char*> v;
-  for (int i = 0; i < 3; ++i) v.push_back(A(500 * kMiB));
+  for (int i = 0; i < 3; ++i) v.push_back(A(500 * kMiB - kPad));
   for (char* p : v) F(p);
   CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(1500 * kMiB));
   // No cached block fits this stream: gc runs first and frees old cached blocks.
@@ -669,17 +674,24 @@ void test_bad_conf() {
   CHECK(throws_with<Error>([] { alloc::setAllocatorSettings("max_split_size_mb:abc"); },
                            "max_split_size_mb"));
   CHECK(throws_with<Error>([] { alloc::setAllocatorSettings("max_split_size_mb:10"); },
-                           "greater than 20"));
+                           "CachingAllocator option max_split_size_mb too small, must be >= 20"));
+  CHECK(throws_with<Error>([] { alloc::setAllocatorSettings("large_segment_size_mb:10"); },
+                           "CachingAllocator option large_segment_size_mb must be > 10 MB"));
+  CHECK(throws_with<Error>(
+      [] { alloc::setAllocatorSettings("large_segment_size_mb:40,max_non_split_rounding_mb:30"); },
+      "CachingAllocator option max_non_split_rounding_mb too small, must be >= 40"));
+  CHECK(throws_with<Error>([] { alloc::setAllocatorSettings("segment_size_mb:600"); },
+                           "CachingAllocator option segment_size_mb error, must be [20, 512], dtype is int"));
   CHECK(throws_with<Error>(
       [] { alloc::setAllocatorSettings("garbage_collection_threshold:1.5"); },
-      "garbage_collection_threshold"));
+      "garbage_collect_threshold is invalid, set it in (0.0, 1.0)"));
   CHECK(throws_with<Error>([] { alloc::setAllocatorSettings("expandable_segments:maybe"); },
                            "True or False"));
   CHECK(throws_with<Error>([] { alloc::setAllocatorSettings("roundup_power2_divisions:3"); },
                            "power of 2"));
   CHECK(throws_with<Error>(
       [] { alloc::setAllocatorSettings("roundup_power2_divisions:[3:1]"); },
-      "roundup_power2_divisions"));
+      "For roundups, the intervals have to be power of 2"));
   CHECK(throws_with<Error>([] { alloc::setAllocatorSettings("max_split_size_mb"); },
                            "key:value"));
   // A rejected setting leaves the previous configuration in place.
@@ -806,27 +818,28 @@ void test_expandable_growth_and_reuse() {
   reset_all();
   const size_t free0 = alloc::memGetInfo(0).first;
   alloc::setAllocatorSettings("expandable_segments:True");
-  // Large pool: pages are mapped as needed, not a 20 MiB segment per request.
-  char* a = A(4 * kMiB);
+  // Large pool: 20 MiB pages (torch_npu's large segment size) are mapped as needed, not a
+  // segment per request.
+  char* a = A(40 * kMiB - kPad);
   auto s = stats();
-  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(4 * kMiB));
+  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(40 * kMiB));
   CHECK_EQ(s.segment[LARGE].current, 1);
   CHECK_EQ(s.num_device_alloc, 1);
-  CHECK_EQ(alloc::memGetInfo(0).first, free0 - 4 * kMiB);
-  CHECK_EQ(aclsimPointerDevice(a + 4 * kMiB - 1), 0);
-  CHECK_EQ(aclsimPointerDevice(a + 4 * kMiB), -1);  // reserved, not mapped
+  CHECK_EQ(alloc::memGetInfo(0).first, free0 - 40 * kMiB);
+  CHECK_EQ(aclsimPointerDevice(a + 40 * kMiB - 1), 0);
+  CHECK_EQ(aclsimPointerDevice(a + 40 * kMiB), -1);  // reserved, not mapped
   // The segment grows in place.
-  char* b = A(6 * kMiB + 1);  // 6 MiB + 512 bytes: 4 more pages
-  CHECK(b == a + 4 * kMiB);
+  char* b = A(60 * kMiB + 1);  // 60 MiB + 512 bytes: 4 more pages
+  CHECK(b == a + 40 * kMiB);
   s = stats();
-  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(12 * kMiB));
+  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(120 * kMiB));
   CHECK_EQ(s.segment[LARGE].current, 1);
   CHECK_EQ(s.num_device_alloc, 2);
   CHECK_EQ(s.inactive_split[LARGE].current, 1);  // the rest of the last page
-  CHECK_EQ(s.inactive_split_bytes[LARGE].current, static_cast<int64_t>(2 * kMiB - 512));
-  std::memset(a, 1, 10 * kMiB + 1);  // one contiguous range of device memory
-  char* c = A(1 * kMiB + 512 * kKiB);  // fits the rest: nothing mapped
-  CHECK(c == b + 6 * kMiB + 512);
+  CHECK_EQ(s.inactive_split_bytes[LARGE].current, static_cast<int64_t>(20 * kMiB - 512));
+  std::memset(a, 1, 100 * kMiB + 1);  // one contiguous range of device memory
+  char* c = A(15 * kMiB);  // fits the rest: nothing mapped
+  CHECK(c == b + 60 * kMiB + 512);
   CHECK_EQ(stats().num_device_alloc, 2);
   size_t segs = 0;
   for (const auto& seg : alloc::snapshot()) {
@@ -835,7 +848,7 @@ void test_expandable_growth_and_reuse() {
     CHECK(seg.is_expandable);
     CHECK(seg.is_large);
     CHECK_EQ(seg.address, reinterpret_cast<size_t>(a));
-    CHECK_EQ(seg.total_size, 12 * kMiB);
+    CHECK_EQ(seg.total_size, 120 * kMiB);
     CHECK_EQ(seg.blocks.size(), 4u);
     CHECK(seg.blocks[2].allocated && !seg.blocks[3].allocated);
   }
@@ -843,25 +856,25 @@ void test_expandable_growth_and_reuse() {
   check_snapshot_matches_stats();
   // Reuse: a freed block is handed out again, blocks merge when freed.
   F(b);
-  char* d = A(5 * kMiB);
+  char* d = A(50 * kMiB);
   CHECK(d == b);
   for (char* x : {d, a, c}) F(x);
   s = stats();
   CHECK_EQ(s.allocated_bytes[AGG].current, 0);
   CHECK_EQ(s.inactive_split[AGG].current, 0);  // one free block, alone in its segment
-  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(12 * kMiB));  // cached
-  char* e = A(12 * kMiB);
+  CHECK_EQ(s.reserved_bytes[LARGE].current, static_cast<int64_t>(120 * kMiB));  // cached
+  char* e = A(120 * kMiB - kPad);
   CHECK(e == a);
   CHECK_EQ(stats().num_device_alloc, 2);
   F(e);
   check_snapshot_matches_stats();
 
-  // Small pool: 2 MiB pages too; a block may straddle two pages.
+  // Small pool: 2 MiB pages; a block may straddle two pages.
   char* x = A(1000);
   CHECK_EQ(stats().reserved_bytes[SMALL].current, static_cast<int64_t>(2 * kMiB));
-  char* y = A(1 * kMiB);
-  CHECK(y == x + 1024);
-  char* z = A(1 * kMiB);
+  char* y = A(1 * kMiB - kPad);
+  CHECK(y == x + 1536);
+  char* z = A(1 * kMiB - kPad);
   CHECK(z == y + 1 * kMiB);
   s = stats();
   CHECK_EQ(s.reserved_bytes[SMALL].current, static_cast<int64_t>(4 * kMiB));
@@ -877,6 +890,14 @@ void test_expandable_growth_and_reuse() {
   CHECK_EQ(expandable_segments_on_device0(), 0u);
   CHECK_EQ(alloc::memGetInfo(0).first, free0);
   CHECK_EQ(aclsimPointerDevice(a), -1);
+
+  // large_segment_size_mb sets the large pool's page.
+  alloc::setAllocatorSettings("expandable_segments:True,large_segment_size_mb:32");
+  char* f = A(5 * kMiB);
+  CHECK_EQ(stats().reserved_bytes[LARGE].current, static_cast<int64_t>(32 * kMiB));
+  F(f);
+  alloc::emptyCache();
+  alloc::setAllocatorSettings("large_segment_size_mb:20");
   alloc::setAllocatorSettings("");
 }
 
@@ -886,47 +907,47 @@ void test_expandable_empty_cache() {
   reset_all();
   const size_t free0 = alloc::memGetInfo(0).first;
   alloc::setAllocatorSettings("expandable_segments:True");
-  char* p = A(3 * kMiB);
-  char* q = A(3 * kMiB);  // maps one more page, merged with the free MiB after p
-  CHECK(q == p + 3 * kMiB);
-  CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(6 * kMiB));
+  char* p = A(30 * kMiB - kPad);
+  char* q = A(30 * kMiB - kPad);  // maps one more page, merged with the free 10 MiB after p
+  CHECK(q == p + 30 * kMiB);
+  CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(60 * kMiB));
   F(p);
   alloc::emptyCache();  // p's first page goes; its second page is shared with q
   auto s = stats();
-  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(4 * kMiB));
+  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(40 * kMiB));
   CHECK_EQ(s.segment[AGG].current, 1);
-  CHECK_EQ(alloc::memGetInfo(0).first, free0 - 4 * kMiB);
+  CHECK_EQ(alloc::memGetInfo(0).first, free0 - 40 * kMiB);
   CHECK_EQ(aclsimPointerDevice(p), -1);
-  CHECK_EQ(aclsimPointerDevice(p + 2 * kMiB), 0);
+  CHECK_EQ(aclsimPointerDevice(p + 20 * kMiB), 0);
   for (const auto& seg : alloc::snapshot()) {
     if (seg.device != 0) continue;
-    CHECK_EQ(seg.address, reinterpret_cast<size_t>(p + 2 * kMiB));
-    CHECK_EQ(seg.total_size, 4 * kMiB);
+    CHECK_EQ(seg.address, reinterpret_cast<size_t>(p + 20 * kMiB));
+    CHECK_EQ(seg.total_size, 40 * kMiB);
     CHECK_EQ(seg.blocks.size(), 2u);
     CHECK(!seg.blocks[0].allocated && seg.blocks[1].allocated);
   }
   check_snapshot_matches_stats();
-  char* r = A(4 * kMiB);  // the hole before q is too small: mapped after q
-  CHECK(r == p + 6 * kMiB);
+  char* r = A(40 * kMiB - kPad);  // the hole before q is too small: mapped after q
+  CHECK(r == p + 60 * kMiB);
   F(q);
   // The hole is mapped again and joins the free block after it (q's, merged).
-  char* t = A(5 * kMiB);
+  char* t = A(50 * kMiB - kPad);
   CHECK(t == p);
   s = stats();
-  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(10 * kMiB));
+  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(100 * kMiB));
   CHECK_EQ(s.segment[AGG].current, 1);
   check_snapshot_matches_stats();
   // A free block between two allocated ones: its whole pages go, the segment (the
   // mapped run) splits in two.
-  char* w = A(4 * kMiB);
-  CHECK(w == p + 10 * kMiB);
-  F(r);  // merged with the free MiB after t: [p + 5 MiB, p + 10 MiB)
+  char* w = A(40 * kMiB - kPad);
+  CHECK(w == p + 100 * kMiB);
+  F(r);  // merged with the free 10 MiB after t: [p + 50 MiB, p + 100 MiB)
   alloc::emptyCache();
   s = stats();
-  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(10 * kMiB));
+  CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(100 * kMiB));
   CHECK_EQ(s.segment[AGG].current, 2);
-  CHECK_EQ(aclsimPointerDevice(p + 5 * kMiB), 0);  // shares a page with t
-  CHECK_EQ(aclsimPointerDevice(p + 6 * kMiB), -1);
+  CHECK_EQ(aclsimPointerDevice(p + 50 * kMiB), 0);  // shares a page with t
+  CHECK_EQ(aclsimPointerDevice(p + 60 * kMiB), -1);
   check_snapshot_matches_stats();
   F(t);
   F(w);
@@ -946,14 +967,14 @@ void test_expandable_fragmentation() {
     reset_all();
     alloc::setAllocatorSettings(expandable ? "expandable_segments:True" : "");
     std::vector<char*> v;
-    for (int i = 0; i < 15; ++i) v.push_back(A(256 * kMiB));  // 3.75 of the 4 GiB
-    for (int i = 0; i < 15; i += 2) F(v[i]);  // 2 GiB free, in 256 MiB pieces
+    for (int i = 0; i < 15; ++i) v.push_back(A(240 * kMiB - kPad));  // 3.5 of the 4 GiB
+    for (int i = 0; i < 15; i += 2) F(v[i]);  // 1.875 GiB free, in 240 MiB pieces
     bool ok = true;
     try {
-      char* big = A(1536 * kMiB);
-      big[0] = big[1536 * kMiB - 1] = 7;  // one range of device memory
+      char* big = A(1500 * kMiB - kPad);
+      big[0] = big[1500 * kMiB - 1] = 7;  // one range of device memory
       auto s = stats();
-      CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(7 * 256 * kMiB + 1536 * kMiB));
+      CHECK_EQ(s.reserved_bytes[AGG].current, static_cast<int64_t>(7 * 240 * kMiB + 1500 * kMiB));
       CHECK_EQ(s.num_alloc_retries, 1);
       CHECK_EQ(alloc::memGetInfo(0).first,
                4 * kGiB - static_cast<size_t>(s.reserved_bytes[AGG].current));
@@ -976,10 +997,10 @@ void test_expandable_memory_fraction() {
   reset_all();
   alloc::setAllocatorSettings("expandable_segments:True");
   alloc::setMemoryFraction(0.25, 0);  // 1 GiB allowed: counts mapped bytes
-  char* a = A(900 * kMiB);
+  char* a = A(900 * kMiB - kPad);
   std::string msg;
   CHECK(throws_with<c10::OutOfMemoryError>([] { A(200 * kMiB); }, "1024.00 MiB allowed", &msg));
-  char* b = A(100 * kMiB);
+  char* b = A(100 * kMiB - kPad);
   CHECK(b == a + 900 * kMiB);
   CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(1000 * kMiB));
   F(a);
@@ -1007,7 +1028,7 @@ void test_expandable_free_markers() {
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   CHECK(!emptied.load());
-  CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(8 * kMiB));
+  CHECK_EQ(stats().reserved_bytes[AGG].current, static_cast<int64_t>(20 * kMiB));  // one page
   gate.open = true;
   t.join();
   CHECK_EQ(stats().reserved_bytes[AGG].current, 0);

@@ -23,8 +23,9 @@ def _settle():
 def test_memory_allocated_tracks_a_tensor():
     _settle()
     before = torch.npu.memory_allocated()
-    t = torch.empty(1024 * 1024, dtype=torch.float32, device="npu")  # exactly 4 MiB
-    assert torch.npu.memory_allocated() - before == 4 * MiB
+    t = torch.empty(1024 * 1024, dtype=torch.float32, device="npu")  # 4 MiB
+    # torch_npu's sizes: the request plus 32 bytes, rounded up to 512 bytes
+    assert torch.npu.memory_allocated() - before == 4 * MiB + 512
     assert torch.npu.memory_allocated(0) == torch.npu.memory_allocated("npu:0")
     assert torch.npu.max_memory_allocated() >= before + 4 * MiB
     assert torch.npu.memory_reserved() >= torch.npu.memory_allocated()
@@ -37,7 +38,7 @@ def test_stats_are_per_device():
     _settle()
     before0, before1 = torch.npu.memory_allocated(0), torch.npu.memory_allocated(1)
     t = torch.empty(2 * MiB, dtype=torch.uint8, device="npu:1")
-    assert torch.npu.memory_allocated(1) - before1 == 2 * MiB
+    assert torch.npu.memory_allocated(1) - before1 == 2 * MiB + 512
     assert torch.npu.memory_allocated(0) == before0
     del t
 
@@ -116,8 +117,8 @@ def test_reset_accumulated_memory_stats():
     del t
     _settle()
     stats = torch.npu.memory_stats()
-    assert stats["allocated_bytes.all.allocated"] == MiB
-    assert stats["allocated_bytes.all.freed"] == MiB
+    assert stats["allocated_bytes.all.allocated"] == MiB + 512
+    assert stats["allocated_bytes.all.freed"] == MiB + 512
 
 
 def test_memory_summary_layout():
@@ -195,13 +196,13 @@ def test_caching_allocator_alloc_and_delete():
     before = torch.npu.memory_allocated()
     ptr = torch.npu.caching_allocator_alloc(MiB)
     assert isinstance(ptr, int) and ptr != 0
-    assert torch.npu.memory_allocated() - before == MiB
+    assert torch.npu.memory_allocated() - before == MiB + 512
     torch.npu.caching_allocator_delete(ptr)
     assert torch.npu.memory_allocated() == before
     s = torch.npu.Stream(device=1)
     before1 = torch.npu.memory_allocated(1)
     ptr = torch.npu.caching_allocator_alloc(2 * MiB, device=1, stream=s)
-    assert torch.npu.memory_allocated(1) - before1 == 2 * MiB
+    assert torch.npu.memory_allocated(1) - before1 == 2 * MiB + 512
     torch.npu.caching_allocator_delete(ptr)
     with pytest.raises(TypeError, match="'size'"):
         torch.npu.caching_allocator_alloc(1.5)
@@ -216,16 +217,17 @@ def test_empty_cache_is_safe_anytime():
         torch.npu.empty_cache()
 
 
-# On a 256 MiB device, 12 x 20 MiB tensors fill 240 MiB; freeing every other one leaves
-# 136 MiB free, but in pieces of 20 MiB (36 MiB at the end): fixed segments cannot hold
-# 100 MiB, expandable segments unmap the free pieces and map the memory where needed.
+# On a 256 MiB device, 12 x 20 MiB blocks fill 240 MiB; freeing every other one leaves
+# 136 MiB free, but in pieces of 20 MiB (16 MiB at the end): fixed segments cannot hold
+# 100 MiB, expandable segments unmap the free pieces (one 20 MiB page each) and map the
+# memory where needed. Requests are 32 bytes short of the block (torch_npu's padding).
 _FRAGMENTATION = textwrap.dedent("""
     import json, torch, torch_npu
     MiB = 1024 ** 2
-    keep = [torch.empty(20 * MiB, dtype=torch.uint8, device="npu") for _ in range(12)]
+    keep = [torch.empty(20 * MiB - 32, dtype=torch.uint8, device="npu") for _ in range(12)]
     del keep[::2]
     try:
-        big = torch.empty(100 * MiB, dtype=torch.uint8, device="npu")
+        big = torch.empty(100 * MiB - 32, dtype=torch.uint8, device="npu")
         big.fill_(7)
         ok = int(big[-1].item()) == 7 and int(keep[-1].fill_(3)[0].item()) == 3
     except torch.OutOfMemoryError:

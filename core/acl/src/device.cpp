@@ -252,6 +252,7 @@ Device* FindDevice(const void* ptr, size_t len) {
   }
   int v = VmmDevice(ptr, len);
   if (v < 0) v = IpcDevice(ptr, len);
+  if (v < 0) v = HostRegisteredDevice(ptr, len);
   return v >= 0 ? rt.devices[v].get() : nullptr;
 }
 

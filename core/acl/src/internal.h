@@ -332,4 +332,9 @@ bool VmmReserved(const void* p);
 // Lock-free when nothing was ever imported.
 int IpcDevice(const void* p, size_t len);
 
+// ---- host memory registered to a device (host_register.cpp) ----------------------------
+// Device that host memory spanning all of [p, p+len) is registered to, or -1.
+// Lock-free when nothing was ever registered.
+int HostRegisteredDevice(const void* p, size_t len);
+
 }  // namespace aclsim

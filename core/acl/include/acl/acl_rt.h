@@ -213,6 +213,17 @@ aclError aclrtIpcMemSetImportPid(const char* key, int32_t* pid, size_t num);
 aclError aclrtIpcMemImportByKey(void** devPtr, const char* key, uint64_t flag);
 aclError aclrtIpcMemClose(const char* key);
 
+// ---- host memory mapped into the device ------------------------------------------
+// aclrtHostRegister makes [ptr, ptr+size) of host memory (e.g. from aclrtMallocHost)
+// addressable by the current device: *devPtr is its device address (in the simulator the
+// same address, as with the driver's VA normalisation), accepted wherever device memory
+// is (copies, kernels, aclsimPointerDevice) until aclrtHostUnregister(ptr). It is not
+// device memory: aclrtGetMemInfo does not count it. Ranges must not overlap device memory
+// or another registration.
+typedef enum { ACL_HOST_REGISTER_MAPPED = 0 } aclrtHostRegisterType;
+aclError aclrtHostRegister(void* ptr, uint64_t size, aclrtHostRegisterType type, void** devPtr);
+aclError aclrtHostUnregister(void* ptr);
+
 // ---- streams -------------------------------------------------------------------
 // A stream is an ordered task queue executed by its own worker thread. Each device
 // has a default stream, obtained by passing stream == NULL to any stream API

@@ -1,12 +1,15 @@
-// Caching allocator for NPU memory, CUDA-semantics: block pools (small <= 1 MiB in
-// 2 MiB segments, large otherwise), block splitting and coalescing, stream-ordered
+// Caching allocator for NPU memory, CUDA-semantics with torch_npu's sizes (a request is
+// padded by 32 bytes, then rounded): block pools (small <= 1 MiB in 2 MiB segments,
+// large otherwise), block splitting and coalescing, stream-ordered
 // reuse, record_stream (events delay reuse), stats with torch.cuda's keys, OOM
 // handling (free cached blocks, retry, then torch.OutOfMemoryError with a summary),
-// PYTORCH_NPU_ALLOC_CONF (max_split_size_mb, garbage_collection_threshold,
-// expandable_segments, roundup_power2_divisions), set_per_process_memory_fraction.
+// PYTORCH_NPU_ALLOC_CONF (max_split_size_mb, max_non_split_rounding_mb,
+// large_segment_size_mb, segment_size_mb, garbage_collection_threshold,
+// expandable_segments, roundup_power2_divisions, ...), set_per_process_memory_fraction.
 // Segments come from the simulator's aclrtMalloc; with expandable_segments:True they are
-// reserved virtual ranges that grow and shrink by mapping 2 MiB pages
-// (aclrtReserveMemAddress / aclrtMallocPhysical / aclrtMapMem).
+// reserved virtual ranges that grow and shrink by mapping pages (2 MiB in the small pool,
+// the large segment size in the large one; aclrtReserveMemAddress / aclrtMallocPhysical /
+// aclrtMapMem).
 #pragma once
 
 #include <c10/core/CachingDeviceAllocator.h>
