@@ -2091,6 +2091,7 @@ class State {
                   " (not allocated by this allocator, or already freed)");
       block = it->second;
       allocated_blocks_.erase(it);
+      if (!unsafe_.empty()) unsafe_.erase(block->ptr);  // memory allocated again is safe
     }
     trace::emit(trace::Kind::MemoryDeallocation, ptr);
     devices_[static_cast<size_t>(block->device)]->free(block);
@@ -2100,6 +2101,24 @@ class State {
     std::lock_guard<std::mutex> g(blocks_mutex_);
     auto it = allocated_blocks_.find(static_cast<char*>(ptr));
     return it == allocated_blocks_.end() ? nullptr : it->second;
+  }
+
+  // Data safety after a device fault (torch_npu.npu._recovery). The blocks allocated on
+  // `device` now are marked unsafe; a block leaves the set when freed (its next user gets
+  // memory it wrote itself) or when a copy writes it (updateBlockToSafe).
+  void mark_all_unsafe(c10::DeviceIndex device) {
+    std::lock_guard<std::mutex> g(blocks_mutex_);
+    for (const auto& [ptr, block] : allocated_blocks_)
+      if (block->device == device) unsafe_.insert(ptr);
+  }
+  // Memory of no block of this allocator (from_blob, IPC imports) counts as safe.
+  bool is_safe(void* ptr) {
+    std::lock_guard<std::mutex> g(blocks_mutex_);
+    return unsafe_.count(static_cast<char*>(ptr)) == 0;
+  }
+  void set_safe(void* ptr) {
+    std::lock_guard<std::mutex> g(blocks_mutex_);
+    unsafe_.erase(static_cast<char*>(ptr));
   }
 
   // The allocated block whose range contains `ptr` (interior pointers included).
@@ -2139,6 +2158,7 @@ class State {
   std::vector<std::unique_ptr<DeviceCachingAllocator>> devices_;
   std::mutex blocks_mutex_;
   std::map<char*, Block*> allocated_blocks_;
+  std::unordered_set<char*> unsafe_;  // allocated blocks marked unsafe (guarded by blocks_mutex_)
 };
 
 State& state() {
@@ -2428,6 +2448,28 @@ void* getBaseAllocation(void* ptr, size_t* size) {
 }
 
 void setAllocatorSettings(const std::string& conf) { state().set_settings(conf); }
+
+bool checkBlockIsSafe(const c10::DataPtr& ptr) {
+  if (!ptr.get() || ptr.get_deleter() != &local_raw_delete) return true;
+  return state().is_safe(ptr.get_context());
+}
+
+void markAllBlockUnsafe(c10::DeviceIndex device) {
+  if (custom() != nullptr) return;  // a pluggable allocator's blocks are its own
+  state().mark_all_unsafe(device);
+}
+
+void updateBlockToSafe(const c10::DataPtr& ptr) {
+  if (!ptr.get() || ptr.get_deleter() != &local_raw_delete) return;
+  state().set_safe(ptr.get_context());
+}
+
+namespace {
+std::atomic<bool> npu_data_unsafe_flag{false};
+}  // namespace
+
+bool getNpuDataUnsafeFlag() { return npu_data_unsafe_flag.load(std::memory_order_relaxed); }
+void setNpuDataUnsafeFlag(bool flag) { npu_data_unsafe_flag.store(flag, std::memory_order_relaxed); }
 
 PinnedConfig pinnedConfig() { return state().pinned_config(); }
 

@@ -181,6 +181,7 @@ at::Tensor copy_from(const at::Tensor& source, const at::Tensor& dst, bool non_b
   // Shapes are checked now, at the call, not when the copy runs on the stream.
   const at::Tensor self = source.expand_as(dst);
   if (dst.numel() == 0) return dst;
+  if (C10_UNLIKELY(unsafe_data_check_enabled())) check_and_update_for_copy(dst, source);
   if (src_npu && dst_npu) {
     if (dst.is_same(source)) return dst;  // as ATen's copy_
     // The overlap checks of the copy's TensorIterator, at the call (the kernel runs later).

@@ -360,8 +360,23 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
   if (error) std::rethrow_exception(error);
 }
 
+void check_data_safe(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kNPU || !t.has_storage()) return;
+  TORCH_CHECK(NPUCachingAllocator::checkBlockIsSafe(t.storage().data_ptr()),
+              "There is unsafe data in the input tensor.");
+}
+
+void check_and_update_for_copy(const at::Tensor& dst, const at::Tensor& src) {
+  check_data_safe(src);
+  if (dst.defined() && dst.device().type() == kNPU && dst.has_storage())
+    NPUCachingAllocator::updateBlockToSafe(dst.storage().data_ptr());
+}
+
 void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Tensor> tensors, int64_t work_numel,
                    std::function<void(const std::vector<at::Tensor>&)> kernel) {
+  if (C10_UNLIKELY(unsafe_data_check_enabled()) && !in_kernel()) {
+    for (const auto& t : tensors) check_data_safe(t);
+  }
   NPUStream stream = getCurrentNPUStream(device);
   // A capturing stream records the kernel (launch); it must not run here.
   const bool capture = !in_kernel() && isStreamRecording(stream);
@@ -979,6 +994,19 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       scan.has_generator = true;
     }
   }
+  if (C10_UNLIKELY(unsafe_data_check_enabled()) && !in_kernel()) {
+    for (size_t i = 0; i < num_args; ++i) {
+      const c10::IValue& v = (*stack)[args_begin + i];
+      if (v.isTensor()) {
+        check_data_safe(v.toTensor());
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList()) check_data_safe(t);
+      } else if (v.isList()) {
+        for (const c10::IValue& e : v.toListRef())
+          if (e.isTensor()) check_data_safe(e.toTensor());
+      }
+    }
+  }
   if (traits.dtypes != kAnyDtype) check_dtypes(traits, schema, *stack, args_begin);
   const c10::DeviceIndex device = scan.device >= 0 ? scan.device : device_arg.value_or(current_device());
   if (scan.cpu_mixed && scan.device >= 0) {
@@ -1089,7 +1117,8 @@ namespace {
 // the GIL). Operands the boxed fallback must check or copy (other devices, dtypes the op
 // table excludes, tiled formats) take the structured path, which ends there.
 bool small_operands_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
-  if (in_kernel()) return false;
+  // (with the unsafe-data check on, the boxed fallback checks the operands)
+  if (in_kernel() || unsafe_data_check_enabled()) return false;
   const at::Tensor& t = is_npu(a) ? a : b;
   if (!is_npu(t)) return false;
   NPUStream stream = getCurrentNPUStream(t.device().index());

@@ -13,6 +13,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -135,9 +136,90 @@ at::Tensor ipc_open(int device, const std::string& handle, int64_t nbytes, int64
   return t;
 }
 
+// torch.npu.Event(interprocess=True): an ACL_EVENT_IPC event, created on first record or
+// ipc_handle() (on the device of the current stream then), or opened from another process's
+// handle (from_ipc_handle).
+class IpcEvent {
+ public:
+  IpcEvent() = default;
+  IpcEvent(const IpcEvent&) = delete;
+  IpcEvent& operator=(const IpcEvent&) = delete;
+  ~IpcEvent() {
+    if (event_ != nullptr) aclrtDestroyEvent(event_);  // queued records/waits keep it until they ran
+  }
+
+  static std::unique_ptr<IpcEvent> open(int64_t device, const std::string& handle) {
+    TORCH_CHECK(handle.size() == sizeof(aclrtIpcEventHandle), "aclrtIpcEventHandle expects byte-like object of size ",
+                sizeof(aclrtIpcEventHandle), ", but got ", handle.size());
+    c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)));
+    aclrtIpcEventHandle h{};
+    std::memcpy(&h, handle.data(), handle.size());
+    auto e = std::make_unique<IpcEvent>();
+    NPU_CHECK(aclrtIpcOpenEventHandle(h, &e->event_));
+    e->device_ = static_cast<c10::DeviceIndex>(device);
+    return e;
+  }
+
+  void record(int64_t stream_id, int64_t device) {
+    NPUStream s = stream_of(stream_id, device);
+    if (event_ == nullptr) create(s.device_index());
+    TORCH_CHECK(device_ == s.device_index(), "Event device ", static_cast<int>(device_),
+                " does not match recording stream's device ", static_cast<int>(s.device_index()), ".");
+    NPU_CHECK(aclrtRecordEvent(event_, s.stream()));
+  }
+  void wait(int64_t stream_id, int64_t device) {
+    if (event_ == nullptr) return;  // never recorded: nothing to wait for
+    NPUStream s = stream_of(stream_id, device);
+    NPU_CHECK(aclrtStreamWaitEvent(s.stream(), event_));
+  }
+  bool query() {
+    if (event_ == nullptr) return true;
+    aclrtEventRecordedStatus st = ACL_EVENT_RECORDED_STATUS_COMPLETE;
+    NPU_CHECK(aclrtQueryEventStatus(event_, &st));
+    return st == ACL_EVENT_RECORDED_STATUS_COMPLETE;
+  }
+  void synchronize() {
+    if (event_ == nullptr) return;
+    NPU_CHECK(aclrtSynchronizeEvent(event_));
+  }
+  py::bytes ipc_handle() {
+    if (event_ == nullptr) create(current_device());
+    aclrtIpcEventHandle h{};
+    NPU_CHECK(aclrtIpcGetEventHandle(event_, &h));
+    return py::bytes(reinterpret_cast<const char*>(&h), sizeof(h));
+  }
+  int device() const { return device_; }
+  uintptr_t address() const { return reinterpret_cast<uintptr_t>(event_); }
+
+ private:
+  static NPUStream stream_of(int64_t stream_id, int64_t device) {
+    NPUStream s(c10::Stream(c10::Stream::UNSAFE,
+                            c10::Device(c10::DeviceType::PrivateUse1, static_cast<c10::DeviceIndex>(device)), stream_id));
+    s.stream();  // validates the id
+    return s;
+  }
+  void create(c10::DeviceIndex device) {
+    c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, device));
+    NPU_CHECK(aclrtCreateEventWithFlag(&event_, ACL_EVENT_IPC));
+    device_ = device;
+  }
+  aclrtEvent event_ = nullptr;
+  c10::DeviceIndex device_ = -1;
+};
+
 }  // namespace
 
 void init_ipc_bindings(py::module& m) {
+  py::class_<IpcEvent>(m, "_NPUIpcEvent")
+      .def(py::init<>())
+      .def_static("from_ipc_handle", &IpcEvent::open, py::arg("device"), py::arg("handle"))
+      .def("record", &IpcEvent::record)
+      .def("wait", &IpcEvent::wait)
+      .def("query", &IpcEvent::query)
+      .def("synchronize", &IpcEvent::synchronize, py::call_guard<py::gil_scoped_release>())
+      .def("ipc_handle", &IpcEvent::ipc_handle)
+      .def_property_readonly("device", &IpcEvent::device)
+      .def_property_readonly("npu_event", &IpcEvent::address);
   m.def("_npu_ipc_share", &ipc_share, py::arg("tensor"));
   m.def("_npu_ipc_open", &ipc_open, py::arg("device"), py::arg("handle"), py::arg("nbytes"), py::arg("offset"),
         py::arg("counter"), py::arg("counter_offset"));

@@ -297,6 +297,28 @@ void init_memory_bindings(py::module& m) {
   });
   m.def("_npu_getDeviceUtilizationRate", &device_utilization, py::arg("device"));
 
+  // Data safety after a device fault (torch_npu.npu._recovery).
+  m.def("_check_npu_data_ptr", [](const at::Storage& s) { return alloc::checkBlockIsSafe(s.data_ptr()); });
+  m.def("_update_npu_data_ptr", [](const at::Storage& s) { alloc::updateBlockToSafe(s.data_ptr()); });
+  m.def("_mark_all_npu_data_ptr_unsafe", [](int device) {
+    alloc::markAllBlockUnsafe(static_cast<c10::DeviceIndex>(device));
+  });
+  m.def("_set_npu_data_unsafe_flag", &alloc::setNpuDataUnsafeFlag);
+  m.def("_get_npu_data_unsafe_flag", &alloc::getNpuDataUnsafeFlag);
+  // The simulator's streams survive a fault: recovering them (and restarting the device)
+  // drains the device's streams and drops the errors of their failed tasks.
+  auto drain = [](int device) {
+    const c10::DeviceIndex prev = current_device();
+    set_device(static_cast<c10::DeviceIndex>(device));
+    {
+      py::gil_scoped_release no_gil;
+      (void)aclrtSynchronizeDevice();  // returns (and so clears) the failed tasks' error
+    }
+    set_device(prev);
+  };
+  m.def("_recovery_all_npu_stream", drain);
+  m.def("_npu_restart_device", drain);
+
   m.def("_npu_memorySnapshot", &memory_snapshot, py::arg("mempool_id") = py::none());
   m.def("_npu_record_memory_history", &record_memory_history, py::arg("enabled"), py::arg("context"),
         py::arg("stacks"), py::arg("max_entries"));

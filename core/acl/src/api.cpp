@@ -474,6 +474,12 @@ aclError aclrtLaunchCallback(aclrtCallback fn, void* userData, aclrtCallbackBloc
 aclError aclrtCreateEventWithFlag(aclrtEvent* event, uint32_t flag) {
   if (event == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateEvent: event is null");
   RT();
+  if (flag & ACL_EVENT_IPC) {
+    if (flag != ACL_EVENT_IPC)
+      return Fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateEvent: ACL_EVENT_IPC cannot be combined with other flags "
+                  "(flag %#x)", flag);
+    return CreateIpcEvent(event);
+  }
   auto* e = new Event();
   e->flags = flag;
   *event = e;
@@ -522,6 +528,7 @@ aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) {
   aclError err = ACL_SUCCESS;
   Event* e = ResolveEvent(event, "aclrtResetEvent", &err);
   if (!e) return err;
+  if (e->ipc != nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclrtResetEvent: an ACL_EVENT_IPC event cannot be reset");
   Stream* s = ResolveStream(stream, "aclrtResetEvent", &err);
   if (!s) return err;
   if (s->capture.load(std::memory_order_acquire) != nullptr) return CaptureEventReset(s, e);

@@ -217,13 +217,31 @@ struct Stream {
   int error_count_ = 0;
 };
 
+// The counters an ACL_EVENT_IPC event shares with the processes that opened it: a page of
+// a memfd (ipc.cpp), mapped MAP_SHARED by each of them.
+struct IpcEventShared {
+  std::atomic<uint64_t> recorded;
+  std::atomic<uint64_t> completed;
+  std::atomic<uint32_t> wake;  // futex word: bumped (and woken) at each completion
+};
+
 struct Event {
   static constexpr uint32_t kMagic = 0x45564e54U;  // "EVNT"
+  Event() = default;
+  // An ACL_EVENT_IPC event: its counters live in `shared` (mapped, `fd` the memfd or -1).
+  Event(IpcEventShared* shared, int fd)
+      : recorded(shared->recorded), completed(shared->completed), ipc(shared), ipc_fd(fd) {}
+  ~Event();
   std::atomic<uint32_t> magic{kMagic};
   uint32_t flags = 0;
   std::atomic<int> refs{1};                 // handle + queued tasks
-  std::atomic<uint64_t> recorded{0};        // generation of the latest record call
-  std::atomic<uint64_t> completed{0};       // latest generation executed
+ private:
+  std::atomic<uint64_t> own_recorded{0}, own_completed{0};
+ public:
+  std::atomic<uint64_t>& recorded{own_recorded};    // generation of the latest record call
+  std::atomic<uint64_t>& completed{own_completed};  // latest generation executed
+  IpcEventShared* ipc = nullptr;  // an IPC event's shared counters (any process may record)
+  int ipc_fd = -1;                // the exporter's memfd of them
   std::atomic<int64_t> stamp_ns{-1};        // steady clock at the latest completion
   std::atomic<uint64_t> capture_id{0};      // capture holding the latest record (0: none)
   std::atomic<int> record_pid{0};           // the process of the latest record call
@@ -247,6 +265,8 @@ struct Event {
 };
 
 int64_t NowNs();
+// aclrtCreateEventWithFlag(ACL_EVENT_IPC) (ipc.cpp).
+aclError CreateIpcEvent(aclrtEvent* event);
 
 // ---- devices and runtime ---------------------------------------------------------------
 struct Device {

@@ -1,4 +1,5 @@
-// Inter-process memory sharing: aclrtIpcMemGetExportKey / SetImportPid / ImportByKey / Close.
+// Inter-process memory sharing: aclrtIpcMemGetExportKey / SetImportPid / ImportByKey / Close,
+// and inter-process events: aclrtIpcGetEventHandle / aclrtIpcOpenEventHandle.
 //
 // Device memory is a range of the device's arena memfd (device.cpp), so another process
 // of the same user reaches it through /proc/<exporter>/fd/<arena fd> and maps the range
@@ -8,6 +9,11 @@
 // Imports are registered so that FindDevice accepts their pointers (copies, kernels).
 // With pid validation, the processes allowed to import are listed in a file in /dev/shm
 // that aclrtIpcMemSetImportPid writes and aclrtIpcMemClose (exporter side) removes.
+//
+// An ACL_EVENT_IPC event keeps its counters (IpcEventShared) in a page of its own memfd
+// "aclsim_ipc_event"; its handle spells aclsim-ipcev:<creator pid>:<memfd>, and opening it
+// maps that page through /proc/<creator pid>/fd/<memfd>. Completions bump a futex word
+// in the page, on which waiters of every process sleep.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -18,6 +24,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <new>
+#include <string>
 
 #include "internal.h"
 
@@ -95,7 +103,93 @@ int IpcDevice(const void* p, size_t len) {
 
 }  // namespace aclsim
 
+namespace aclsim {
+
+namespace {
+constexpr char kEventFdName[] = "aclsim_ipc_event";
+constexpr size_t kEventPage = 4096;
+static_assert(sizeof(IpcEventShared) <= kEventPage, "IpcEventShared must fit a page");
+}  // namespace
+
+Event::~Event() {
+  if (ipc != nullptr) munmap(ipc, kEventPage);
+  if (ipc_fd >= 0) close(ipc_fd);
+}
+
+aclError CreateIpcEvent(aclrtEvent* event) {
+  const char* api = "aclrtCreateEventWithFlag(ACL_EVENT_IPC)";
+  int fd = memfd_create(kEventFdName, MFD_CLOEXEC);
+  if (fd < 0) return Fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: memfd_create failed: %s", api, strerror(errno));
+  if (ftruncate(fd, kEventPage) != 0) {
+    int e = errno;
+    close(fd);
+    return Fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: ftruncate failed: %s", api, strerror(e));
+  }
+  void* p = mmap(nullptr, kEventPage, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    return Fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: mmap failed: %s", api, strerror(e));
+  }
+  auto* shared = new (p) IpcEventShared{};  // the page is zeroed: counters start at 0
+  auto* e = new Event(shared, fd);
+  e->flags = ACL_EVENT_IPC;
+  *event = e;
+  return ACL_SUCCESS;
+}
+
+}  // namespace aclsim
+
 extern "C" {
+
+aclError aclrtIpcGetEventHandle(aclrtEvent event, aclrtIpcEventHandle* handle) {
+  const char* api = "aclrtIpcGetEventHandle";
+  if (handle == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "%s: handle is null", api);
+  auto* e = static_cast<Event*>(event);
+  if (e == nullptr || e->magic.load(std::memory_order_relaxed) != Event::kMagic)
+    return Fail(ACL_ERROR_INVALID_PARAM, "%s: invalid event handle %p", api, event);
+  if (e->ipc == nullptr)
+    return Fail(ACL_ERROR_INVALID_PARAM, "%s: the event was not created with ACL_EVENT_IPC", api);
+  if (e->ipc_fd < 0)
+    return Fail(ACL_ERROR_INVALID_PARAM, "%s: the event was opened from another process's handle (export it "
+                "from the process that created it)", api);
+  memset(handle->reserved, 0, sizeof(handle->reserved));
+  snprintf(handle->reserved, sizeof(handle->reserved), "aclsim-ipcev:%ld:%d", static_cast<long>(getpid()),
+           e->ipc_fd);
+  return ACL_SUCCESS;
+}
+
+aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle handle, aclrtEvent* event) {
+  const char* api = "aclrtIpcOpenEventHandle";
+  if (event == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "%s: event is null", api);
+  char text[ACL_IPC_EVENT_HANDLE_SIZE + 1] = {0};
+  memcpy(text, handle.reserved, ACL_IPC_EVENT_HANDLE_SIZE);
+  long pid = 0;
+  int fd = -1;
+  char tail = 0;
+  if (sscanf(text, "aclsim-ipcev:%ld:%d%c", &pid, &fd, &tail) != 2 || pid <= 0 || fd < 0)
+    return Fail(ACL_ERROR_INVALID_PARAM, "%s: not an event handle", api);
+  char path[64], target[256] = {0};
+  snprintf(path, sizeof(path), "/proc/%ld/fd/%d", pid, fd);
+  ssize_t t = readlink(path, target, sizeof(target) - 1);
+  const std::string expected = std::string("/memfd:") + kEventFdName + " ";
+  if (t < 0 || strncmp(target, expected.c_str(), expected.size()) != 0)
+    return Fail(ACL_ERROR_INVALID_PARAM, "%s: the process %ld that created the event is gone or destroyed it (%s)",
+                api, pid, t < 0 ? strerror(errno) : "another file");
+  int f = open(path, O_RDWR | O_CLOEXEC);
+  if (f < 0)
+    return Fail(ACL_ERROR_INVALID_PARAM, "%s: cannot open the event of process %ld: %s", api, pid, strerror(errno));
+  void* p = mmap(nullptr, kEventPage, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+  int err = errno;
+  close(f);
+  if (p == MAP_FAILED)
+    return Fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: mapping the event failed: %s", api, strerror(err));
+  RT();
+  auto* e = new Event(static_cast<IpcEventShared*>(p), -1);
+  e->flags = ACL_EVENT_IPC;
+  *event = e;
+  return ACL_SUCCESS;
+}
 
 aclError aclrtIpcMemGetExportKey(void* devPtr, size_t size, char* key, size_t len, uint64_t flag) {
   const char* api = "aclrtIpcMemGetExportKey";

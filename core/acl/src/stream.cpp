@@ -6,9 +6,13 @@
 // emptied chunks go back to a per-stream free list (no allocation in steady state, no
 // copying on bursts). Completion is a counter; host waiters block on a condition
 // variable that the worker signals only when someone is waiting.
+#include <linux/futex.h>
 #include <pthread.h>
+#include <sys/syscall.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -368,6 +372,14 @@ void Stream::Shutdown(bool restartable) {
 
 // ---- Event ---------------------------------------------------------------------------------
 void Event::Complete(uint64_t gen) {
+  if (ipc != nullptr) {  // shared with other processes: no lock of ours covers them
+    uint64_t cur = completed.load(std::memory_order_acquire);
+    while (gen > cur && !completed.compare_exchange_weak(cur, gen, std::memory_order_acq_rel)) {
+    }
+    ipc->wake.fetch_add(1, std::memory_order_seq_cst);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&ipc->wake), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+    return;
+  }
   {
     std::lock_guard<std::mutex> g(mu);
     if (gen > completed.load(std::memory_order_relaxed)) {
@@ -397,6 +409,16 @@ void Event::WaitForFlag() {
 
 void Event::WaitFor(uint64_t gen) {
   if (Done(gen)) return;
+  if (ipc != nullptr) {
+    // The record may complete in another process: sleep on the shared futex word (the
+    // timeout bounds a wake-up lost to a process that died between its two steps).
+    while (true) {
+      const uint32_t w = ipc->wake.load(std::memory_order_seq_cst);
+      if (Done(gen)) return;
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      syscall(SYS_futex, reinterpret_cast<uint32_t*>(&ipc->wake), FUTEX_WAIT, w, &ts, nullptr, 0);
+    }
+  }
   waiters.fetch_add(1, std::memory_order_seq_cst);
   {
     std::unique_lock<std::mutex> lk(mu);

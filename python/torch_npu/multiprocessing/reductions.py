@@ -10,9 +10,14 @@ shared CPU memory: the sender keeps the storage alive until every receiver has f
 copy (``torch.npu.ipc_collect()`` or the next send drops those no longer used), so as with
 CUDA the sender may drop its tensor right after sending. A received tensor cannot be sent
 on (clone it first), nor can memory the caching allocator did not allocate. Events are not
-shared: the receiver sees the data as of the send.
+shared with a tensor: the receiver sees the data as of the send.
+
+A ``torch.npu.Event(interprocess=True)`` pickles as its ``ipc_handle()``: the receiver gets
+the same event (``Event.from_ipc_handle``), which records and waits of either process move.
 """
-__all__ = ["rebuild_npu_tensor", "ipc_collect"]
+__all__ = ["rebuild_npu_tensor", "rebuild_npu_event", "ipc_collect"]
+
+import multiprocessing
 
 import threading
 
@@ -118,6 +123,15 @@ def _reduce_storage(storage):
     return _original_reduce_storage(storage)
 
 
+def rebuild_npu_event(device, handle):
+    return torch.npu.Event.from_ipc_handle(device, handle)
+
+
+def _npu_reduce_event(event):
+    handle = event.ipc_handle()
+    return (rebuild_npu_event, (event.device, handle))
+
+
 def install() -> None:
     """npu storages get their sharing methods; torch.multiprocessing's pickler the npu reductions."""
     torch.UntypedStorage._share_npu_ = _share_npu_
@@ -126,3 +140,4 @@ def install() -> None:
     _torch_reductions.reduce_tensor = _reduce_tensor
     _torch_reductions.reduce_storage = _reduce_storage
     _torch_reductions.init_reductions()
+    multiprocessing.reduction.register(torch_npu.npu.Event, _npu_reduce_event)

@@ -380,6 +380,7 @@ from . import mstx as _mstx_module  # noqa: E402,F401
 from .mstx import mstx  # noqa: E402
 from .utils import (get_npu_overflow_flag, clear_npu_overflow_flag, npu_check_overflow,  # noqa: E402
                     stress_detect, check_uce_in_memory, set_op_timeout_ms)
+from ._recovery import restart_device  # noqa: E402
 
 # torch_npu.npu.utils also carries the stream, sync-debug, ipc and dump functions.
 for _name in ("current_stream", "default_stream", "set_stream", "stream", "StreamContext",
@@ -394,4 +395,4 @@ __all__ += ["set_deterministic_level", "use_compatible_impl", "are_compatible_im
             "set_aoe", "set_dump", "init_dump", "finalize_dump", "set_device_limit",
             "get_device_limit", "set_stream_limit", "get_stream_limit", "reset_stream_limit",
             "mstx", "get_npu_overflow_flag", "clear_npu_overflow_flag", "stress_detect",
-            "check_uce_in_memory", "set_op_timeout_ms", "autocast_utils"]
+            "check_uce_in_memory", "set_op_timeout_ms", "autocast_utils", "restart_device"]

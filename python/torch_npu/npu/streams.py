@@ -198,14 +198,52 @@ class Event(torch.Event):
         enable_timing (bool, optional): record timestamps for :meth:`elapsed_time`.
         blocking (bool, optional): make :meth:`synchronize` block the thread
             (instead of spinning).
-        interprocess (bool, optional): allow sharing the event between processes.
+        interprocess (bool, optional): allow sharing the event between processes
+            (:meth:`ipc_handle`, :meth:`from_ipc_handle`, pickling through
+            ``torch.multiprocessing``); cannot be combined with ``enable_timing``.
 
     The event belongs to the device of the first stream it is recorded on.
     """
 
+    _ipc = None  # interprocess events: the _C._NPUIpcEvent
+
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-        return super().__new__(cls, torch.device("npu"), enable_timing=bool(enable_timing),
+        if interprocess and enable_timing:
+            raise RuntimeError("Parameter interprocess cannot be specified together with other parameters."
+                               + pta_error(ErrCode.NOT_SUPPORT))
+        self = super().__new__(cls, torch.device("npu"), enable_timing=bool(enable_timing),
                                blocking=bool(blocking), interprocess=bool(interprocess))
+        if interprocess:
+            self._ipc = _C._NPUIpcEvent()
+        return self
+
+    @classmethod
+    def from_ipc_handle(cls, device, handle):
+        r"""The interprocess event of another process, from its :meth:`ipc_handle`, on ``device``."""
+        if isinstance(device, str):
+            device = torch.device(device)
+        if isinstance(device, torch.device):
+            if device.type != "npu":
+                raise RuntimeError("Event can only be created on PrivateUse1 devices, but got device type "
+                                   f"{device.type}" + pta_error(ErrCode.PARAM))
+            device = device.index
+        idx = _valid_device_index(device, fn="Event.from_ipc_handle")
+        if not isinstance(handle, (bytes, bytearray)):
+            raise TypeError("Event.from_ipc_handle(): argument 'handle' must be bytes (an Event.ipc_handle()), "
+                            f"got {type(handle).__name__}")
+        _lazy_init()
+        ipc = _C._NPUIpcEvent.from_ipc_handle(idx, bytes(handle))
+        self = torch.Event.__new__(cls, torch.device("npu", idx), interprocess=True)
+        self._ipc = ipc
+        return self
+
+    @property
+    def device(self):
+        r"""The device of the event (for an interprocess event not yet recorded nor exported:
+        ``None``)."""
+        if self._ipc is not None:
+            return torch.device("npu", self._ipc.device) if self._ipc.device >= 0 else None
+        return torch.Event.device.__get__(self)
 
     def record(self, stream=None):
         r"""Record the event on ``stream`` (the current stream if ``None``)."""
@@ -213,6 +251,9 @@ class Event(torch.Event):
             stream = current_stream()
         else:
             _check_npu_stream(stream, fn="Event.record")
+        if self._ipc is not None:
+            self._ipc.record(stream.stream_id, stream.device_index)
+            return
         super().record(stream)
 
     def wait(self, stream=None):
@@ -222,10 +263,15 @@ class Event(torch.Event):
             stream = current_stream()
         else:
             _check_npu_stream(stream, fn="Event.wait")
+        if self._ipc is not None:
+            self._ipc.wait(stream.stream_id, stream.device_index)
+            return
         super().wait(stream)
 
     def query(self):
         r"""Return whether the work captured by the event has completed."""
+        if self._ipc is not None:
+            return self._ipc.query()
         return super().query()
 
     def elapsed_time(self, end_event):
@@ -237,6 +283,9 @@ class Event(torch.Event):
         if not isinstance(end_event, torch.Event):
             raise TypeError("Event.elapsed_time(): argument 'end_event' must be a "
                             f"torch.npu.Event, got {type(end_event).__name__}")
+        if self._ipc is not None or getattr(end_event, "_ipc", None) is not None:
+            raise RuntimeError("Event.elapsed_time(): interprocess events do not time (create both with "
+                               "enable_timing=True and interprocess=False)")
         if type(end_event) is torch.Event:
             # torch_npu's events wait for both ends; PyTorch's generic Event requires them done.
             self.synchronize()
@@ -257,21 +306,25 @@ class Event(torch.Event):
 
     def synchronize(self):
         r"""Wait until the work captured by the event has completed."""
+        if self._ipc is not None:
+            self._ipc.synchronize()
+            return
         super().synchronize()
 
     def ipc_handle(self):
-        r"""A handle (bytes) another process opens with :meth:`from_ipc_handle` (the event must
-        be created with ``interprocess=True`` and recorded)."""
-        return super().ipc_handle()
-
-    @classmethod
-    def from_ipc_handle(cls, device, handle):
-        r"""The event of another process, from its :meth:`ipc_handle`, on ``device``."""
-        return super().from_ipc_handle(device, handle)
+        r"""A handle (64 bytes) another process opens with :meth:`from_ipc_handle`: the same
+        event there. The event must be created with ``interprocess=True``; if not yet recorded,
+        it is created on the current device. Valid while this process keeps the event."""
+        if self._ipc is None:
+            raise RuntimeError("Event.ipc_handle(): the event was not created with interprocess=True"
+                               + pta_error(ErrCode.PARAM))
+        return self._ipc.ipc_handle()
 
     @property
     def npu_event(self) -> int:
         r"""Address of the underlying ``aclrtEvent`` (0 before the first record)."""
+        if self._ipc is not None:
+            return int(self._ipc.npu_event)
         return int(self.event_id)
 
     @property

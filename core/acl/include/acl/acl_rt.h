@@ -126,6 +126,9 @@ typedef void (*aclrtCallback)(void* userData);
 // model at each execution) waits until it is set. Graph task updates use it to make a
 // replay wait for the update (see aclmdlRICaptureTaskUpdateBegin).
 #define ACL_EVENT_EXTERNAL 0x20u
+// An IPC event (the only flag it takes) can be shared with other processes
+// (aclrtIpcGetEventHandle / aclrtIpcOpenEventHandle); it does not time.
+#define ACL_EVENT_IPC 0x40u
 
 // ---- init / devices -------------------------------------------------------------
 // aclInit is optional: every API initialises the simulator on first use.
@@ -223,6 +226,19 @@ aclError aclrtIpcMemClose(const char* key);
 typedef enum { ACL_HOST_REGISTER_MAPPED = 0 } aclrtHostRegisterType;
 aclError aclrtHostRegister(void* ptr, uint64_t size, aclrtHostRegisterType type, void** devPtr);
 aclError aclrtHostUnregister(void* ptr);
+
+// ---- inter-process events ----------------------------------------------------------
+// An ACL_EVENT_IPC event's handle opens, in another process of the same user, an event
+// that shares its state: a record in either process moves the event on, and a query,
+// synchronisation or stream wait in either sees the latest record made by any of them
+// (the simulator keeps the event's counters in a shared memory page of the creator,
+// reached through /proc/<creator>/fd). The handle is valid while the creator's event lives.
+#define ACL_IPC_EVENT_HANDLE_SIZE 64U
+typedef struct aclrtIpcEventHandle {
+  char reserved[ACL_IPC_EVENT_HANDLE_SIZE];
+} aclrtIpcEventHandle;
+aclError aclrtIpcGetEventHandle(aclrtEvent event, aclrtIpcEventHandle* handle);
+aclError aclrtIpcOpenEventHandle(aclrtIpcEventHandle handle, aclrtEvent* event);
 
 // ---- streams -------------------------------------------------------------------
 // A stream is an ordered task queue executed by its own worker thread. Each device

@@ -60,6 +60,16 @@ std::pair<size_t, size_t> memGetInfo(c10::DeviceIndex device);
 void* getBaseAllocation(void* ptr, size_t* size);
 // Re-reads PYTORCH_NPU_ALLOC_CONF (called once at init; exposed for tests).
 void setAllocatorSettings(const std::string& conf);
+
+// Data safety after a device fault, as torch_npu.npu._recovery: markAllBlockUnsafe marks
+// every block allocated on `device`; a block is safe again once freed or written by a
+// copy (updateBlockToSafe). Memory of no block of this allocator is safe. While the
+// unsafe-check flag is set, operators refuse inputs in unsafe blocks.
+bool checkBlockIsSafe(const c10::DataPtr& ptr);
+void markAllBlockUnsafe(c10::DeviceIndex device);
+void updateBlockToSafe(const c10::DataPtr& ptr);
+bool getNpuDataUnsafeFlag();
+void setNpuDataUnsafeFlag(bool flag);
 // The pinned-host keys of PYTORCH_NPU_ALLOC_CONF (bytes; SIZE_MAX when not set), for the
 // pinned-host allocator.
 struct PinnedConfig {

@@ -7,6 +7,8 @@
 // becomes an npu storage. No byte moves between host and device memory.
 #pragma once
 
+#include "torch_npu/core/npu_caching_allocator.h"
+
 #include <ATen/core/Tensor.h>
 #include <ATen/core/function_schema.h>
 #include <ATen/core/stack.h>
@@ -134,6 +136,14 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
 // the kernel surfaces at the next synchronisation, so callers check arguments first.
 void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Tensor> tensors, int64_t work_numel,
                    std::function<void(const std::vector<at::Tensor>&)> kernel);
+
+// While the unsafe-data check is on (torch_npu.npu._recovery: set_npu_tensor_unsafe_check_flag,
+// restart_device), operators refuse npu inputs whose memory is marked unsafe, with
+// torch_npu's "There is unsafe data in the input tensor."; a copy checks its source and
+// marks its destination safe (check_and_update_for_copy).
+inline bool unsafe_data_check_enabled() { return torch_npu::NPUCachingAllocator::getNpuDataUnsafeFlag(); }
+void check_data_safe(const at::Tensor& t);
+void check_and_update_for_copy(const at::Tensor& dst, const at::Tensor& src);
 
 // Installs the CPU allocator that serves KernelScope (idempotent).
 void install_kernel_allocator();
