@@ -239,6 +239,28 @@ def test_convolutions():
         torch_npu.npu_conv3d(x.npu(), w.npu(), None, [1, 1], [0, 0], [1, 1], 1)
 
 
+def test_npu_conv2d_takes_four_paddings_and_has_a_backward():
+    """op-plugin's npu_conv2d reads padding[0] and padding[1] (callers pass (0, 0, 0, 0)), and
+    npu_conv2d_backward returns the input, weight and bias gradients output_mask asks for."""
+    x, w, b = torch.randn(1, 3, 7, 7), torch.randn(4, 3, 3, 3), torch.randn(4)
+    _close(torch_npu.npu_conv2d(x.npu(), w.npu(), b.npu(), [2, 2], (1, 1, 1, 1), [1, 1], 1),
+           F.conv2d(x, w, b, 2, 1), rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match="npu_conv2d: padding has to contain at least 2 elements"):
+        torch_npu.npu_conv2d(x.npu(), w.npu(), None, [1, 1], [1], [1, 1], 1)
+    xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
+    out = F.conv2d(xc, wc, bc, 1, 1)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    gi, gw, gb = torch_npu.npu_conv2d_backward(x.npu(), grad.npu(), w.npu(), [1, 1], (1, 1, 0, 0), [1, 1], 1,
+                                               [True, True, True])
+    for got, want in ((gi, xc.grad), (gw, wc.grad), (gb, bc.grad)):
+        _close(got, want, rtol=1e-4, atol=1e-4)
+    gi, gw, gb = torch_npu.npu_conv2d_backward(x.npu(), grad.npu(), w.npu(), [1, 1], [1, 1], [1, 1], 1,
+                                               [False, True, False])
+    _close(gw, wc.grad, rtol=1e-4, atol=1e-4)
+    assert gi.numel() == 0 and gb.numel() == 0
+
+
 def test_moe_routing_helpers():
     sorted_experts = torch.tensor([0, 0, 0, 1, 1, 3], dtype=torch.int32)
     out = torch_npu.npu_moe_compute_expert_tokens(sorted_experts.npu(), 4)

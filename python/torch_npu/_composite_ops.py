@@ -663,7 +663,26 @@ def _npu_convolution(input, weight, bias, stride, padding, dilation, groups):
      "int groups) -> Tensor")
 def _npu_conv2d(input, weight, bias, stride, padding, dilation, groups):
     _check(input.dim() == 4, f"npu_conv2d: input must be 4-D (N, C, H, W), got {input.dim()}-D")
-    return _npu_convolution(input, weight, bias, stride, padding, dilation, groups)
+    return _npu_convolution(input, weight, bias, stride, _conv2d_padding("npu_conv2d", padding), dilation, groups)
+
+
+def _conv2d_padding(op, padding):
+    """op-plugin's 2-D convolutions read padding[0] (height) and padding[1] (width); a longer
+    list (torch_npu callers pass [top, bottom, left, right] as (0, 0, 0, 0)) has its rest ignored."""
+    _check(len(padding) >= 2, f"{op}: padding has to contain at least 2 elements, but got {len(padding)}")
+    return list(padding[:2])
+
+
+@_op("npu_conv2d_backward(Tensor input, Tensor grad_output, Tensor weight, int[] stride, int[] padding, "
+     "int[] dilation, int groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)")
+def _npu_conv2d_backward(input, grad_output, weight, stride, padding, dilation, groups, output_mask):
+    """Gradients of npu_conv2d for input, weight and bias (each only where output_mask asks; the
+    others are returned empty)."""
+    _check(input.dim() == 4, f"npu_conv2d_backward: input must be 4-D (N, C, H, W), got {input.dim()}-D")
+    padding = _conv2d_padding("npu_conv2d_backward", padding)
+    grads = torch.ops.aten.convolution_backward(grad_output, input, weight, [weight.size(0)], stride, padding,
+                                                dilation, False, [0, 0], groups, list(output_mask))
+    return tuple(g if g is not None else input.new_empty(0) for g in grads)
 
 
 @_op("npu_conv3d(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
