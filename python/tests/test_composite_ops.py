@@ -261,6 +261,28 @@ def test_npu_conv2d_takes_four_paddings_and_has_a_backward():
     assert gi.numel() == 0 and gb.numel() == 0
 
 
+def test_batch_norm_gather_stats_update_from_per_device_sums():
+    x = torch.rand(2, 3, 4, 4) + 1
+    sums, squares = torch.rand(4, 3) * 10, torch.rand(4, 3) * 100
+    counts = torch.tensor([4.0, 5.0, 6.0, 4.0])
+    rm, rv = torch.rand(3), torch.rand(3)
+    rm_n, rv_n = rm.npu(), rv.npu()
+    mean, invstd = torch_npu.batch_norm_gather_stats_update(x.npu(), sums.npu(), squares.npu(), rm_n, rv_n,
+                                                            0.1, 1e-5, counts.npu())
+    m = sums.sum(0) / counts.sum()
+    var = squares.sum(0) / counts.sum() - m * m
+    _close(mean, m)
+    _close(invstd, 1 / torch.sqrt(var + 1e-5))
+    _close(rm_n, 0.1 * m + 0.9 * rm)
+    _close(rv_n, 0.1 * var + 0.9 * rv)
+    half, _ = torch_npu.batch_norm_gather_stats_update(x.half().npu(), sums.half().npu(), squares.half().npu(),
+                                                       None, None, 0.1, 1e-5, counts.half().npu())
+    assert half.dtype == torch.float16
+    with pytest.raises(RuntimeError, match="batch_norm_gather_stats_update: expected mean and invstd"):
+        torch_npu.batch_norm_gather_stats_update(x.npu(), sums[0].npu(), squares.npu(), None, None, 0.1, 1e-5,
+                                                 counts.npu())
+
+
 def test_moe_routing_helpers():
     sorted_experts = torch.tensor([0, 0, 0, 1, 1, 3], dtype=torch.int32)
     out = torch_npu.npu_moe_compute_expert_tokens(sorted_experts.npu(), 4)

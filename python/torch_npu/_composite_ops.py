@@ -241,6 +241,29 @@ def _batch_norm_reduce(input, eps):
     return x.sum(dims), x.pow(2).sum(dims)
 
 
+@_op("batch_norm_gather_stats_update(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, "
+     "Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor, Tensor)")
+def _batch_norm_gather_stats_update(input, mean, invstd, running_mean, running_var, momentum, eps, counts):
+    """SyncBatchNorm's gather step from per-device sums: mean holds each device's per-channel sums
+    [D, C], invstd their sums of squares [D, C] (batch_norm_reduce's results), counts the element
+    count of each device [D]. Returns the global mean and 1 / sqrt(var + eps) (the biased
+    variance) in mean's dtype, computed in float32, and moves running_mean / running_var (when
+    given) toward them by momentum, in place."""
+    _check(input.dim() > 1, "batch_norm_gather_stats_update: the dim of input tensor [input] must be more than 1, "
+                            f"got {input.dim()}")
+    _check(mean.shape == invstd.shape and mean.dim() == 2 and mean.size(0) == counts.numel(),
+           f"batch_norm_gather_stats_update: expected mean and invstd of shape [devices, channels] and counts of "
+           f"[devices], got {list(mean.shape)}, {list(invstd.shape)} and {list(counts.shape)}")
+    total = counts.float().sum()
+    mean_all = mean.float().sum(0) / total
+    var = invstd.float().sum(0) / total - mean_all * mean_all
+    invstd_all = torch.rsqrt(var + eps)
+    for running, value in ((running_mean, mean_all), (running_var, var)):
+        if running is not None:
+            running.copy_(momentum * value + (1 - momentum) * running.float())
+    return mean_all.to(mean.dtype), invstd_all.to(mean.dtype)
+
+
 @_op("npu_add_layer_norm(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, "
      "bool additional_output=False) -> (Tensor, Tensor, Tensor, Tensor)")
 def _npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-5, additional_output=False):
