@@ -283,6 +283,36 @@ def test_batch_norm_gather_stats_update_from_per_device_sums():
                                                  counts.npu())
 
 
+@pytest.mark.parametrize("with_offset", [False, True])
+def test_npu_ifmr_picks_the_scale_of_least_reconstruction_error(with_offset):
+    torch.manual_seed(0)
+    x = torch.rand(4, 5, 6) * 2 - 1
+    lo, hi = x.min().reshape(1), x.max().reshape(1)
+    cumsum = torch.cumsum(torch.histc(x, bins=128, min=lo.item(), max=hi.item()), 0).int()
+    scale, offset = torch_npu.npu_ifmr(x.npu(), lo.npu(), hi.npu(), cumsum.npu(), min_percentile=0.999999,
+                                       max_percentile=0.999999, search_start=0.7, search_end=1.3,
+                                       search_step=0.01, with_offset=with_offset)
+    assert scale.shape == (1,) and offset.shape == (1,)
+    # 120 values: the 0.999999 percentiles are the first bin's start and the last bin's start
+    top = lo + (hi - lo) * 127 / 128
+    steps = torch.arange(0.7, 1.3, 0.01)
+    if with_offset:
+        cand = (top.clamp(min=0) * steps - lo.clamp(max=0)) / 255
+        offs = -(torch.round(lo.clamp(max=0) / cand) + 128)
+    else:
+        cand = torch.maximum(top.abs(), lo.abs()) * steps / 127
+        offs = torch.zeros_like(cand)
+    err = torch.stack([((torch.round(x / c) + o).clamp(-128, 127) - o).mul(c).sub(x).square().sum()
+                       for c, o in zip(cand, offs)])
+    i = torch.argmin(err)
+    _close(scale, cand[i].reshape(1), rtol=1e-5, atol=0)
+    _close(offset, offs[i].reshape(1))
+    if not with_offset:
+        assert offset.item() == 0
+    with pytest.raises(RuntimeError, match="npu_ifmr: expected search_start < search_end"):
+        torch_npu.npu_ifmr(x.npu(), lo.npu(), hi.npu(), cumsum.npu(), 0.9, 0.9, 1.3, 0.7, 0.01, with_offset)
+
+
 def test_moe_routing_helpers():
     sorted_experts = torch.tensor([0, 0, 0, 1, 1, 3], dtype=torch.int32)
     out = torch_npu.npu_moe_compute_expert_tokens(sorted_experts.npu(), 4)

@@ -264,6 +264,44 @@ def _batch_norm_gather_stats_update(input, mean, invstd, running_mean, running_v
     return mean_all.to(mean.dtype), invstd_all.to(mean.dtype)
 
 
+@_op("npu_ifmr(Tensor data, Tensor data_min, Tensor data_max, Tensor cumsum, float min_percentile, "
+     "float max_percentile, float search_start, float search_end, float search_step, bool with_offset) "
+     "-> (Tensor, Tensor)")
+def _npu_ifmr(data, data_min, data_max, cumsum, min_percentile, max_percentile, search_start, search_end,
+              search_step, with_offset):
+    """IFMR (input feature map reconstruction) int8 calibration: from data's histogram (cumsum:
+    the cumulative counts of its bins between data_min and data_max) the clipping range at the
+    percentiles, then, for each factor of arange(search_start, search_end, search_step) applied to
+    it, the int8 quantization's squared reconstruction error of data; returns the scale and offset
+    of the best factor, shaped and typed like data_min (offset 0 without with_offset)."""
+    _check(cumsum.dim() == 1 and cumsum.numel() > 0, "npu_ifmr: cumsum must be a non-empty 1-D tensor of the "
+                                                      f"histogram's cumulative counts, got shape {list(cumsum.shape)}")
+    _check(search_step > 0 and search_end > search_start,
+           f"npu_ifmr: expected search_start < search_end and search_step > 0, got {search_start}, {search_end}, "
+           f"{search_step}")
+    x = data.float().reshape(-1)
+    lo, hi = data_min.float().reshape(-1)[0], data_max.float().reshape(-1)[0]
+    bins = cumsum.numel()
+    cdf = cumsum.float() / x.numel()
+    max_init = (cdf < max_percentile).sum().float() / bins * (hi - lo) + lo
+    min_init = (cdf < 1 - min_percentile).sum().float() / bins * (hi - lo) + lo
+    steps = torch.arange(search_start, search_end, search_step, dtype=torch.float32, device=x.device)
+    if with_offset:
+        max_list = max_init.clamp(min=0) * steps
+        min_list = min_init.clamp(max=0).expand_as(steps)
+        scale = (max_list - min_list) / 255
+        scale = torch.where(scale < 1.192092896e-07, torch.ones_like(scale), scale)
+        offset = -(torch.round(min_list / scale) + 128)
+    else:
+        scale = torch.maximum(max_init.abs(), min_init.abs()) * steps / 127
+        offset = torch.zeros_like(scale)
+    loss = torch.stack([((torch.round(x / s) + o).clamp(-128, 127) - o).mul(s).sub(x).square().sum()
+                        for s, o in zip(scale, offset)])
+    best = torch.argmin(loss)
+    return (scale[best].reshape(data_min.shape).to(data_min.dtype),
+            offset[best].reshape(data_min.shape).to(data_min.dtype))
+
+
 @_op("npu_add_layer_norm(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, "
      "bool additional_output=False) -> (Tensor, Tensor, Tensor, Tensor)")
 def _npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-5, additional_output=False):
