@@ -313,6 +313,17 @@ def test_npu_ifmr_picks_the_scale_of_least_reconstruction_error(with_offset):
         torch_npu.npu_ifmr(x.npu(), lo.npu(), hi.npu(), cumsum.npu(), 0.9, 0.9, 1.3, 0.7, 0.01, with_offset)
 
 
+@pytest.mark.parametrize("p", [0.5, 1.0, 2.0, 3.0])
+def test_npu_renorm_backward_is_renorms_gradient(p):
+    torch.manual_seed(0)
+    x, g = torch.randn(3, 4, 5), torch.randn(3, 4, 5)
+    xc = x.clone().requires_grad_()
+    torch.renorm(xc, p, 1, 1.5).backward(g)
+    _close(torch_npu.npu_renorm_backward(g.npu(), x.npu(), p, 1, 1.5), xc.grad, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="npu_renorm_backward: grad of shape"):
+        torch_npu.npu_renorm_backward(g[0].npu(), x.npu(), p, 1, 1.5)
+
+
 def test_moe_routing_helpers():
     sorted_experts = torch.tensor([0, 0, 0, 1, 1, 3], dtype=torch.int32)
     out = torch_npu.npu_moe_compute_expert_tokens(sorted_experts.npu(), 4)

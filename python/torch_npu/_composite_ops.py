@@ -302,6 +302,17 @@ def _npu_ifmr(data, data_min, data_max, cumsum, min_percentile, max_percentile, 
             offset[best].reshape(data_min.shape).to(data_min.dtype))
 
 
+@_op("npu_renorm_backward(Tensor grad, Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor")
+def _npu_renorm_backward(grad, self, p, dim, maxnorm):
+    """The gradient of torch.renorm(self, p, dim, maxnorm) with respect to self for the output
+    gradient grad (PyTorch's renorm derivative, taken on a detached copy of self)."""
+    _check(grad.shape == self.shape, f"npu_renorm_backward: grad of shape {list(grad.shape)} does not match self "
+                                     f"of shape {list(self.shape)}")
+    with torch.enable_grad():
+        x = self.detach().requires_grad_()
+        return torch.autograd.grad(torch.renorm(x, p, dim, maxnorm), x, grad)[0]
+
+
 @_op("npu_add_layer_norm(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, "
      "bool additional_output=False) -> (Tensor, Tensor, Tensor, Tensor)")
 def _npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-5, additional_output=False):
