@@ -324,6 +324,22 @@ def test_npu_renorm_backward_is_renorms_gradient(p):
         torch_npu.npu_renorm_backward(g[0].npu(), x.npu(), p, 1, 1.5)
 
 
+def test_copy_memory_copies_raw_memory_between_npu_tensors():
+    src = torch.arange(12.0).npu()
+    dst = torch.zeros(3, 4).npu()
+    assert torch_npu.copy_memory_(dst, src) is dst
+    _close(dst, torch.arange(12.0).reshape(3, 4))
+    # memory order, not element order: a transposed destination receives the bytes as laid out
+    base = torch.zeros(3, 4).npu()
+    torch_npu.copy_memory_(base.t(), src, non_blocking=True)
+    torch.npu.synchronize()
+    _close(base, torch.arange(12.0).reshape(3, 4))
+    with pytest.raises(RuntimeError, match="input tensors of copy_memory_ should have same dtype"):
+        torch_npu.copy_memory_(dst, src.int())
+    with pytest.raises(RuntimeError, match="copy_memory_ only support npu tensor"):
+        torch_npu.copy_memory_(dst, torch.arange(12.0))
+
+
 def test_moe_routing_helpers():
     sorted_experts = torch.tensor([0, 0, 0, 1, 1, 3], dtype=torch.int32)
     out = torch_npu.npu_moe_compute_expert_tokens(sorted_experts.npu(), 4)

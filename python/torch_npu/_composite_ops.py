@@ -313,6 +313,25 @@ def _npu_renorm_backward(grad, self, p, dim, maxnorm):
         return torch.autograd.grad(torch.renorm(x, p, dim, maxnorm), x, grad)[0]
 
 
+@_op("copy_memory_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)")
+def _copy_memory_(self, src, non_blocking=False):
+    """torch_npu's raw device-to-device copy (the DDP reducer's bucket gather): the first
+    min(self.numel(), storage room) elements of memory from src's start are written from self's
+    start, whatever the two tensors' shapes and strides; then, unless non_blocking, the stream is
+    synchronized. Tensors in a private storage format are copied by value of their base arrays."""
+    _check(src.device.type == "npu" and self.device.type == "npu", "copy_memory_ only support npu tensor")
+    _check(src.dtype == self.dtype, "input tensors of copy_memory_ should have same dtype")
+    _check(src.device.index == self.device.index, "input tensors of copy_memory_ should have same device index")
+    room = lambda t: t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()  # noqa: E731
+    n = min(self.numel(), room(self))
+    _check(n <= min(src.numel(), room(src)), f"copy_memory_: src holds fewer than the {n} elements to copy")
+    dst_flat = self.as_strided((n,), (1,), self.storage_offset())
+    dst_flat.copy_(src.as_strided((n,), (1,), src.storage_offset()), non_blocking=non_blocking)
+    if not non_blocking:
+        torch.npu.current_stream(self.device).synchronize()
+    return self
+
+
 @_op("npu_add_layer_norm(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, "
      "bool additional_output=False) -> (Tensor, Tensor, Tensor, Tensor)")
 def _npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-5, additional_output=False):
