@@ -1260,6 +1260,20 @@ void float32_int_target_kernel(const c10::OperatorHandle& op, c10::DispatchKeySe
   float32_compute(op, keys, stack, &int_target_kernel);
 }
 
+// native_batch_norm in inference: ATen's CPU kernel returns save_mean / save_invstd of shape
+// [0]; torch_npu (and ATen's meta function) give [num_features], which inference leaves unfilled.
+void batch_norm_inference_saves_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                       torch::jit::Stack* stack) {
+  const size_t first = stack->size() - op.schema().arguments().size();
+  const at::Tensor input = (*stack)[first].toTensor();
+  const bool training = (*stack)[first + 5].toBool();
+  npu_fallback(op, keys, stack);
+  if (training || input.dim() < 2) return;
+  for (size_t r = stack->size() - 2; r < stack->size(); ++r) {
+    if ((*stack)[r].toTensor().numel() == 0) (*stack)[r] = at::empty({input.size(1)}, input.options());
+  }
+}
+
 // The operators float32_kernel serves (ops/npu_native_functions.yaml marks them native).
 constexpr const char* kFloat32ComputeOps[] = {
     // no float16/bfloat16 CPU kernel (the functional forms of the structured ones take
@@ -1284,6 +1298,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : kFloat32ComputeOps) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&float32_kernel>());
   }
+  m.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&batch_norm_inference_saves_kernel>());
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",

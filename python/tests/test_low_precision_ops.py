@@ -177,3 +177,16 @@ def test_nnpack_spatial_convolution_runs_on_npu():
     torch.testing.assert_close(xn.grad.cpu(), xc.grad, rtol=1e-4, atol=1e-4)
     with pytest.raises(RuntimeError, match="_nnpack_spatial_convolution: expected a 4-D input"):
         torch._nnpack_spatial_convolution(x[0].npu(), w.npu(), None, [0, 0])
+
+
+def test_native_batch_norm_inference_saves_have_num_features():
+    """In inference torch_npu's native_batch_norm returns save_mean/save_invstd of shape [C]
+    (ATen's meta shape; unfilled), the CPU kernel [0]; training results are the CPU's."""
+    x = torch.randn(3, 4, 5)
+    rm, rv = torch.randn(4), torch.rand(4) + 0.5
+    out, sm, si = torch.ops.aten.native_batch_norm(x.npu(), None, None, rm.npu(), rv.npu(), False, 0.1, 1e-5)
+    assert sm.shape == (4,) and si.shape == (4,) and sm.device.type == "npu"
+    ref = torch.ops.aten.native_batch_norm(x, None, None, rm, rv, False, 0.1, 1e-5)[0]
+    torch.testing.assert_close(out.cpu(), ref)
+    _, sm, si = torch.ops.aten.native_batch_norm(x.npu(), None, None, rm.npu(), rv.npu(), True, 0.1, 1e-5)
+    torch.testing.assert_close(sm.cpu(), x.mean((0, 2)))
