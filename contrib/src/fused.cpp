@@ -17,8 +17,11 @@ c10::DeviceIndex npu_device(const char* op, std::initializer_list<NamedTensor> a
       device = a.tensor.device().index();
       first = a.name;
     } else {
-      TORCH_CHECK(a.tensor.device().index() == device, op, ": expected all tensors on one device, but ", first,
-                  " is on npu:", static_cast<int>(device), " and ", a.name, " on ", a.tensor.device());
+      // PyTorch's (and torch_npu's) words for operands on two devices
+      TORCH_CHECK(a.tensor.device().index() == device,
+                  "Expected all tensors to be on the same device, but found at least two devices, npu:",
+                  static_cast<int>(device), " and ", a.tensor.device(), "! (when checking argument ", a.name, " of ",
+                  op, ", with ", first, ")");
     }
   }
   TORCH_CHECK(device >= 0, op, ": expected at least one npu tensor argument");

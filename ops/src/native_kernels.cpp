@@ -346,6 +346,14 @@ void check_conv_params(const char* op, const at::Tensor& input, const at::Tensor
               k, " elements, got ", output_padding);
 }
 
+// float16/bfloat16 convolutions are computed in float32 and rounded once into their results, as
+// Ascend's cube units accumulate in float32 (ATen's CPU kernels for the low precisions
+// round partial sums, and its slow paths accumulate in float16).
+at::Tensor in_float32(const at::Tensor& t) {
+  if (t.defined() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16)) return t.to(at::kFloat);
+  return t;
+}
+
 at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                                     c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
@@ -369,9 +377,9 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                 [stride = stride.vec(), padding = padding.vec(), dilation = dilation.vec(), transposed,
                  output_padding = output_padding.vec(), groups](const std::vector<at::Tensor>& t) {
                   std::optional<at::Tensor> bias;
-                  if (t[2].defined()) bias = t[2];
-                  t[3].copy_(at::convolution(t[0], t[1], bias, stride, padding, dilation, transposed, output_padding,
-                                             groups));
+                  if (t[2].defined()) bias = in_float32(t[2]);
+                  t[3].copy_(at::convolution(in_float32(t[0]), in_float32(t[1]), bias, stride, padding, dilation,
+                                             transposed, output_padding, groups));
                 });
   return out;
 }
@@ -397,13 +405,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
                   std::optional<std::vector<int64_t>> bias_sizes;
                   if (output_mask[2]) bias_sizes = std::vector<int64_t>{bias_size};
                   auto [gi, gw, gb] = at::convolution_backward(
-                      t[0], t[1], t[2], bias_sizes ? c10::OptionalIntArrayRef(*bias_sizes) : std::nullopt, stride,
+                      in_float32(t[0]), in_float32(t[1]), in_float32(t[2]), bias_sizes ? c10::OptionalIntArrayRef(*bias_sizes) : std::nullopt, stride,
                       padding, dilation, transposed, output_padding, groups, output_mask);
                   if (t[3].defined()) t[3].copy_(gi);
                   if (t[4].defined()) t[4].copy_(gw);
                   if (t[5].defined()) t[5].copy_(gb);
                 });
   return {gi, gw, gb};
+}
+
+// torch_npu runs _nnpack_spatial_convolution on the device as a convolution (aclnnConvolution,
+// dilation 1, one group); PyTorch's composite kernel calls NNPACK, which takes CPU float
+// tensors only ("Mismatched Tensor types in NNPack convolutionOutput").
+at::Tensor nnpack_spatial_convolution(const at::Tensor& input, const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias, c10::SymIntArrayRef padding,
+                                      c10::SymIntArrayRef stride) {
+  TORCH_CHECK(input.dim() == 4, "_nnpack_spatial_convolution: expected a 4-D input (N, C, H, W), got ", input.sizes());
+  TORCH_CHECK(weight.dim() == 4, "_nnpack_spatial_convolution: expected a 4-D weight (oC, iC, kH, kW), got ",
+              weight.sizes());
+  TORCH_CHECK(padding.size() == 2 && stride.size() == 2,
+              "_nnpack_spatial_convolution: expected padding and stride of 2 values, got padding ", padding,
+              " and stride ", stride);
+  return at::convolution(input, weight, bias, C10_AS_INTARRAYREF_SLOW(stride), C10_AS_INTARRAYREF_SLOW(padding),
+                         {1, 1}, false, {0, 0}, 1);
 }
 
 // Dropout drawing from the npu generator (the CPU kernel would use the CPU default).
@@ -472,6 +496,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+  m.impl("_nnpack_spatial_convolution", TORCH_FN(nnpack_spatial_convolution));
   m.impl("native_dropout", TORCH_FN(native_dropout));
   m.impl("record_stream", TORCH_FN(record_stream));
   m.impl("silu_backward", TORCH_FN(silu_backward));

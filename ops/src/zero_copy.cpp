@@ -1269,20 +1269,123 @@ void half_to_float_backward_kernel(const c10::OperatorHandle& op, c10::DispatchK
   torch::jit::push(*stack, out);
 }
 
+
+bool low_precision_float(const at::Tensor& t) {
+  return t.defined() && (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16);
+}
+
+// Operators that torch_npu's aclnn kernels compute in float16/bfloat16 with float32
+// arithmetic inside (vector units upcast; the cube accumulates in float32), where ATen's CPU
+// kernel either has no such dtype ("not implemented for 'Half'") or accumulates in the low
+// precision itself (the slow convolutions): the float16/bfloat16 tensor arguments are cast
+// to float32, the kernel (`inner`) runs on those, and its floating results are rounded
+// back once to the low dtype. Arguments the operator writes (out=, in-place, rrelu's
+// noise) get float32 stand-ins whose results are copied back into them, and the operator
+// returns the caller's tensors.
+void float32_compute(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack,
+                     void (*inner)(const c10::OperatorHandle&, c10::DispatchKeySet, torch::jit::Stack*)) {
+  const auto& args = op.schema().arguments();
+  const size_t first = stack->size() - args.size();
+  std::optional<at::ScalarType> low;
+  for (size_t i = 0; i < args.size() && !low; ++i) {
+    const c10::IValue& v = (*stack)[first + i];
+    if (v.isTensor() && low_precision_float(v.toTensor())) low = v.toTensor().scalar_type();
+  }
+  if (!low) {
+    inner(op, keys, stack);
+    return;
+  }
+  // (argument index, the caller's tensor, its float32 stand-in) of the written arguments
+  std::vector<std::tuple<size_t, at::Tensor, at::Tensor>> written;
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    if (!v.isTensor() || !low_precision_float(v.toTensor())) continue;
+    const at::Tensor caller = v.toTensor();
+    at::Tensor wide = caller.to(at::kFloat);
+    if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite()) written.emplace_back(i, caller, wide);
+    v = wide;
+  }
+  inner(op, keys, stack);
+  for (auto& [i, caller, wide] : written) {
+    if (caller.sizes() != wide.sizes()) at::native::resize_output(caller, wide.sizes());
+    caller.copy_(wide);
+  }
+  const auto& returns = op.schema().returns();
+  for (size_t r = 0; r < returns.size(); ++r) {
+    c10::IValue& v = (*stack)[stack->size() - returns.size() + r];
+    if (!v.isTensor()) continue;
+    bool aliased = false;
+    if (const auto* alias = returns[r].alias_info()) {
+      for (auto& [i, caller, wide] : written) {
+        if (args[i].alias_info()->beforeSets() == alias->beforeSets()) {
+          v = caller;
+          aliased = true;
+          break;
+        }
+      }
+    }
+    if (!aliased && v.toTensor().defined() && v.toTensor().scalar_type() == at::kFloat) v = v.toTensor().to(*low);
+  }
+}
+
+void float32_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  float32_compute(op, keys, stack, &npu_fallback);
+}
+
+void float32_int_target_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  float32_compute(op, keys, stack, &int_target_kernel);
+}
+
+// native_batch_norm in inference: ATen's CPU kernel returns save_mean / save_invstd of shape
+// [0]; torch_npu (and ATen's meta function) give [num_features], which inference leaves unfilled.
+void batch_norm_inference_saves_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                                       torch::jit::Stack* stack) {
+  const size_t first = stack->size() - op.schema().arguments().size();
+  const at::Tensor input = (*stack)[first].toTensor();
+  const bool training = (*stack)[first + 5].toBool();
+  npu_fallback(op, keys, stack);
+  if (training || input.dim() < 2) return;
+  for (size_t r = stack->size() - 2; r < stack->size(); ++r) {
+    if ((*stack)[r].toTensor().numel() == 0) (*stack)[r] = at::empty({input.size(1)}, input.options());
+  }
+}
+
+// The operators float32_kernel serves (ops/npu_native_functions.yaml marks them native).
+constexpr const char* kFloat32ComputeOps[] = {
+    // no float16/bfloat16 CPU kernel (the functional forms of the structured ones take
+    // PyTorch's composite kernel, which calls their .out overload)
+    "avg_pool3d.out", "avg_pool3d_backward.grad_input", "_cdist_forward", "_cdist_backward",
+    "_upsample_bicubic2d_aa.out", "_upsample_bicubic2d_aa_backward.grad_input", "_upsample_bilinear2d_aa.out",
+    "_upsample_bilinear2d_aa_backward.grad_input", "_ctc_loss", "_ctc_loss.Tensor", "_ctc_loss_backward",
+    "_ctc_loss_backward.Tensor", "rrelu_with_noise", "rrelu_with_noise.out", "rrelu_with_noise_",
+    // the CPU's slow convolutions accumulate in the low precision; torch_npu runs them as aclnnConvolution
+    "slow_conv_transpose2d.out", "slow_conv_transpose3d", "slow_conv_transpose3d.out", "_slow_conv2d_forward",
+    "_slow_conv2d_forward.output", "_slow_conv2d_backward.output_mask", "_slow_conv2d_backward.grad_input",
+    "slow_conv3d_forward", "slow_conv3d_forward.output", "slow_conv_dilated2d", "slow_conv_dilated3d",
+    // a composite kernel (log-sigmoid, products, mean) that rounds after every step; aclnn computes in float32
+    "binary_cross_entropy_with_logits",
+};
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // Through PyTorch's generic structured wrapper, mse_loss(reduction="mean") would call
   // mse_loss.out with a 0-dim output that the CPU kernel resizes, warning on every call.
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
+  for (const char* name : kFloat32ComputeOps) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&float32_kernel>());
+  }
+  m.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&batch_norm_inference_saves_kernel>());
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",
                            "nll_loss_backward.grad_input", "nll_loss2d_forward", "nll_loss2d_forward.output",
-                           "nll_loss2d_backward", "nll_loss2d_backward.grad_input", "multilabel_margin_loss_forward",
-                           "multilabel_margin_loss_forward.output", "multilabel_margin_loss_backward",
-                           "multilabel_margin_loss_backward.grad_input"}) {
+                           "nll_loss2d_backward", "nll_loss2d_backward.grad_input"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&int_target_kernel>());
+  }
+  // multilabel_margin_loss: int32 targets, and no float16 CPU kernel
+  for (const char* name : {"multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output",
+                           "multilabel_margin_loss_backward", "multilabel_margin_loss_backward.grad_input"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&float32_int_target_kernel>());
   }
   m.impl("_softmax.out", torch::CppFunction::makeFromBoxedFunction<&half_to_float_kernel>());
   m.impl("_log_softmax.out", torch::CppFunction::makeFromBoxedFunction<&half_to_float_kernel>());

@@ -256,6 +256,15 @@ def test_linear_forward_backward(dtype):
                                **tol)
 
 
+@pytest.mark.skipif(torch.npu.device_count() < 2, reason="needs two npus")
+def test_linear_on_two_devices_raises_pytorchs_error():
+    x, w = torch.rand(2, 16).npu(), torch.rand(4, 16).npu()
+    b = torch.rand(4).to("npu:1")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two "
+                                           "devices, npu:0 and npu:1! .*argument bias of npu_linear"):
+        torch_npu.npu_linear(x, w, b)
+
+
 def test_linear_gradcheck_formats_and_errors():
     args = tuple(rand(*shape, dtype=torch.float64).npu().requires_grad_() for shape in ((4, 6), (3, 6), (3,)))
     assert torch.autograd.gradcheck(torch_npu.npu_linear, args)

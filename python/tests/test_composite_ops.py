@@ -239,6 +239,107 @@ def test_convolutions():
         torch_npu.npu_conv3d(x.npu(), w.npu(), None, [1, 1], [0, 0], [1, 1], 1)
 
 
+def test_npu_conv2d_takes_four_paddings_and_has_a_backward():
+    """op-plugin's npu_conv2d reads padding[0] and padding[1] (callers pass (0, 0, 0, 0)), and
+    npu_conv2d_backward returns the input, weight and bias gradients output_mask asks for."""
+    x, w, b = torch.randn(1, 3, 7, 7), torch.randn(4, 3, 3, 3), torch.randn(4)
+    _close(torch_npu.npu_conv2d(x.npu(), w.npu(), b.npu(), [2, 2], (1, 1, 1, 1), [1, 1], 1),
+           F.conv2d(x, w, b, 2, 1), rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match="npu_conv2d: padding has to contain at least 2 elements"):
+        torch_npu.npu_conv2d(x.npu(), w.npu(), None, [1, 1], [1], [1, 1], 1)
+    xc, wc, bc = (t.clone().requires_grad_() for t in (x, w, b))
+    out = F.conv2d(xc, wc, bc, 1, 1)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    gi, gw, gb = torch_npu.npu_conv2d_backward(x.npu(), grad.npu(), w.npu(), [1, 1], (1, 1, 0, 0), [1, 1], 1,
+                                               [True, True, True])
+    for got, want in ((gi, xc.grad), (gw, wc.grad), (gb, bc.grad)):
+        _close(got, want, rtol=1e-4, atol=1e-4)
+    gi, gw, gb = torch_npu.npu_conv2d_backward(x.npu(), grad.npu(), w.npu(), [1, 1], [1, 1], [1, 1], 1,
+                                               [False, True, False])
+    _close(gw, wc.grad, rtol=1e-4, atol=1e-4)
+    assert gi.numel() == 0 and gb.numel() == 0
+
+
+def test_batch_norm_gather_stats_update_from_per_device_sums():
+    x = torch.rand(2, 3, 4, 4) + 1
+    sums, squares = torch.rand(4, 3) * 10, torch.rand(4, 3) * 100
+    counts = torch.tensor([4.0, 5.0, 6.0, 4.0])
+    rm, rv = torch.rand(3), torch.rand(3)
+    rm_n, rv_n = rm.npu(), rv.npu()
+    mean, invstd = torch_npu.batch_norm_gather_stats_update(x.npu(), sums.npu(), squares.npu(), rm_n, rv_n,
+                                                            0.1, 1e-5, counts.npu())
+    m = sums.sum(0) / counts.sum()
+    var = squares.sum(0) / counts.sum() - m * m
+    _close(mean, m)
+    _close(invstd, 1 / torch.sqrt(var + 1e-5))
+    _close(rm_n, 0.1 * m + 0.9 * rm)
+    _close(rv_n, 0.1 * var + 0.9 * rv)
+    half, _ = torch_npu.batch_norm_gather_stats_update(x.half().npu(), sums.half().npu(), squares.half().npu(),
+                                                       None, None, 0.1, 1e-5, counts.half().npu())
+    assert half.dtype == torch.float16
+    with pytest.raises(RuntimeError, match="batch_norm_gather_stats_update: expected mean and invstd"):
+        torch_npu.batch_norm_gather_stats_update(x.npu(), sums[0].npu(), squares.npu(), None, None, 0.1, 1e-5,
+                                                 counts.npu())
+
+
+@pytest.mark.parametrize("with_offset", [False, True])
+def test_npu_ifmr_picks_the_scale_of_least_reconstruction_error(with_offset):
+    torch.manual_seed(0)
+    x = torch.rand(4, 5, 6) * 2 - 1
+    lo, hi = x.min().reshape(1), x.max().reshape(1)
+    cumsum = torch.cumsum(torch.histc(x, bins=128, min=lo.item(), max=hi.item()), 0).int()
+    scale, offset = torch_npu.npu_ifmr(x.npu(), lo.npu(), hi.npu(), cumsum.npu(), min_percentile=0.999999,
+                                       max_percentile=0.999999, search_start=0.7, search_end=1.3,
+                                       search_step=0.01, with_offset=with_offset)
+    assert scale.shape == (1,) and offset.shape == (1,)
+    # 120 values: the 0.999999 percentiles are the first bin's start and the last bin's start
+    top = lo + (hi - lo) * 127 / 128
+    steps = torch.arange(0.7, 1.3, 0.01)
+    if with_offset:
+        cand = (top.clamp(min=0) * steps - lo.clamp(max=0)) / 255
+        offs = -(torch.round(lo.clamp(max=0) / cand) + 128)
+    else:
+        cand = torch.maximum(top.abs(), lo.abs()) * steps / 127
+        offs = torch.zeros_like(cand)
+    err = torch.stack([((torch.round(x / c) + o).clamp(-128, 127) - o).mul(c).sub(x).square().sum()
+                       for c, o in zip(cand, offs)])
+    i = torch.argmin(err)
+    _close(scale, cand[i].reshape(1), rtol=1e-5, atol=0)
+    _close(offset, offs[i].reshape(1))
+    if not with_offset:
+        assert offset.item() == 0
+    with pytest.raises(RuntimeError, match="npu_ifmr: expected search_start < search_end"):
+        torch_npu.npu_ifmr(x.npu(), lo.npu(), hi.npu(), cumsum.npu(), 0.9, 0.9, 1.3, 0.7, 0.01, with_offset)
+
+
+@pytest.mark.parametrize("p", [0.5, 1.0, 2.0, 3.0])
+def test_npu_renorm_backward_is_renorms_gradient(p):
+    torch.manual_seed(0)
+    x, g = torch.randn(3, 4, 5), torch.randn(3, 4, 5)
+    xc = x.clone().requires_grad_()
+    torch.renorm(xc, p, 1, 1.5).backward(g)
+    _close(torch_npu.npu_renorm_backward(g.npu(), x.npu(), p, 1, 1.5), xc.grad, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="npu_renorm_backward: grad of shape"):
+        torch_npu.npu_renorm_backward(g[0].npu(), x.npu(), p, 1, 1.5)
+
+
+def test_copy_memory_copies_raw_memory_between_npu_tensors():
+    src = torch.arange(12.0).npu()
+    dst = torch.zeros(3, 4).npu()
+    assert torch_npu.copy_memory_(dst, src) is dst
+    _close(dst, torch.arange(12.0).reshape(3, 4))
+    # memory order, not element order: a transposed destination receives the bytes as laid out
+    base = torch.zeros(3, 4).npu()
+    torch_npu.copy_memory_(base.t(), src, non_blocking=True)
+    torch.npu.synchronize()
+    _close(base, torch.arange(12.0).reshape(3, 4))
+    with pytest.raises(RuntimeError, match="input tensors of copy_memory_ should have same dtype"):
+        torch_npu.copy_memory_(dst, src.int())
+    with pytest.raises(RuntimeError, match="copy_memory_ only support npu tensor"):
+        torch_npu.copy_memory_(dst, torch.arange(12.0))
+
+
 def test_moe_routing_helpers():
     sorted_experts = torch.tensor([0, 0, 0, 1, 1, 3], dtype=torch.int32)
     out = torch_npu.npu_moe_compute_expert_tokens(sorted_experts.npu(), 4)

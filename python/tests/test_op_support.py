@@ -129,14 +129,24 @@ def test_cpu_fallback_disabled_from_the_environment():
 
 
 def test_dtype_restriction_names_the_dtype():
-    a = torch.randn(3, 3, dtype=torch.float64).npu()
-    with pytest.raises(RuntimeError, match=r"aten::mm.out does not support Double on NPU .* it takes"):
-        a @ a
     ints = torch.ones(2, 2, dtype=torch.int64).npu()
-    with pytest.raises(RuntimeError, match="does not support Long"):
+    with pytest.raises(RuntimeError, match=r"aten::mm.out does not support Long on NPU .* it takes"):
         torch.mm(ints, ints)
     x = torch.randn(3, 3).npu()
     torch.testing.assert_close((x @ x).cpu(), x.cpu() @ x.cpu())
+
+
+def test_float64_matmul_family_runs_on_npu():
+    """mm, bmm, addmm, baddbmm, addbmm take float64 as torch_npu's (Huawei's nn and optim tests run
+    float64 multi-head attention, spectral norm and optimizers on npu)."""
+    a, b, c = (torch.randn(2, 3, 3, dtype=torch.float64) for _ in range(3))
+    m = torch.randn(3, 3, dtype=torch.float64)
+    for fn, args in ((torch.mm, (a[0], b[0])), (torch.bmm, (a, b)), (torch.addmm, (m, a[0], b[0])),
+                     (torch.baddbmm, (c, a, b)), (torch.addbmm, (m, a, b))):
+        out = fn(*(t.npu() for t in args))
+        assert out.dtype == torch.float64
+        torch.testing.assert_close(out.cpu(), fn(*args))
+    assert "float64" in _op_table.DTYPES["mm.out"]
 
 
 def test_unsupported_ops_of_a_model():

@@ -241,6 +241,97 @@ def _batch_norm_reduce(input, eps):
     return x.sum(dims), x.pow(2).sum(dims)
 
 
+@_op("batch_norm_gather_stats_update(Tensor input, Tensor mean, Tensor invstd, Tensor? running_mean, "
+     "Tensor? running_var, float momentum, float eps, Tensor counts) -> (Tensor, Tensor)")
+def _batch_norm_gather_stats_update(input, mean, invstd, running_mean, running_var, momentum, eps, counts):
+    """SyncBatchNorm's gather step from per-device sums: mean holds each device's per-channel sums
+    [D, C], invstd their sums of squares [D, C] (batch_norm_reduce's results), counts the element
+    count of each device [D]. Returns the global mean and 1 / sqrt(var + eps) (the biased
+    variance) in mean's dtype, computed in float32, and moves running_mean / running_var (when
+    given) toward them by momentum, in place."""
+    _check(input.dim() > 1, "batch_norm_gather_stats_update: the dim of input tensor [input] must be more than 1, "
+                            f"got {input.dim()}")
+    _check(mean.shape == invstd.shape and mean.dim() == 2 and mean.size(0) == counts.numel(),
+           f"batch_norm_gather_stats_update: expected mean and invstd of shape [devices, channels] and counts of "
+           f"[devices], got {list(mean.shape)}, {list(invstd.shape)} and {list(counts.shape)}")
+    total = counts.float().sum()
+    mean_all = mean.float().sum(0) / total
+    var = invstd.float().sum(0) / total - mean_all * mean_all
+    invstd_all = torch.rsqrt(var + eps)
+    for running, value in ((running_mean, mean_all), (running_var, var)):
+        if running is not None:
+            running.copy_(momentum * value + (1 - momentum) * running.float())
+    return mean_all.to(mean.dtype), invstd_all.to(mean.dtype)
+
+
+@_op("npu_ifmr(Tensor data, Tensor data_min, Tensor data_max, Tensor cumsum, float min_percentile, "
+     "float max_percentile, float search_start, float search_end, float search_step, bool with_offset) "
+     "-> (Tensor, Tensor)")
+def _npu_ifmr(data, data_min, data_max, cumsum, min_percentile, max_percentile, search_start, search_end,
+              search_step, with_offset):
+    """IFMR (input feature map reconstruction) int8 calibration: from data's histogram (cumsum:
+    the cumulative counts of its bins between data_min and data_max) the clipping range at the
+    percentiles, then, for each factor of arange(search_start, search_end, search_step) applied to
+    it, the int8 quantization's squared reconstruction error of data; returns the scale and offset
+    of the best factor, shaped and typed like data_min (offset 0 without with_offset)."""
+    _check(cumsum.dim() == 1 and cumsum.numel() > 0, "npu_ifmr: cumsum must be a non-empty 1-D tensor of the "
+                                                      f"histogram's cumulative counts, got shape {list(cumsum.shape)}")
+    _check(search_step > 0 and search_end > search_start,
+           f"npu_ifmr: expected search_start < search_end and search_step > 0, got {search_start}, {search_end}, "
+           f"{search_step}")
+    x = data.float().reshape(-1)
+    lo, hi = data_min.float().reshape(-1)[0], data_max.float().reshape(-1)[0]
+    bins = cumsum.numel()
+    cdf = cumsum.float() / x.numel()
+    max_init = (cdf < max_percentile).sum().float() / bins * (hi - lo) + lo
+    min_init = (cdf < 1 - min_percentile).sum().float() / bins * (hi - lo) + lo
+    steps = torch.arange(search_start, search_end, search_step, dtype=torch.float32, device=x.device)
+    if with_offset:
+        max_list = max_init.clamp(min=0) * steps
+        min_list = min_init.clamp(max=0).expand_as(steps)
+        scale = (max_list - min_list) / 255
+        scale = torch.where(scale < 1.192092896e-07, torch.ones_like(scale), scale)
+        offset = -(torch.round(min_list / scale) + 128)
+    else:
+        scale = torch.maximum(max_init.abs(), min_init.abs()) * steps / 127
+        offset = torch.zeros_like(scale)
+    loss = torch.stack([((torch.round(x / s) + o).clamp(-128, 127) - o).mul(s).sub(x).square().sum()
+                        for s, o in zip(scale, offset)])
+    best = torch.argmin(loss)
+    return (scale[best].reshape(data_min.shape).to(data_min.dtype),
+            offset[best].reshape(data_min.shape).to(data_min.dtype))
+
+
+@_op("npu_renorm_backward(Tensor grad, Tensor self, Scalar p, int dim, Scalar maxnorm) -> Tensor")
+def _npu_renorm_backward(grad, self, p, dim, maxnorm):
+    """The gradient of torch.renorm(self, p, dim, maxnorm) with respect to self for the output
+    gradient grad (PyTorch's renorm derivative, taken on a detached copy of self)."""
+    _check(grad.shape == self.shape, f"npu_renorm_backward: grad of shape {list(grad.shape)} does not match self "
+                                     f"of shape {list(self.shape)}")
+    with torch.enable_grad():
+        x = self.detach().requires_grad_()
+        return torch.autograd.grad(torch.renorm(x, p, dim, maxnorm), x, grad)[0]
+
+
+@_op("copy_memory_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)")
+def _copy_memory_(self, src, non_blocking=False):
+    """torch_npu's raw device-to-device copy (the DDP reducer's bucket gather): the first
+    min(self.numel(), storage room) elements of memory from src's start are written from self's
+    start, whatever the two tensors' shapes and strides; then, unless non_blocking, the stream is
+    synchronized. Tensors in a private storage format are copied by value of their base arrays."""
+    _check(src.device.type == "npu" and self.device.type == "npu", "copy_memory_ only support npu tensor")
+    _check(src.dtype == self.dtype, "input tensors of copy_memory_ should have same dtype")
+    _check(src.device.index == self.device.index, "input tensors of copy_memory_ should have same device index")
+    room = lambda t: t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()  # noqa: E731
+    n = min(self.numel(), room(self))
+    _check(n <= min(src.numel(), room(src)), f"copy_memory_: src holds fewer than the {n} elements to copy")
+    dst_flat = self.as_strided((n,), (1,), self.storage_offset())
+    dst_flat.copy_(src.as_strided((n,), (1,), src.storage_offset()), non_blocking=non_blocking)
+    if not non_blocking:
+        torch.npu.current_stream(self.device).synchronize()
+    return self
+
+
 @_op("npu_add_layer_norm(Tensor x1, Tensor x2, Tensor gamma, Tensor beta, float epsilon=1e-05, "
      "bool additional_output=False) -> (Tensor, Tensor, Tensor, Tensor)")
 def _npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-5, additional_output=False):
@@ -663,7 +754,26 @@ def _npu_convolution(input, weight, bias, stride, padding, dilation, groups):
      "int groups) -> Tensor")
 def _npu_conv2d(input, weight, bias, stride, padding, dilation, groups):
     _check(input.dim() == 4, f"npu_conv2d: input must be 4-D (N, C, H, W), got {input.dim()}-D")
-    return _npu_convolution(input, weight, bias, stride, padding, dilation, groups)
+    return _npu_convolution(input, weight, bias, stride, _conv2d_padding("npu_conv2d", padding), dilation, groups)
+
+
+def _conv2d_padding(op, padding):
+    """op-plugin's 2-D convolutions read padding[0] (height) and padding[1] (width); a longer
+    list (torch_npu callers pass [top, bottom, left, right] as (0, 0, 0, 0)) has its rest ignored."""
+    _check(len(padding) >= 2, f"{op}: padding has to contain at least 2 elements, but got {len(padding)}")
+    return list(padding[:2])
+
+
+@_op("npu_conv2d_backward(Tensor input, Tensor grad_output, Tensor weight, int[] stride, int[] padding, "
+     "int[] dilation, int groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)")
+def _npu_conv2d_backward(input, grad_output, weight, stride, padding, dilation, groups, output_mask):
+    """Gradients of npu_conv2d for input, weight and bias (each only where output_mask asks; the
+    others are returned empty)."""
+    _check(input.dim() == 4, f"npu_conv2d_backward: input must be 4-D (N, C, H, W), got {input.dim()}-D")
+    padding = _conv2d_padding("npu_conv2d_backward", padding)
+    grads = torch.ops.aten.convolution_backward(grad_output, input, weight, [weight.size(0)], stride, padding,
+                                                dilation, False, [0, 0], groups, list(output_mask))
+    return tuple(g if g is not None else input.new_empty(0) for g in grads)
 
 
 @_op("npu_conv3d(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
