@@ -1201,11 +1201,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
+  // (multilabel_margin_loss_backward takes torch_npu's CPU fallback, whose kernel wants int64 targets.)
   for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",
                            "nll_loss_backward.grad_input", "nll_loss2d_forward", "nll_loss2d_forward.output",
                            "nll_loss2d_backward", "nll_loss2d_backward.grad_input", "multilabel_margin_loss_forward",
-                           "multilabel_margin_loss_forward.output", "multilabel_margin_loss_backward",
-                           "multilabel_margin_loss_backward.grad_input"}) {
+                           "multilabel_margin_loss_forward.output"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&int_target_kernel>());
   }
   m.impl("_softmax.out", torch::CppFunction::makeFromBoxedFunction<&half_to_float_kernel>());
