@@ -37,7 +37,9 @@ Nothing of Huawei's is copied into this repository: the checkouts live outside i
 
 Each file runs as ``python -m pytest <file>`` with the suite's test root as working directory
 (Huawei's run_test.py runs ``python <dir>/<file>.py`` from there), TORCH_DEVICE_BACKEND_AUTOLOAD=1,
-PYTHONPATH=<repo>/python, the interpreter's folder first on PATH (tests start ``python`` and
+PYTHONPATH=<repo>/python, LIBRARY_PATH and LD_LIBRARY_PATH led by torch_npu/lib (where CANN's
+environment has AscendCL's lib64: Huawei's C++ extension tests link -lascendcl), the
+interpreter's folder first on PATH (tests start ``python`` and
 ``torchrun``) and a torch_npu dist-info holding the wheel's entry points (so a subprocess that only
 imports torch autoloads torch_npu, as with an installed wheel). A small pytest plugin (written
 into the output folder) streams
@@ -342,10 +344,16 @@ def run_file(args, suite, root, folder, rel, outdir, plugin_dir, ini):
     # as on an installed torch_npu: the venv's python/torchrun first on PATH (tests start
     # subprocesses with "python"), and torch_npu's entry points (autoload) visible
     env["PATH"] = os.path.dirname(args.python) + os.pathsep + env.get("PATH", "")
-    pp = [build_path(args), plugin_dir]
+    bp = build_path(args)
+    pp = [bp, plugin_dir]
     if env.get("PYTHONPATH"):
         pp.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(pp)
+    # as CANN's environment (set_env.sh) has AscendCL's lib64 on the library paths: tests that
+    # build C++ extensions link -lascendcl; here libascendcl.so is torch_npu/lib's
+    npu_lib = os.path.join(bp, "torch_npu", "lib")
+    for var in ("LIBRARY_PATH", "LD_LIBRARY_PATH"):
+        env[var] = os.pathsep.join(p for p in (npu_lib, env.get(var, "")) if p)
     cmd = [args.python, "-m", "pytest", path, "-q", "-p", "no:cacheprovider", "-p", "hw_stream_plugin",
            "-c", ini, "--rootdir", root, "-o", "console_output_style=classic", "--tb=short",
            "-W", "ignore::pytest.PytestCollectionWarning"]

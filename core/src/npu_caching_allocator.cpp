@@ -87,6 +87,19 @@ namespace torch_npu::NPUCachingAllocator {
 
 namespace {
 
+// attachAllocatorTraceTracker: callbacks that see every trace entry of every device, with
+// or without the memory history; called under the device allocator's lock.
+struct TraceTrackers {
+  std::mutex mu;
+  std::vector<AllocatorTraceTracker> callbacks;
+  std::atomic<bool> any{false};
+};
+TraceTrackers& trace_trackers() {
+  static auto* t = new TraceTrackers();
+  return *t;
+}
+bool trace_tracked() { return trace_trackers().any.load(std::memory_order_acquire); }
+
 using c10::CachingAllocator::Stat;
 using c10::CachingAllocator::StatArray;
 using c10::CachingAllocator::StatType;
@@ -830,7 +843,7 @@ class DeviceCachingAllocator {
     TORCH_INTERNAL_ASSERT(params.block != nullptr && params.block->ptr != nullptr);
     Block* block = alloc_found_block(params, orig_size, should_split(params.block, params.size()));
     block->context_when_allocated = std::move(context);
-    if (C10_UNLIKELY(record_history_)) {
+    if (C10_UNLIKELY(record_history_ || trace_tracked())) {
       record_trace(TraceEntry::ALLOC, block->ptr, orig_size, block->stream, *block->pool,
                    record_context_at(RecordContext::ALLOC) ? block->context_when_allocated : nullptr);
     }
@@ -844,7 +857,7 @@ class DeviceCachingAllocator {
   void free(Block* block) {
     auto context = maybe_gather_context(RecordContext::ALL);
     std::lock_guard<std::mutex> lock(mutex_);
-    if (C10_UNLIKELY(record_history_)) {
+    if (C10_UNLIKELY(record_history_ || trace_tracked())) {
       record_trace(TraceEntry::FREE_REQUESTED, block->ptr, block->requested_size, block->stream,
                    *block->pool, context ? context : block->context_when_allocated);
     }
@@ -1068,7 +1081,7 @@ class DeviceCachingAllocator {
   // Segments of every pool, or only of pool `only` unless it is {0, 0}.
   void snapshot(std::vector<SegmentInfo>* out, MempoolId_t only = {0, 0}) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (record_history_) {
+    if (record_history_ || trace_tracked()) {
       record_trace(TraceEntry::SNAPSHOT, nullptr, static_cast<size_t>(stats_.active_bytes[0].current),
                    nullptr, large_, nullptr);
     }
@@ -1134,9 +1147,16 @@ class DeviceCachingAllocator {
   // epoch (the snapshot's "time_us").
   void record_trace(TraceEntry::Action action, const void* addr, size_t size, aclrtStream stream,
                     const BlockPool& pool, std::shared_ptr<c10::GatheredContext> context) {
-    if (!record_history_) return;
+    const bool tracked = trace_tracked();
+    if (!record_history_ && !tracked) return;
     TraceEntry entry(action, device_, reinterpret_cast<size_t>(addr), size, stream, pool_id(pool),
                      static_cast<c10::approx_time_t>(c10::getTime() / 1000), std::move(context));
+    if (tracked) {
+      auto& t = trace_trackers();
+      std::lock_guard<std::mutex> lock(t.mu);
+      for (const auto& callback : t.callbacks) callback(entry);
+    }
+    if (!record_history_) return;
     if (trace_.size() < trace_max_) {
       trace_.push_back(std::move(entry));
     } else {
@@ -2524,6 +2544,14 @@ void recordHistory(bool enabled, CreateContextFn recorder, size_t max_entries, R
 }
 
 bool isHistoryEnabled() { return history().enabled.load(); }
+
+void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) {
+  TORCH_CHECK(tracker, "attachAllocatorTraceTracker: tracker must be a callable, got an empty function");
+  auto& t = trace_trackers();
+  std::lock_guard<std::mutex> lock(t.mu);
+  t.callbacks.push_back(std::move(tracker));
+  t.any.store(true, std::memory_order_release);
+}
 
 SnapshotInfo snapshotWithTraces(MempoolId_t mempool_id) {
   SnapshotInfo out;

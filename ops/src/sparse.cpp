@@ -347,14 +347,14 @@ void sparse_unsupported(const c10::OperatorHandle& op, c10::DispatchKeySet ks, t
 
 }  // namespace torch_npu::ops
 
-// Operators on strided npu tensors whose CPU kernels return sparse tensors: Tensor.to_sparse*
-// and EmbeddingBag's backward (sparse=True). Listed as native in the table.
+// Operators on strided npu tensors whose CPU kernels return sparse tensors: Tensor.to_sparse()
+// (COO). Listed as native in the table. The compressed conversions (_to_sparse_csr & co.) and
+// EmbeddingBag's backward take torch_npu's CPU fallback, as in torch_npu.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   const auto kernel = [] {
     return torch::CppFunction::makeFromBoxedFunction<&torch_npu::ops::sparse_zero_copy_kernel>();
   };
-  for (const char* op : {"_to_sparse", "_to_sparse.sparse_dim", "_to_sparse_csr", "_to_sparse_csc", "_to_sparse_bsr",
-                         "_to_sparse_bsc", "_embedding_bag_backward"}) {
+  for (const char* op : {"_to_sparse", "_to_sparse.sparse_dim"}) {
     m.impl(op, kernel());
   }
 }

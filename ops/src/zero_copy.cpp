@@ -1350,18 +1350,18 @@ void batch_norm_inference_saves_kernel(const c10::OperatorHandle& op, c10::Dispa
   }
 }
 
-// The operators float32_kernel serves (ops/npu_native_functions.yaml marks them native).
+// The operators float32_kernel serves (ops/npu_native_functions.yaml marks them native;
+// overloads torch_npu does not register take its CPU fallback instead).
 constexpr const char* kFloat32ComputeOps[] = {
     // no float16/bfloat16 CPU kernel (the functional forms of the structured ones take
     // PyTorch's composite kernel, which calls their .out overload)
     "avg_pool3d.out", "avg_pool3d_backward.grad_input", "_cdist_forward", "_cdist_backward",
     "_upsample_bicubic2d_aa.out", "_upsample_bicubic2d_aa_backward.grad_input", "_upsample_bilinear2d_aa.out",
-    "_upsample_bilinear2d_aa_backward.grad_input", "_ctc_loss", "_ctc_loss.Tensor", "_ctc_loss_backward",
-    "_ctc_loss_backward.Tensor", "rrelu_with_noise", "rrelu_with_noise.out", "rrelu_with_noise_",
+    "_upsample_bilinear2d_aa_backward.grad_input", "_ctc_loss", "_ctc_loss_backward",
+    "rrelu_with_noise", "rrelu_with_noise.out", "rrelu_with_noise_",
     // the CPU's slow convolutions accumulate in the low precision; torch_npu runs them as aclnnConvolution
-    "slow_conv_transpose2d.out", "slow_conv_transpose3d", "slow_conv_transpose3d.out", "_slow_conv2d_forward",
-    "_slow_conv2d_forward.output", "_slow_conv2d_backward.output_mask", "_slow_conv2d_backward.grad_input",
-    "slow_conv3d_forward", "slow_conv3d_forward.output", "slow_conv_dilated2d", "slow_conv_dilated3d",
+    "slow_conv_transpose2d.out", "_slow_conv2d_forward", "_slow_conv2d_forward.output",
+    "_slow_conv2d_backward.output_mask", "slow_conv3d_forward", "slow_conv3d_forward.output", "slow_conv_dilated2d",
     // a composite kernel (log-sigmoid, products, mean) that rounds after every step; aclnn computes in float32
     "binary_cross_entropy_with_logits",
 };
@@ -1377,14 +1377,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&batch_norm_inference_saves_kernel>());
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
+  // (multilabel_margin_loss_backward takes torch_npu's CPU fallback, whose kernel wants int64 targets.)
   for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",
                            "nll_loss_backward.grad_input", "nll_loss2d_forward", "nll_loss2d_forward.output",
                            "nll_loss2d_backward", "nll_loss2d_backward.grad_input"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&int_target_kernel>());
   }
   // multilabel_margin_loss: int32 targets, and no float16 CPU kernel
-  for (const char* name : {"multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output",
-                           "multilabel_margin_loss_backward", "multilabel_margin_loss_backward.grad_input"}) {
+  // (its backward is not registered by torch_npu: it falls back to the CPU)
+  for (const char* name : {"multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&float32_int_target_kernel>());
   }
   m.impl("_softmax.out", torch::CppFunction::makeFromBoxedFunction<&half_to_float_kernel>());

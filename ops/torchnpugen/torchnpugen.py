@@ -10,8 +10,17 @@ of the pair being built) and writes:
           torch.npu.is_op_supported and the op-support CLI;
   --md    this pair's section of docs/OPS.md.
 
+With --registered (ops/torch_npu_registered_ops.txt: the overloads Huawei's torch_npu registers
+an NPU kernel for), every overload of the table that reaches the PrivateUse1 key on its own
+(a CPU kernel, no composite one) but that torch_npu does not register is a CPU-fallback
+operator, as in torch_npu: no registration here, so it runs through the boxed CPU fallback
+(ops/src/op_support.cpp: one warning per operator, an error under
+TORCH_NPU_FALLBACK_CPU_DISABLE=1). A structured op's out= overload counts as registered when
+torch_npu registers its functional or in-place form (they compute through it here). A
+hand-written (`kernel: native`) entry torch_npu does not register is an error.
+
 usage: torchnpugen.py --table T --torch 2.13.0 --cann 8.5.0 --version 2.13.0.post1 --pair P
-                      [--cpp F] [--py F] [--md F]
+                      [--registered R] [--cpp F] [--py F] [--md F]
 """
 import argparse
 import os
@@ -46,7 +55,8 @@ class Entry:
 class PairTable:
     supported: List[Entry] = field(default_factory=list)
     registered: List[str] = field(default_factory=list)         # zero-copy ops without a composite kernel
-    unsupported: Dict[str, str] = field(default_factory=dict)   # op -> why
+    unsupported: Dict[str, str] = field(default_factory=dict)   # op -> why (cpu_fallback's ops included)
+    cpu_fallback: List[str] = field(default_factory=list)       # torch_npu registers no kernel: CPU fallback
     absent: List[str] = field(default_factory=list)             # in the table, not in this torch
     untabled: List[str] = field(default_factory=list)           # CPU kernels the table lacks
     custom: List[Entry] = field(default_factory=list)
@@ -101,6 +111,7 @@ class Operator:
     has_cpu: bool        # a CPU kernel: what the zero-copy path runs
     has_composite: bool  # a CompositeExplicitAutograd(NonFunctional) kernel serves every backend
     sparse_keys: Tuple[str, ...] = ()  # "Sparse" / "SparseCsr": SparseCPU / SparseCsrCPU kernels
+    computes: Tuple[str, ...] = ()     # structured out= overload: the forms computed through it
 
 
 def torch_operators() -> Dict[str, Operator]:
@@ -117,6 +128,10 @@ def torch_operators() -> Dict[str, Operator]:
     sparse = {"Sparse": parsed.backend_indices[DispatchKey.SparseCPU],
               "SparseCsr": parsed.backend_indices[DispatchKey.SparseCsrCPU]}
     by_name = {f.func.name: f for f in parsed.native_functions}
+    computes: Dict[str, List[str]] = {}
+    for f in parsed.native_functions:
+        if f.structured_delegate is not None:
+            computes.setdefault(str(f.structured_delegate), []).append(str(f.func.name))
     ops = {}
     for f in parsed.native_functions:
         delegate = f.structured_delegate
@@ -125,11 +140,38 @@ def torch_operators() -> Dict[str, Operator]:
             # Structured ops' functional and in-place forms are registered under
             # CompositeExplicitAutogradNonFunctional by PyTorch's codegen.
             has_composite=explicit.has_kernel(f) or non_functional.has_kernel(f) or delegate is not None,
-            sparse_keys=tuple(k for k, index in sparse.items() if index.has_kernel(f)))
+            sparse_keys=tuple(k for k, index in sparse.items() if index.has_kernel(f)),
+            computes=tuple(computes.get(str(f.func.name), ())))
     return ops
 
 
-def build_pair_table(table: dict, cann: str, operators: Dict[str, Operator]) -> PairTable:
+FALLBACK_WHY = "torch_npu registers no NPU kernel for it: CPU fallback"
+REGISTERED_KEYS = {"PrivateUse1", "CatchAll"}
+
+
+def read_registered(path: str) -> frozenset:
+    """The overloads ops/torch_npu_registered_ops.txt gives a PrivateUse1 (or CatchAll) kernel."""
+    names = set()
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line.startswith("#"):
+                continue
+            name, *regs = line.split()
+            if REGISTERED_KEYS & {r.split("(", 1)[0] for r in regs}:
+                names.add(name)
+    if not names:
+        raise ValueError(f"{path}: no PrivateUse1 registrations")
+    return frozenset(names)
+
+
+def torch_npu_registers(op: str, operators: Dict[str, "Operator"], registered: frozenset) -> bool:
+    """Whether torch_npu has an NPU kernel for `op`; a structured out= overload follows the
+    functional / in-place forms computed through it."""
+    return op in registered or any(form in registered for form in operators[op].computes)
+
+
+def build_pair_table(table: dict, cann: str, operators: Dict[str, Operator],
+                     registered: Optional[frozenset] = None) -> PairTable:
     out = PairTable()
     seen = set()
     for i, raw in enumerate(table.get("aten") or []):
@@ -147,6 +189,14 @@ def build_pair_table(table: dict, cann: str, operators: Dict[str, Operator]) -> 
         elif e.kernel == "zero_copy" and not operators[e.op].has_cpu:
             # Torch releases differ: the overload exists here without a CPU kernel.
             out.unsupported[e.op] = "no CPU kernel in this torch release for the zero-copy path to run"
+        elif (registered is not None and operators[e.op].has_cpu and not operators[e.op].has_composite
+              and not torch_npu_registers(e.op, operators, registered)):
+            if e.kernel == "native":
+                raise ValueError(f"aten[{i}] ({e.op}): a hand-written kernel for an overload torch_npu does "
+                                 "not register (it takes torch_npu's CPU fallback): drop the kernel and "
+                                 "list the overload by name")
+            out.cpu_fallback.append(e.op)
+            out.unsupported[e.op] = FALLBACK_WHY + (f" ({e.note})" if e.note else "")
         else:
             out.supported.append(e)
             # An operator with a composite kernel reaches the NPU through it (e.g. add.Tensor
@@ -264,7 +314,10 @@ def write_py(path: str, t: PairTable, torch_version: str, cann: str) -> None:
         f.write("})\n\n# aten overloads that reach a backend but have no NPU kernel in this pair, and why\n")
         f.write("UNSUPPORTED = {\n")
         f.writelines(f"    {op!r}: {why!r},\n" for op, why in sorted(t.unsupported.items()))
-        f.write("}\n\n# torch.ops.npu fused operators -> whether they have their own backward\nCUSTOM = {\n")
+        f.write("}\n\n# of those, the overloads torch_npu registers no NPU kernel for (they take its CPU fallback)\n")
+        f.write("CPU_FALLBACK = frozenset({\n")
+        f.writelines(f"    {op!r},\n" for op in sorted(t.cpu_fallback))
+        f.write("})\n\n# torch.ops.npu fused operators -> whether they have their own backward\nCUSTOM = {\n")
         f.writelines(f"    {e.op!r}: {e.autograd!r},\n" for e in t.custom)
         f.write("}\n\n# aten overloads served on sparse (COO, CSR, CSC, BSR, BSC) npu tensors\nSPARSE = frozenset({\n")
         f.writelines(f"    {op!r},\n" for op in sorted(e.op for e in t.sparse))
@@ -281,10 +334,16 @@ def write_md(path: str, t: PairTable, torch_version: str, cann: str, pair: str) 
     zero_copy = sorted(e.op for e in t.supported if e.kernel == "zero_copy")
     out = [f"## {pair}: torch {torch_version}, CANN {cann}", "",
            f"{len(t.supported)} ATen overloads supported ({len(zero_copy)} through the zero-copy path, "
-           f"{len(native)} native), {len(t.unsupported)} without an NPU kernel (they fall back to the CPU), "
+           f"{len(native)} native), {len(t.unsupported)} without an NPU kernel (they fall back to the CPU: "
+           f"{len(t.cpu_fallback)} of them because torch_npu registers no kernel for them), "
            f"{len(t.custom)} fused `torch.ops.npu` operators.", ""]
-    out += ["### Without an NPU kernel: CPU fallback", "", "| operator | why |", "|---|---|"]
-    out += [f"| `aten::{op}` | {why} |" for op, why in sorted(t.unsupported.items())]
+    fallback = set(t.cpu_fallback)
+    out += ["### Without an NPU kernel: CPU fallback", "",
+            "The overloads torch_npu itself registers no NPU kernel for (ops/torch_npu_registered_ops.txt) run "
+            "through its CPU fallback here too; the others lack a kernel in this pair.", "",
+            "| operator | why |", "|---|---|"]
+    out += [f"| `aten::{op}` | {why} |" for op, why in sorted(t.unsupported.items()) if op in fallback]
+    out += [f"| `aten::{op}` | {why} |" for op, why in sorted(t.unsupported.items()) if op not in fallback]
     notes = {e.op: e.note for e in t.supported if e.note or e.dtypes}
     out += ["", "### Supported with notes", "", "| operator | kernel | note |", "|---|---|---|"]
     for e in sorted(t.supported, key=lambda e: e.op):
@@ -313,13 +372,14 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name in ("table", "torch", "cann", "version", "pair"):
         p.add_argument("--" + name, required=True)
-    for name in ("cpp", "py", "md"):
+    for name in ("registered", "cpp", "py", "md"):
         p.add_argument("--" + name)
     args = p.parse_args(argv)
     with open(args.table) as f:
         table = yaml.safe_load(f)
     try:
-        t = build_pair_table(table, args.cann, torch_operators())
+        registered = read_registered(args.registered) if args.registered else None
+        t = build_pair_table(table, args.cann, torch_operators(), registered)
     except ValueError as err:
         raise SystemExit(f"torchnpugen: {args.table}: {err}")
     if t.untabled:

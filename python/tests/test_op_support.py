@@ -82,7 +82,7 @@ def test_unsupported_operator_raises_with_what_to_do(no_cpu_fallback):
 
 
 @pytest.mark.skipif(NEEDS_CANN_91 in _op_table.SUPPORTED, reason="linalg_lstsq is supported on this pair")
-def test_cpu_fallback_runs_on_the_cpu_and_warns_once(no_cpu_fallback):
+def test_cpu_fallback_runs_on_the_cpu(no_cpu_fallback):
     a, b = torch.randn(5, 3), torch.randn(5, 2)
     torch.npu.set_cpu_fallback(True)
     assert torch.npu.get_cpu_fallback()
@@ -93,8 +93,86 @@ def test_cpu_fallback_runs_on_the_cpu_and_warns_once(no_cpu_fallback):
     assert first.device.type == "npu"
     torch.testing.assert_close(first.cpu(), torch.linalg.lstsq(a, b).solution)
     torch.testing.assert_close(second.cpu(), first.cpu())
-    messages = [str(w.message) for w in caught if "linalg_lstsq" in str(w.message)]
-    assert len(messages) <= 1  # once per operator and process (it may have warned earlier)
+    # As torch_npu's TORCH_NPU_WARN, the warning goes to stderr, not through Python's warnings.
+    assert not [w for w in caught if "will fall back" in str(w.message)]
+
+
+def test_operators_torch_npu_does_not_register_take_the_cpu_fallback():
+    """ops/torch_npu_registered_ops.txt decides: an overload of the table that torch_npu has no
+    NPU kernel for has no PrivateUse1 kernel here either, and is reported as a CPU fallback."""
+    assert "fmax.out" in _op_table.CPU_FALLBACK and "fmin.out" in _op_table.CPU_FALLBACK
+    assert _op_table.CPU_FALLBACK <= set(_op_table.UNSUPPORTED)
+    assert not _op_table.CPU_FALLBACK & _op_table.SUPPORTED
+    for name in _op_table.CPU_FALLBACK:
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "PrivateUse1"), name
+    assert "torch_npu registers no NPU kernel" in op_support.unsupported_reason("aten::fmax.out")
+    # Structured operators torch_npu registers in functional form compute through their
+    # out= overload here: it counts as registered (gelu_backward -> gelu_backward.grad_input).
+    assert "gelu_backward.grad_input" in _op_table.SUPPORTED
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::gelu_backward.grad_input", "PrivateUse1")
+    # Hand-written kernels stay only where torch_npu registers the overload.
+    for name in ("_to_sparse_csr", "multilabel_margin_loss_backward", "_embedding_bag_backward"):
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key("aten::" + name, "PrivateUse1"), name
+
+
+_FMAX_TWICE = textwrap.dedent("""
+    import torch, torch_npu
+    x = torch.tensor([1.0, float("nan"), 3.0]).npu()
+    y = torch.tensor([2.0, 4.0, float("nan")]).npu()
+    for _ in range(2):
+        out = torch.empty_like(x)
+        torch.fmax(x, y, out=out)
+        print(out.device, out.cpu().tolist())
+    print(torch.fmin(x, y).cpu().tolist())
+""")
+
+
+def test_fmax_falls_back_with_torch_npus_warning_on_stderr():
+    env = {"TORCH_NPU_FALLBACK_CPU_DISABLE": "0"}
+    result = run_python(_FMAX_TWICE, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:3] == ["npu:0 [2.0, 4.0, 3.0]", "npu:0 [2.0, 4.0, 3.0]", "[1.0, 4.0, 3.0]"]
+    text = ("CAUTION: The operator 'aten::fmax.out' is not currently supported on the NPU backend and will fall back "
+            "to run on the CPU. This may have performance implications. (function npu_cpu_fallback)")
+    assert result.stderr.count(text) == 1  # once per operator
+    assert result.stderr.count("'aten::fmin.out' is not currently supported") == 1
+
+
+def test_fmax_fallback_disabled_raises_torch_npus_error():
+    result = run_python(_FMAX_TWICE, env={"TORCH_NPU_FALLBACK_CPU_DISABLE": "1"})
+    assert result.returncode != 0 and "npu:0" not in result.stdout
+    assert ("The operator 'aten::fmax.out' would execute its main computation on CPU through dispatcher backend "
+            "fallback because no kernel is registered for the NPU PrivateUse1 backend, but CPU fallback is "
+            "disabled by TORCH_NPU_FALLBACK_CPU_DISABLE=1.") in result.stderr
+    assert "NotImplementedError" in result.stderr and "will fall back" not in result.stderr
+
+
+_CSR_SUM = textwrap.dedent("""
+    import torch, torch_npu
+    dense = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    csr = dense.to_sparse_csr().npu()
+    for _ in range(2):
+        s = torch.ops.aten._sparse_csr_sum.dim_dtype(csr, [1], True, dtype=None)
+        p = torch.ops.aten._sparse_csr_prod.dim_dtype(csr, [1], True, dtype=None)
+        print(s.device, s.to_dense().cpu().flatten().tolist(), p.to_dense().cpu().flatten().tolist())
+""")
+
+
+@pytest.mark.parametrize("disable", ["0", "1"])
+def test_sparse_csr_sum_and_prod_copy_to_the_cpu_as_torch_npu(disable):
+    result = run_python(_CSR_SUM, env={"TORCH_NPU_FALLBACK_CPU_DISABLE": disable})
+    if disable == "1":
+        assert result.returncode != 0
+        assert ("The operator 'aten::_sparse_csr_sum.dim_dtype' would execute its main computation on CPU through "
+                "explicit CPU kernel because torch_npu currently provides only a CPU implementation for this Sparse "
+                "CSR reduction, but CPU fallback is disabled by TORCH_NPU_FALLBACK_CPU_DISABLE=1.") in result.stderr
+        return
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["npu:0 [3.0, 7.0] [2.0, 12.0]"] * 2
+    for op in ("sum", "prod"):
+        assert result.stderr.count(
+            "CPU fallback is allowed because TORCH_NPU_FALLBACK_CPU_DISABLE=0. Since the NPU interface does not support "
+            f"operator 'aten::_sparse_csr_{op}.dim_dtype', the operator will fall back to CPU.") == 1
 
 
 _LSTSQ_TWICE = textwrap.dedent("""

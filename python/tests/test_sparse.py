@@ -294,13 +294,14 @@ def test_embedding_sparse_sgd_training_matches_cpu():
 
 def test_sparse_ops_move_no_bytes_between_host_and_device():
     x, d = _dense((64, 64), seed=18).npu(), torch.randn(64, 8).npu()
+    # (A dense npu tensor's to_sparse_csr() takes torch_npu's CPU fallback, as in torch_npu.)
+    csr = x.to_sparse_csr()
     torch.npu.synchronize()
     copied = lambda: (torch_npu._C._npu_copiedBytes(1), torch_npu._C._npu_copiedBytes(2))  # H2D, D2H
     before = copied()
     s = x.to_sparse()
     t = (s + s * 2.0).coalesce()
     y = torch.sparse.mm(t, d)
-    csr = x.to_sparse_csr()
     z = torch.sparse.sampled_addmm(csr, x, x)
     dense = t.to_dense()
     torch.npu.synchronize()

@@ -69,6 +69,25 @@ except ImportError as _err:
         _hint += f" (this build targets torch {_build.torch_version})"
     raise ImportError(_hint + ".") from _err
 
+
+def _load_sdk_libs() -> None:
+    """Loads torch_npu/lib's libtorch_npu.so and libascendcl.so (both resolve to this _C), as
+    torch_npu's _C loads them: a C++ extension that needs libascendcl.so or libtorch_npu.so
+    then finds the loaded library by its soname and runs against this runtime."""
+    import ctypes
+    import os
+
+    lib = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib")
+    for name in ("libtorch_npu.so", "libascendcl.so"):
+        path = os.path.join(lib, name)
+        if os.path.isfile(path):
+            # RTLD_GLOBAL: the symbols (_C's, through the library's dependency) serve the
+            # libraries loaded later that need libascendcl.so / libtorch_npu.so.
+            ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+_load_sdk_libs()
+
 if _build is None:
     _check_torch_version(torch.__version__, _C.__torch_version__, "(source build)")
     __version__ = _strip_local(_C.__torch_version__) + "+unknown"

@@ -243,6 +243,13 @@ aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy) {
   return d->arena.Allocate(size, /*physical=*/false, devPtr);
 }
 
+aclError aclrtMallocAlign32(void** devPtr, size_t size, aclrtMemMallocPolicy policy) {
+  if (devPtr == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocAlign32: devPtr is null");
+  if (size == 0) return Fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocAlign32: size 0 is invalid");
+  if (size > SIZE_MAX - 31) return Fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocAlign32: size too large");
+  return aclrtMalloc(devPtr, (size + 31) / 32 * 32, policy);
+}
+
 aclError aclrtFree(void* devPtr) {
   if (devPtr == nullptr) return Fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is null");
   for (auto& d : RT().devices)

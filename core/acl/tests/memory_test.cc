@@ -70,6 +70,20 @@ static void TestCapacityAndOom() {
   CHECK_OK(aclrtFree(all));
 }
 
+// aclrtMallocAlign32: aclrtMalloc of the size rounded up to 32 bytes; bad arguments refused.
+static void TestMallocAlign32() {
+  const size_t before = FreeBytes();
+  void* p = nullptr;
+  CHECK_OK(aclrtMallocAlign32(&p, 33, ACL_MEM_MALLOC_HUGE_FIRST));
+  CHECK(p != nullptr && ((uintptr_t)p % 32) == 0);
+  CHECK(FreeBytes() == before - 2 * kMiB);
+  CHECK_OK(aclrtFree(p));
+  CHECK(FreeBytes() == before);
+  CHECK_RC(aclrtMallocAlign32(nullptr, 32, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
+  CHECK(Contains(aclGetRecentErrMsg(), "aclrtMallocAlign32: devPtr is null"));
+  CHECK_RC(aclrtMallocAlign32(&p, 0, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
+}
+
 static void TestFreedPagesReadZero() {
   void* p = nullptr;
   CHECK_OK(aclrtMalloc(&p, 8 * kMiB, ACL_MEM_MALLOC_HUGE_FIRST));
@@ -142,6 +156,7 @@ int main() {
   unsetenv("ASCEND_RT_VISIBLE_DEVICES");
   unsetenv("ASCEND_SIM_SOC");
   TestCapacityAndOom();
+  TestMallocAlign32();
   TestFreedPagesReadZero();
   TestConcurrent();
   return Finish();

@@ -21,12 +21,15 @@ from torch_npu.npu.op_support import unsupported_reason
 
 
 class table:
-    """A gap of the op table: active while this pair's table lacks `overload`."""
+    """A gap of the op table: active while this pair's table lacks `overload` and the CPU
+    fallback is off (TORCH_NPU_FALLBACK_CPU_DISABLE=1); with it on, the gap runs on the CPU."""
 
     def __init__(self, *overloads: str):
         self.overloads = overloads
 
     def reason(self) -> Optional[str]:
+        if torch.npu.get_cpu_fallback():
+            return None
         reasons = [f"aten::{o} is not supported on NPU by the op table ({unsupported_reason(o)})"
                    for o in self.overloads if unsupported_reason(o)]
         return "; ".join(reasons) or None

@@ -112,6 +112,10 @@ using c10::CachingDeviceAllocator::TraceEntry;
 // asks for it. Disabling clears the history.
 void recordHistory(bool enabled, CreateContextFn recorder, size_t max_entries, RecordContext when);
 bool isHistoryEnabled();
+// Calls `tracker` with every trace entry of every device from now on (segment allocs and
+// frees included), whether the history is recorded or not; trackers stay for the process.
+using c10::CachingDeviceAllocator::AllocatorTraceTracker;
+void attachAllocatorTraceTracker(AllocatorTraceTracker tracker);
 struct SnapshotInfo {
   std::vector<SegmentInfo> segments;
   std::vector<std::vector<TraceEntry>> device_traces;  // one list per device
