@@ -66,6 +66,10 @@ c10::DeviceIndex resolve(c10::DeviceIndex device) {
 void check_acl(aclError err, const char* what) {
   if (err == ACL_SUCCESS) return;
   const char* msg = aclGetRecentErrMsg();
+  // Out of device memory (an allocation, or a queued kernel's): torch.OutOfMemoryError, as
+  // the caching allocator raises it, so `except torch.OutOfMemoryError` sees both.
+  TORCH_CHECK_WITH(OutOfMemoryError, err != ACL_ERROR_RT_MEMORY_ALLOCATION, (msg && *msg) ? msg : "",
+                   " [ACL error ", err, " from ", what, "]");
   TORCH_CHECK(false, (msg && *msg) ? msg : "", " [ACL error ", err, " from ", what, "]");
 }
 

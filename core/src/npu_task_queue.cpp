@@ -97,6 +97,10 @@ int run_fn(Task* task, char* err, size_t err_len) {
     run_in_launch_state(*task);
     --tls_kernel_depth;
     return 0;
+  } catch (const c10::OutOfMemoryError& e) {  // raised again as torch.OutOfMemoryError (check_acl)
+    --tls_kernel_depth;
+    std::snprintf(err, err_len, "%s", e.what_without_backtrace());
+    return ACL_ERROR_RT_MEMORY_ALLOCATION;
   } catch (const c10::Error& e) {
     --tls_kernel_depth;
     std::snprintf(err, err_len, "%s", e.what_without_backtrace());

@@ -45,9 +45,11 @@ aclError WorkerSelfWait(const char* api, int device) {
               api, device);
 }
 
-aclError ReportTaskError(std::string msg) {
+// A failed task is reported as an AI Core exception, unless it ran out of device memory
+// (its kernel returned ACL_ERROR_RT_MEMORY_ALLOCATION): that code is passed on.
+aclError ReportTaskError(std::string msg, int rc) {
   SetRecentError(msg);
-  return ACL_ERROR_RT_AICORE_EXCEPTION;
+  return rc == ACL_ERROR_RT_MEMORY_ALLOCATION ? ACL_ERROR_RT_MEMORY_ALLOCATION : ACL_ERROR_RT_AICORE_EXCEPTION;
 }
 
 aclError SyncStream(Stream* s, const char* api) {
@@ -55,7 +57,8 @@ aclError SyncStream(Stream* s, const char* api) {
   if (s->IsCurrentWorker()) return WorkerSelfWait(api, s->device);
   s->WaitIdle();
   std::string msg;
-  if (s->TakeError(&msg)) return ReportTaskError(std::move(msg));
+  int rc = 0;
+  if (s->TakeError(&msg, &rc)) return ReportTaskError(std::move(msg), rc);
   return ACL_SUCCESS;
 }
 
@@ -67,23 +70,33 @@ aclError SyncDevice(Device* d, const char* api) {
     if (s->Orphaned()) return ForkedChildFail(api);
   for (auto& s : streams) s->WaitIdle();
   std::string first, msg;
-  int extra = 0;
+  int extra = 0, first_rc = 0, rc = 0;
   for (auto& s : streams) {
-    if (s->TakeError(&msg)) {
-      if (first.empty()) first = std::move(msg); else ++extra;
+    if (s->TakeError(&msg, &rc)) {
+      if (first.empty()) {
+        first = std::move(msg);
+        first_rc = rc;
+      } else {
+        ++extra;
+      }
     }
   }
   {
     std::lock_guard<std::mutex> lk(d->mu);
     if (d->orphan_count > 0) {
-      if (first.empty()) first = std::move(d->orphan_error); else extra += d->orphan_count;
+      if (first.empty()) {
+        first = std::move(d->orphan_error);
+        first_rc = d->orphan_rc;
+      } else {
+        extra += d->orphan_count;
+      }
       d->orphan_error.clear();
       d->orphan_count = 0;
     }
   }
   if (first.empty()) return ACL_SUCCESS;
   if (extra > 0) first += " (and failures on " + std::to_string(extra) + " other stream(s))";
-  return ReportTaskError(std::move(first));
+  return ReportTaskError(std::move(first), first_rc);
 }
 
 // Explains why [p, p+count) is not device memory.
@@ -416,9 +429,13 @@ aclError aclrtDestroyStream(aclrtStream stream) {
   // An unreported task failure is handed to the device: the next
   // aclrtSynchronizeDevice reports it.
   std::string msg;
-  if (keep->TakeError(&msg)) {
+  int rc = 0;
+  if (keep->TakeError(&msg, &rc)) {
     std::lock_guard<std::mutex> lk(d->mu);
-    if (d->orphan_count++ == 0) d->orphan_error = std::move(msg);
+    if (d->orphan_count++ == 0) {
+      d->orphan_error = std::move(msg);
+      d->orphan_rc = rc;
+    }
   }
   return ACL_SUCCESS;
 }

@@ -166,8 +166,9 @@ struct Stream {
     return completed_.load(std::memory_order_acquire) >=
            enqueued_.load(std::memory_order_acquire);
   }
-  // Pending task error ("<name>: <msg>"), consumed by the caller. False if none.
-  bool TakeError(std::string* msg);
+  // Pending task error ("<name>: <msg>"), consumed by the caller. False if none. `rc`
+  // (optional) receives the code the first failed task returned.
+  bool TakeError(std::string* msg, int* rc = nullptr);
   // Drains, stops and joins the worker. If `restartable` (aclFinalize), later enqueues
   // start a new worker; otherwise (stream destruction, process exit) later tasks run
   // inline on the calling thread, after anything still queued.
@@ -214,6 +215,7 @@ struct Stream {
   std::atomic<bool> has_error_{false};
   std::mutex err_mu_;
   std::string error_;
+  int error_rc_ = 0;  // the first failed task's code
   int error_count_ = 0;
 };
 
@@ -279,6 +281,7 @@ struct Device {
   std::mutex mu;  // guards streams, orphan_*
   std::vector<std::shared_ptr<Stream>> streams;  // includes the default stream
   std::string orphan_error;  // errors left by destroyed streams
+  int orphan_rc = 0;         // the code of the first of them
   int orphan_count = 0;
   // Time its streams' workers spent running tasks, summed over streams (aclsimDeviceBusyNs).
   std::atomic<int64_t> busy_ns{0};

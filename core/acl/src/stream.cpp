@@ -225,6 +225,7 @@ void Stream::WaitIdle() {
 void Stream::RecordError(const char* name, const char* msg, int rc) {
   std::lock_guard<std::mutex> g(err_mu_);
   if (error_count_++ == 0) {
+    error_rc_ = rc;
     error_ = name;
     error_ += ": ";
     if (msg && *msg) {
@@ -238,11 +239,12 @@ void Stream::RecordError(const char* name, const char* msg, int rc) {
   has_error_.store(true, std::memory_order_release);
 }
 
-bool Stream::TakeError(std::string* msg) {
+bool Stream::TakeError(std::string* msg, int* rc) {
   if (!has_error_.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> g(err_mu_);
   if (error_count_ == 0) return false;
   *msg = std::move(error_);
+  if (rc) *rc = error_rc_;
   if (error_count_ > 1) {
     char buf[96];
     snprintf(buf, sizeof(buf), " (and %d more failed task%s on this stream)",

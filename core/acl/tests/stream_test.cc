@@ -179,6 +179,10 @@ static int FailingKernel(void*, char* err, size_t len) {
   return 1;
 }
 static int SilentFail(void*, char*, size_t) { return 7; }
+static int OutOfMemoryKernel(void*, char* err, size_t n) {
+  snprintf(err, n, "NPU out of memory. Tried to allocate 2.00 MiB");
+  return ACL_ERROR_RT_MEMORY_ALLOCATION;
+}
 static int Throwing(void*, char*, size_t) { throw std::runtime_error("boom"); }
 static int Count(void* p, char*, size_t) {
   ++*static_cast<std::atomic<int>*>(p);
@@ -211,6 +215,26 @@ static void TestKernelErrors() {
   CHECK(strcmp(aclGetRecentErrMsg(), "thrower: unhandled C++ exception: boom") == 0);
   CHECK_OK(aclrtSynchronizeDevice());
   CHECK_OK(aclrtSynchronizeStream(s));
+
+  // A kernel that ran out of device memory: its code is passed on (stream, device and a
+  // destroyed stream's error alike); the first failure's code wins.
+  CHECK_OK(aclsimLaunchKernel(s, OutOfMemoryKernel, nullptr, "attention_grad"));
+  CHECK_RC(aclrtSynchronizeStream(s), ACL_ERROR_RT_MEMORY_ALLOCATION);
+  CHECK(strcmp(aclGetRecentErrMsg(), "attention_grad: NPU out of memory. Tried to allocate 2.00 MiB") == 0);
+  CHECK_OK(aclrtSynchronizeStream(s));
+  CHECK_OK(aclsimLaunchKernel(s, OutOfMemoryKernel, nullptr, "attention_grad"));
+  CHECK_RC(aclrtSynchronizeDevice(), ACL_ERROR_RT_MEMORY_ALLOCATION);
+  CHECK_OK(aclsimLaunchKernel(s, SilentFail, nullptr, "silent"));
+  CHECK_OK(aclsimLaunchKernel(s, OutOfMemoryKernel, nullptr, "attention_grad"));
+  CHECK_RC(aclrtSynchronizeStream(s), ACL_ERROR_RT_AICORE_EXCEPTION);
+  {
+    aclrtStream t = nullptr;
+    CHECK_OK(aclrtCreateStream(&t));
+    CHECK_OK(aclsimLaunchKernel(t, OutOfMemoryKernel, nullptr, "lost_oom"));
+    CHECK_OK(aclrtDestroyStream(t));
+    CHECK_RC(aclrtSynchronizeDevice(), ACL_ERROR_RT_MEMORY_ALLOCATION);
+    CHECK(Contains(aclGetRecentErrMsg(), "lost_oom: NPU out of memory"));
+  }
 
   // An error left on a destroyed stream is reported by the next device sync.
   CHECK_OK(aclsimLaunchKernel(s, FailingKernel, nullptr, "lost_op"));

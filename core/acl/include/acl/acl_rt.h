@@ -306,8 +306,9 @@ aclError aclmdlRIDebugJsonPrint(aclmdlRI modelRI, const char* path, uint32_t fla
 // ---- simulator extensions ----------------------------------------------------------
 // A kernel: runs on the stream's worker in order. Returning non-zero marks the
 // stream failed: the next synchronising call on that stream (or device) returns
-// ACL_ERROR_RT_AICORE_EXCEPTION once, and aclGetRecentErrMsg() on that thread then
-// reads "<name>: <message written to errBuf>". The stream stays usable after.
+// ACL_ERROR_RT_AICORE_EXCEPTION once (ACL_ERROR_RT_MEMORY_ALLOCATION if the kernel
+// returned that code: it ran out of device memory), and aclGetRecentErrMsg() on that
+// thread then reads "<name>: <message written to errBuf>". The stream stays usable after.
 typedef int (*aclsimKernelFn)(void* userData, char* errBuf, size_t errBufLen);
 aclError aclsimLaunchKernel(aclrtStream stream, aclsimKernelFn fn, void* userData,
                             const char* name);
