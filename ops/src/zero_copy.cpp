@@ -1031,14 +1031,16 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   bool async = all_written && !scan.has_tiled &&
                (capture || (task_queue_enabled() && !in_kernel() && !scan.has_generator && !scan.has_cpu_tensor));
   for (size_t r = 0; async && r < results.size(); ++r) async = results[r].toTensor().numel() > 0;
+  // Whether a signature runs synchronously the first time (proven_signatures) is decided
+  // for every call that could queue, so a first call run inline below proves it too.
+  const uint64_t signature = async && !capture ? dtype_signature(schema, *stack, args_begin, num_args) : 0;
+  if (signature != 0 && !proven_signatures().count(signature)) async = false;
   // A small kernel on an idle stream costs less run right here than handed to the
   // worker and back; the result is the same (nothing is queued before it).
   if (async && !capture && small_on_idle_stream(stream, scan.max_numel)) async = false;
   // An out= argument the kernel resizes: synchronously (while capturing, run once to learn
   // the new geometry, as a functional op).
   if (async && traits.has_out && may_resize_outs(op, traits, *stack, args_begin)) async = false;
-  const uint64_t signature = async && !capture ? dtype_signature(schema, *stack, args_begin, num_args) : 0;
-  if (signature != 0 && !proven_signatures().count(signature)) async = false;
 
   if (async || capture) {
     for (size_t i = args_begin; i < stack->size(); ++i) clone_cpu_tensors((*stack)[i]);

@@ -513,6 +513,14 @@ class Book:
         self.pinned = set()       # pinned host tensors (written by the host only before use)
 
 
+def falls_back(op):
+    """Whether an op of the program ("torch.hypot", ".copysign_") has an ATen overload that
+    runs through torch_npu's CPU fallback in this build."""
+    from torch_npu import _op_table
+    base = op.rsplit(".", 1)[-1].rstrip("_")
+    return any(name.split(".")[0] == base for name in _op_table.UNSUPPORTED)
+
+
 class Skip(Exception):
     """The family does not apply here."""
 
@@ -538,6 +546,8 @@ class Builder:
         return Ref(f"{prefix}{self.book.counter - 1}")
 
     def emit(self, target, op, *args, **kwargs):
+        if self.book.capturing is not None and falls_back(op):
+            raise Skip  # a CPU fallback copies to the host: a capturing stream refuses it, as on torch_npu
         step = Step(target, op, args, kwargs)
         self.steps.append(step)
         self.shadow.step = len(self.steps) - 1

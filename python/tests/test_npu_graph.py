@@ -296,6 +296,23 @@ def test_data_dependent_op_during_capture_raises():
             torch.nonzero(x)
 
 
+def test_cpu_fallback_op_during_capture_raises():
+    """An operator torch_npu runs through its CPU fallback copies its arguments to the host: a
+    capturing stream refuses that synchronisation, as on torch_npu (async fuzzer seed 875,
+    torch.hypot in a capture). Natively served operators in the same capture are fine."""
+    x = torch.randn(9, 16).npu()
+    assert not torch.npu.is_op_supported("aten::hypot.out")
+    g = torch.npu.NPUGraph()
+    with pytest.raises(RuntimeError, match="not permitted when stream is capturing"):
+        with torch.npu.graph(g):
+            torch.hypot(x, x)
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        y = torch.atan2(x, x)
+    g.replay()
+    torch.testing.assert_close(y.cpu(), torch.atan2(x.cpu(), x.cpu()))
+
+
 def test_capture_on_default_stream_raises():
     g = torch.npu.NPUGraph()
     with pytest.raises(RuntimeError, match="NPU graphs must be captured on a non-default stream"):
