@@ -248,6 +248,31 @@ def test_activations_and_small_modules():
                                    else t).reshape(shape), atol=1e-5, rtol=1e-5)
 
 
+def test_fast_batchnorm_counts_batches_in_int32():
+    from torch_npu.contrib.module._batchnorm_with_int32_count import _BatchNorm, _NormBase
+
+    bn = cm.FastBatchNorm2d(6).npu()
+    assert isinstance(bn, _BatchNorm) and isinstance(bn, _NormBase) and isinstance(bn, torch.nn.BatchNorm2d)
+    assert bn.num_batches_tracked.dtype == torch.int32
+    for _ in range(3):
+        bn(torch.randn(4, 6, 3, 3).npu())
+    assert bn.num_batches_tracked.item() == 3 and bn.num_batches_tracked.dtype == torch.int32
+    with pytest.raises(ValueError, match="expected 4D input"):
+        bn(torch.randn(4, 6).npu())
+    ref = torch.nn.BatchNorm2d(6)
+    ref.load_state_dict(bn.cpu().state_dict())  # int32 count loads into torch's int64 buffer, and back
+    bn.load_state_dict(ref.state_dict())
+    assert bn.num_batches_tracked.dtype == torch.int32 and bn.num_batches_tracked.item() == 3
+    momentum_none = cm.FastBatchNorm1d(4, momentum=None)
+    momentum_none(torch.randn(8, 4))
+    momentum_none(torch.randn(8, 4))
+    assert momentum_none.num_batches_tracked.item() == 2  # cumulative average: factor 1 / num_batches_tracked
+    base = _BatchNorm(5)
+    with pytest.raises(NotImplementedError):  # subclasses define _check_input_dim
+        base(torch.randn(2, 5))
+    assert _BatchNorm(5, track_running_stats=False).num_batches_tracked is None
+
+
 def test_prefetcher():
     data = [(torch.full((2, 3), float(i)), torch.tensor([i])) for i in range(3)]
     p = cm.Prefetcher(data)

@@ -108,3 +108,56 @@ def test_multihead_attention_extra_methods():
     a, b = torch.randn(2, 3, 4), torch.randn(2, 5, 4)
     torch.testing.assert_close(Matmul_transpose(a, b), a @ b.transpose(-2, -1))
     torch.testing.assert_close(torch_npu.contrib.matmul_transpose(tensor1=a, tensor2=b), a @ b.transpose(-2, -1))
+
+
+def test_quant_noise_drops_blocks_in_training_only():
+    from torch import nn
+    from torch_npu.contrib.module.multihead_attention import _quant_noise
+
+    torch.manual_seed(0)
+    lin = nn.Linear(16, 8).npu()
+    w = lin.weight.detach().clone()
+    assert _quant_noise(lin, 0.5, 4) is lin
+    lin.eval()
+    lin(torch.randn(2, 16, device="npu"))
+    torch.testing.assert_close(lin.weight.detach(), w)  # no noise in evaluation
+    lin.train()
+    lin(torch.randn(2, 16, device="npu"))
+    blocks = lin.weight.detach().cpu().view(8, 4, 4)
+    dropped = blocks.eq(0).all(-1)
+    assert 0 < dropped.sum() < 32  # whole blocks of 4 inputs dropped, the rest scaled by 1 / (1 - p)
+    torch.testing.assert_close(blocks[~dropped], (w.cpu().view(8, 4, 4) * 2)[~dropped])
+    conv = _quant_noise(nn.Conv2d(4, 6, (2, 2)), 0.5, 4)
+    conv(torch.randn(1, 4, 5, 5))
+    kernels = conv.weight.detach().eq(0).flatten(2)
+    assert torch.equal(kernels.all(-1), kernels.any(-1))  # whole kernels dropped
+    assert _quant_noise(nn.Linear(10, 20), 0.0, 3).weight.shape == (20, 10)  # p <= 0: untouched, unchecked
+    with pytest.raises(ValueError, match="multiple of block_size"):
+        _quant_noise(nn.Linear(10, 20), 0.1, 3)
+    with pytest.raises(ValueError, match="input channels"):
+        _quant_noise(nn.Conv2d(10, 20, (1, 1)), 0.1, 3)
+    with pytest.raises(ValueError, match="kernel size"):
+        _quant_noise(nn.Conv2d(10, 20, (3, 3)), 0.1, 5)
+    with pytest.raises(TypeError, match="Conv1d"):
+        _quant_noise(nn.Conv1d(10, 10, 3), 0.1, 8)
+    mha = m.MultiheadAttention(16, 2, q_noise=0.25, qn_block_size=8)
+    assert all(len(p._forward_pre_hooks) == 1 for p in (mha.q_proj, mha.k_proj, mha.v_proj, mha.out_proj))
+    assert not m.MultiheadAttention(16, 2).q_proj._forward_pre_hooks
+
+
+def test_fused_attention_format_helpers():
+    from torch_npu.contrib.function.fused_attention import _check_compatibility_once, _is_format_matched
+
+    nz = [torch_npu.npu_format_cast(torch.randn(32, 32).npu(), 29) for _ in range(5)]
+    nd = [torch.randn(32).npu() for _ in range(3)]
+    assert _is_format_matched(nz + nd)
+    assert not _is_format_matched(nz[:4] + nd + nz[:1])
+    hidden = torch_npu.npu_format_cast(torch.randn(30, 1024).npu(), 29)  # 30 rows: not a multiple of 32
+    mask = torch_npu.npu_format_cast(torch.randn(2, 1, 8, 8).npu(), 29)
+    kernels = [torch_npu.npu_format_cast(torch.randn(1024, 1024).npu(), 29) for _ in range(3)]
+    biases = [torch.randn(1024).npu() for _ in range(3)]
+    for _ in range(2):  # every call is checked
+        with pytest.raises(RuntimeError, match="shape of hidden_states not matches"):
+            _check_compatibility_once(hidden, mask, *kernels, *biases)
+    with pytest.raises(RuntimeError, match="format not matches"):
+        _check_compatibility_once(hidden, mask, *kernels[:2], biases[0], *biases)

@@ -644,3 +644,28 @@ def test_fake_tensors():
         grad = torch.empty(3, 4, device="npu")
         var, m, v = torch.ops.npu.npu_apply_adam_w(0.9, 0.99, 1e-3, 0.0, 0.9, 0.99, 1e-8, grad, None, False, False)
         assert var.shape == (3, 4) and m.shape == (3, 4) and v.shape == (3, 4)
+
+
+@pytest.mark.parametrize("cls", [NpuFusedRMSprop, NpuFusedRMSpropTF])
+def test_rmsprop_init_param_state_takes_torch_npus_arguments(cls):
+    p = torch.tensor([1.0, 2.0])
+    opt = cls([p], momentum=0.9, centered=True)
+    opt._init_param_state(p, momentum=0.9, centered=True)
+    state = opt.state[p]
+    assert set(state) == {"step", "square_avg", "momentum_buffer", "grad_avg"} and state["step"] == 0
+    start = 1.0 if cls is NpuFusedRMSpropTF else 0.0  # TensorFlow's square_avg starts at 1
+    torch.testing.assert_close(state["square_avg"], torch.full_like(p, start))
+    q = torch.tensor([3.0])
+    opt._init_param_state(q, 0, False)
+    assert set(opt.state[q]) == {"step", "square_avg"}
+    # no grads: nothing is combined, the (empty) combined states exist
+    opt.params_lists_indexed_by_group = [[p]]
+    opt._maybe_init_combined_states()
+    assert opt.is_states_combined and opt.combined_param_states_indexed_by_group[0] is not None
+    assert opt.combined_param_states_indexed_by_group[0][0]["square_avg"] is None
+    # a training step still combines the states of the parameters that have grads
+    w = torch.nn.Parameter(torch.randn(4, device="npu"))
+    opt = cls([w], lr=0.1, momentum=0.9, centered=True)
+    (w * w).sum().backward()
+    opt.step()
+    assert opt.state[w]["step"] == 1 and opt.combined_param_states_indexed_by_group[0][0]["grad_avg"].numel() == 4

@@ -144,6 +144,11 @@ class NpuFusedOptimizerBase(Optimizer):
                 fresh.copy_(old.reshape(p.shape))
             state[key] = fresh
 
+    def _init_group_param_state(self, p, group):
+        """The state of ``p``, a parameter of ``group``: subclasses whose ``_init_param_state``
+        takes torch_npu's arguments (e.g. ``momentum, centered``) pass them from the group."""
+        self._init_param_state(p, group)
+
     def _maybe_init_combined_states(self):
         if self.is_states_combined:
             return
@@ -156,9 +161,11 @@ class NpuFusedOptimizerBase(Optimizer):
                 combined["step"] = 0
                 for key in keys:
                     combined[key] = None
+                # (parameters combined at the first step all have a grad then)
+                params = [p for p in params if p.grad is not None]
                 if params:
                     for p in params:
-                        self._init_param_state(p, group)
+                        self._init_group_param_state(p, group)
                     combined["step"] = self.state[params[0]].get("step", 0)
                     for key in keys:
                         combined[key] = npu_combine_tensors([self.state[p][key] for p in params])

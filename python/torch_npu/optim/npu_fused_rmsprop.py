@@ -43,6 +43,14 @@ class NpuFusedRMSprop(NpuFusedOptimizerBase):
             keys.append("grad_avg")
         return keys
 
+    def _init_param_state(self, p, momentum, centered):
+        """Creates ``p``'s state (``step``, ``square_avg``, ``momentum_buffer`` when momentum > 0,
+        ``grad_avg`` when centered), or re-allocates a loaded one (torch_npu's signature)."""
+        NpuFusedOptimizerBase._init_param_state(self, p, {"momentum": momentum, "centered": centered})
+
+    def _init_group_param_state(self, p, group):
+        self._init_param_state(p, group["momentum"], group["centered"])
+
     def _group_step(self, group_index):
         group = self.param_groups[group_index]
         for _, params, param, grad, state in self._combined_group(group_index):

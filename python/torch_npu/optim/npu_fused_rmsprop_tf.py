@@ -37,6 +37,8 @@ class NpuFusedRMSpropTF(NpuFusedOptimizerBase):
         super().__init__(params, defaults)
 
     _state_keys = NpuFusedRMSprop._state_keys
+    _init_param_state = NpuFusedRMSprop._init_param_state
+    _init_group_param_state = NpuFusedRMSprop._init_group_param_state
 
     def _new_state(self, p, key, group):
         if key == "square_avg":

@@ -28,8 +28,8 @@ def _check_compatibility(hidden_states, attention_mask, query_kernel, key_kernel
     for name, t in zip(names, tensors):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"fused attention: expected {name} to be a Tensor, got {type(t).__name__}")
-    formats = [torch_npu.get_npu_format(t) for t in tensors]
-    if formats != VALID_FORMAT:
+    if not _is_format_matched(tensors):
+        formats = [torch_npu.get_npu_format(t) for t in tensors]
         raise RuntimeError(
             "fused attention check compatibility failed, format not matches: expected the formats of "
             f"({', '.join(names)}) to be {VALID_FORMAT} (29 = FRACTAL_NZ, 2 = ND), got {formats}")
@@ -55,6 +55,17 @@ def _check_compatibility(hidden_states, attention_mask, query_kernel, key_kernel
         raise RuntimeError(
             f"fused attention: hidden_states rows ({hidden_states.shape[0]}) are not a multiple of the batch "
             f"size of attention_mask ({attention_mask.shape[0]})")
+
+
+def _is_format_matched(input_list):
+    """Whether the storage formats of ``input_list`` (hidden_states, attention_mask, the three
+    kernels, the three biases) are the fused attention's: FRACTAL_NZ, then ND."""
+    return [torch_npu.get_npu_format(t) for t in input_list] == VALID_FORMAT
+
+
+# torch_npu's name. torch_npu checks only the first call of the process; here every call is
+# checked (the checks are cheap next to the attention).
+_check_compatibility_once = _check_compatibility
 
 
 def _bsnc(hidden_states, attention_mask):

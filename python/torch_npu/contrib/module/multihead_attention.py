@@ -11,6 +11,56 @@ from .ensemble_dropout import NpuCachedDropout
 __all__ = ["Matmul_transpose", "MultiheadAttention"]
 
 
+def _quant_noise(module, p, block_size):
+    """fairseq's quantisation noise ("Training with Quantization Noise for Extreme Model
+    Compression"), as torch_npu's MultiheadAttention applies it to its projections: in training,
+    before each forward, blocks of ``block_size`` input weights are dropped with probability
+    ``p`` and the weight is scaled by ``1 / (1 - p)`` (in place, on ``weight.data``).
+
+    ``module`` is an ``nn.Linear``, ``nn.Embedding`` (blocks along the input features) or
+    ``nn.Conv2d`` (1x1: blocks of input channels; otherwise whole kernels, and
+    ``kernel_h * kernel_w`` must be a multiple of ``block_size``). ``p <= 0`` returns the
+    module untouched. Returns the module.
+    """
+    if p <= 0:
+        return module
+    if not isinstance(module, (nn.Linear, nn.Embedding, nn.Conv2d)):
+        raise TypeError("_quant_noise: expected module to be an nn.Linear, nn.Embedding or nn.Conv2d, got "
+                        f"{type(module).__name__}")
+    is_conv = module.weight.ndim == 4
+    if not is_conv:
+        if module.weight.size(1) % block_size != 0:
+            raise ValueError(f"_quant_noise: input features ({module.weight.size(1)}) must be a multiple of "
+                             f"block_size ({block_size})")
+    elif module.kernel_size == (1, 1):
+        if module.in_channels % block_size != 0:
+            raise ValueError(f"_quant_noise: input channels ({module.in_channels}) must be a multiple of "
+                             f"block_size ({block_size})")
+    else:
+        kernel = module.kernel_size[0] * module.kernel_size[1]
+        if kernel % block_size != 0:
+            raise ValueError(f"_quant_noise: kernel size ({kernel}) must be a multiple of block_size ({block_size})")
+
+    def _drop_blocks(mod, _inputs):
+        if not mod.training:
+            return
+        weight = mod.weight
+        if not is_conv or mod.kernel_size == (1, 1):
+            # rows of weight are output units; each row splits into blocks of block_size inputs
+            out_units, in_units = weight.size(0), weight.size(1)
+            keep = torch.empty(out_units, in_units // block_size, device=weight.device).bernoulli_(1 - p)
+            mask = keep.repeat_interleave(block_size, dim=1)
+            if is_conv:
+                mask = mask[:, :, None, None]
+        else:
+            keep = torch.empty(weight.size(0), weight.size(1), device=weight.device).bernoulli_(1 - p)
+            mask = keep[:, :, None, None]
+        mod.weight.data = weight.data * mask.to(weight.dtype) / (1 - p)
+
+    module.register_forward_pre_hook(_drop_blocks)
+    return module
+
+
 class _NpuLinear(nn.Linear):
     """torch_npu's projection layer: nn.Linear on 2-D inputs or 3-D inputs (flattened to
     rows); other ranks are an error."""
@@ -44,8 +94,8 @@ class MultiheadAttention(nn.Module):
     forward(query [bsz * tgt_len, E], key [bsz * s_len, kdim], value [bsz * s_len, vdim],
     bsz, tgt_len, s_len, key_padding_mask=None, ...) -> (attn [bsz * tgt_len, E], None);
     rows are batch-major, ``key_padding_mask`` is an additive float mask broadcastable to
-    [bsz, num_heads, tgt_len, s_len]. ``q_noise`` (fairseq's quantisation noise) is not
-    applied."""
+    [bsz, num_heads, tgt_len, s_len]. ``q_noise`` > 0 applies fairseq's quantisation noise
+    (blocks of ``qn_block_size``) to the four projections in training (``_quant_noise``)."""
 
     def __init__(self, embed_dim, num_heads, kdim=None, vdim=None, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, self_attention=False, encoder_decoder_attention=False, q_noise=0.0,
@@ -66,10 +116,10 @@ class MultiheadAttention(nn.Module):
         self.encoder_decoder_attention = encoder_decoder_attention
         if self.self_attention and not self.qkv_same_dim:
             raise ValueError("Self-attention requires query, key and value to be of the same size")
-        self.k_proj = _NpuLinear(self.kdim, embed_dim, bias=bias)
-        self.v_proj = _NpuLinear(self.vdim, embed_dim, bias=bias)
-        self.q_proj = _NpuLinear(embed_dim, embed_dim, bias=bias)
-        self.out_proj = _NpuLinear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = _quant_noise(_NpuLinear(self.kdim, embed_dim, bias=bias), q_noise, qn_block_size)
+        self.v_proj = _quant_noise(_NpuLinear(self.vdim, embed_dim, bias=bias), q_noise, qn_block_size)
+        self.q_proj = _quant_noise(_NpuLinear(embed_dim, embed_dim, bias=bias), q_noise, qn_block_size)
+        self.out_proj = _quant_noise(_NpuLinear(embed_dim, embed_dim, bias=bias), q_noise, qn_block_size)
         if add_bias_kv:
             self.bias_k = Parameter(torch.Tensor(1, 1, embed_dim))
             self.bias_v = Parameter(torch.Tensor(1, 1, embed_dim))
