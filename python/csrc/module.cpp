@@ -12,6 +12,7 @@
 #include "torch_npu/core/npu_task_queue.h"
 #include "torch_npu/core/npu_trace.h"
 #include "torch_npu/distributed/python.h"
+#include "torch_npu/ops/fft_plan_cache.h"
 #include "torch_npu/ops/op_support.h"
 #include "torch_npu/ops/zero_copy.h"
 
@@ -126,6 +127,11 @@ PYBIND11_MODULE(_C, m) {
     set_blocking_hook(&release_gil_while);
   });
   m.def("_npu_getDeviceCount", [] { return static_cast<int>(device_count()); });
+  // torch.npu.backends.fft_plan_cache (torch_npu/npu/_fft_plan_cache.py)
+  m.def("_npu_get_fft_plan_cache_size", &torch_npu::ops::fft_plan_cache::size);
+  m.def("_npu_get_fft_plan_cache_max_size", &torch_npu::ops::fft_plan_cache::max_size);
+  m.def("_npu_set_fft_plan_cache_max_size", &torch_npu::ops::fft_plan_cache::set_max_size, py::arg("size"));
+  m.def("_npu_clear_fft_plan_cache", &torch_npu::ops::fft_plan_cache::clear);
   m.def("_npu_setDevice", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("_npu_getDevice", [] { return static_cast<int>(current_device()); });
   m.def("_npu_sleep", [](int64_t cycles) {

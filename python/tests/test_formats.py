@@ -290,3 +290,25 @@ def test_save_and_load_keep_values_and_format(fmt):
     buf.seek(0)
     on_cpu = torch.load(buf, map_location="cpu")
     assert on_cpu["t"].device.type == "cpu" and torch.equal(on_cpu["t"], x)
+
+
+def test_deepcopy_keeps_the_tiled_format():
+    import copy
+
+    x = torch_npu.npu_format_cast(torch.rand(3, 5).npu(), 29)
+    y = copy.deepcopy(x)
+    assert torch_npu.get_npu_format(y) == 29 and torch.equal(y.cpu(), x.cpu())
+    assert y.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    x5 = torch_npu.npu_format_cast(torch.rand(2, 3, 4, 4).npu(), 3)
+    y5 = copy.deepcopy(x5)
+    assert torch_npu.get_npu_format(y5) == 3 and torch.equal(y5.cpu(), x5.cpu())
+    # a base and its view in one deepcopy: the copies share the one (NZ) copied storage
+    d = copy.deepcopy({"base": x, "view": x[1:]})
+    assert torch_npu.get_npu_format(d["view"]) == 29
+    assert d["view"].untyped_storage().data_ptr() == d["base"].untyped_storage().data_ptr()
+    d["base"].fill_(7.0)
+    assert torch.equal(d["view"].cpu(), torch.full((2, 5), 7.0)) and not torch.equal(x[1:].cpu(), d["view"].cpu())
+    # ND tensors and CPU tensors are copied as before
+    nd = torch.rand(4).npu()
+    assert torch_npu.get_npu_format(copy.deepcopy(nd)) == 2
+    assert torch.equal(copy.deepcopy(torch.ones(3)), torch.ones(3))

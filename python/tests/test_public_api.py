@@ -174,3 +174,15 @@ def test_submodules_after_plain_import():
             "print('ok')\n")
     r = run_python(code)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_exported_operators_have_docstrings():
+    # torch_npu gives every name of torch_npu.__all__ a docstring; the operators get their signatures
+    missing = [name for name in torch_npu.__all__ if getattr(torch_npu, name).__doc__ is None]
+    assert not missing
+    doc = torch_npu.npu_format_cast.__doc__
+    assert doc.splitlines()[0].startswith("torch_npu.npu_format_cast(Tensor self, int acl_format")
+    assert "(overload ``Tensor``)" in doc and "torch.ops.npu.npu_format_cast" in doc
+    assert torch.ops.npu.npu_linear.__doc__ == torch_npu.npu_linear.__doc__
+    # a docstring of its own is kept
+    assert torch_npu.matmul_checksum.__doc__ and "torch_npu.matmul_checksum(" not in torch_npu.matmul_checksum.__doc__

@@ -183,6 +183,10 @@ from torch_npu._checksum import matmul_checksum  # noqa: E402
 
 __all__ += ["matmul_checksum"]
 
+from torch_npu import _op_docs  # noqa: E402
+
+_op_docs.install(__import__(__name__))  # the exported operators' docstrings (their signatures)
+
 _transfer_to_npu_if_requested()
 
 

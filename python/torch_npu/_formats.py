@@ -44,10 +44,45 @@ def get_npu_format(tensor: torch.Tensor) -> Format:
     return Format(torch.ops.npu.get_npu_format(tensor))
 
 
+# The formats whose storage holds a tiled layout (the others are ND with a label).
+_TILED = (Format.NC1HWC0, Format.FRACTAL_Z, Format.FRACTAL_NZ, Format.NDC1HWC0, Format.FRACTAL_Z_3D)
+
+
+def _deepcopy_keeps_format(original):
+    """``Tensor.__deepcopy__`` copies the storage's bytes into a plain (ND) storage; torch_npu's
+    copy of a tensor in a tiled format keeps the format. For a tensor that is its whole
+    storage, the copy of the storage is made in the tensor's format and registered in the
+    memo first, so ``Tensor.__deepcopy__`` (and the deep copies of views of the same storage
+    in the same ``deepcopy``) use it. A view of a tiled storage copied alone is copied in ND."""
+
+    def __deepcopy__(self, memo):
+        if (self.device.type == "npu" and not self.is_sparse and torch._C._has_storage(self)
+                and self.storage_offset() == 0 and self.is_contiguous()):
+            fmt = torch.ops.npu.get_npu_format(self)
+            storage = self.untyped_storage()
+            storages = memo.setdefault("torch", {})
+            if fmt in _TILED and storage._cdata not in storages:
+                whole = torch.ops.npu.empty_with_format(self.shape, dtype=self.dtype, device=self.device,
+                                                        acl_format=fmt)
+                if whole.untyped_storage().nbytes() == storage.nbytes():
+                    with torch.no_grad():
+                        nd = torch.empty(self.shape, dtype=self.dtype, device=self.device)
+                        nd.copy_(self)
+                        storages[storage._cdata] = torch.ops.npu.npu_format_cast(nd, fmt).untyped_storage()
+        return original(self, memo)
+
+    __deepcopy__.__doc__ = original.__doc__
+    return __deepcopy__
+
+
 def install(module) -> None:
-    """Sets ``module.Format`` and ``module.get_npu_format`` (the enum-returning one)."""
+    """Sets ``module.Format`` and ``module.get_npu_format`` (the enum-returning one), and makes
+    ``copy.deepcopy`` of an npu tensor keep its tiled format (as torch_npu's)."""
     module.Format = Format
     module.get_npu_format = get_npu_format
+    if not getattr(torch.Tensor.__deepcopy__, "_npu_keeps_format", False):
+        torch.Tensor.__deepcopy__ = _deepcopy_keeps_format(torch.Tensor.__deepcopy__)
+        torch.Tensor.__deepcopy__._npu_keeps_format = True
 
 
 # Shapes for torch.compile / FakeTensorMode: a cast keeps the tensor's shape and dtype.

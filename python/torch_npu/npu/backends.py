@@ -1,5 +1,6 @@
 """``torch.npu`` backend switches with torch_npu's names: scaled-dot-product-attention
-backends, the preferred linalg library.
+backends, the preferred linalg library, and ``fft_plan_cache`` (the FFT plan cache, see
+``torch_npu.npu._fft_plan_cache``).
 
 The SDPA switches are PyTorch's global ones (``torch.backends.cuda`` reads the same
 flags). On npu, ``scaled_dot_product_attention`` runs the fused attention kernel as
@@ -11,6 +12,8 @@ import warnings
 from typing import Union
 
 import torch
+
+from torch_npu.npu._fft_plan_cache import NPUFFTPlanCache
 
 __all__ = ["flash_sdp_enabled", "enable_flash_sdp", "mem_efficient_sdp_enabled",
            "enable_mem_efficient_sdp", "math_sdp_enabled", "enable_math_sdp", "sdp_kernel",
@@ -73,3 +76,6 @@ def preferred_linalg_library(backend: Union[None, str, torch._C._LinalgBackend] 
     and returns ``torch._C._LinalgBackend.Default`` (as torch_npu does)."""
     warnings.warn("torch.npu.preferred_linalg_library isn't implemented!")
     return torch._C._LinalgBackend.Default
+
+
+fft_plan_cache = NPUFFTPlanCache()
