@@ -307,3 +307,15 @@ def test_testcase_assert_equal_0d_against_one_element_array():
         t.assertEqual(torch.tensor([10]).numpy(), torch.tensor(9).numpy())
     with pytest.raises(AssertionError):  # other shape mismatches still fail
         t.assertEqual(np.zeros(2), np.zeros((1, 2)))
+
+
+def test_assert_equal_compares_storages_by_elements():
+    tc = testcase.TestCase()
+    cpu = torch.arange(6, dtype=torch.int16)
+    tc.assertEqual(cpu.untyped_storage(), cpu.npu().untyped_storage())  # bytes, across devices
+    tc.assertEqual(cpu.storage(), cpu.npu().storage())                  # typed: elements
+    tc.assertEqual(cpu.float().storage(), cpu.float().npu().storage(), prec=0.0)
+    with pytest.raises(AssertionError):
+        tc.assertEqual(cpu.untyped_storage(), (cpu + 1).npu().untyped_storage())
+    with pytest.raises(AssertionError):  # 12 bytes against 24
+        tc.assertEqual(cpu.untyped_storage(), cpu.int().untyped_storage())

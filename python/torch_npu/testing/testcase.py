@@ -54,6 +54,18 @@ _NUMERIC = (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64
             np.float32, np.float64)
 
 
+def _is_storage(value) -> bool:
+    return isinstance(value, (torch.UntypedStorage, torch.TypedStorage))
+
+
+def _storage_tensor(storage) -> torch.Tensor:
+    """A 1-D tensor over the whole storage: its elements (an UntypedStorage: its bytes)."""
+    if isinstance(storage, torch.TypedStorage):
+        return torch.empty(0, dtype=storage.dtype, device=storage.device).set_(
+            storage._untyped_storage, 0, (storage.size(),), (1,))
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, 0, (storage.nbytes(),), (1,))
+
+
 class TestCase(_torch_common_utils.TestCase):
     _precision = 1e-5
     exact_dtype = False
@@ -180,6 +192,10 @@ class TestCase(_torch_common_utils.TestCase):
             # torch_npu compares a 0-d array with a one-element one by value (unittest's ==):
             # assertEqual(torch.tensor([10]).numpy(), npu_sum.cpu().numpy()) passes there.
             x, y = x.reshape(()), y.reshape(())
+        if _is_storage(x) and _is_storage(y):
+            # torch_npu compares storages element by element (bytes of an UntypedStorage),
+            # on any devices: as tensors over them here.
+            x, y = _storage_tensor(x), _storage_tensor(y)
         super().assertEqual(x, y, msg, exact_dtype=exact_dtype, **kwargs)
 
     def assertAlmostEqual(self, x, y, places=None, msg=None, delta=None, allow_inf=None):
