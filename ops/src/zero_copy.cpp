@@ -34,6 +34,7 @@
 
 #include "op_table.h"
 #include "torch_npu/ops/formats.h"
+#include "torch_npu/ops/fft_plan_cache.h"
 
 // MKL's per-thread thread count, C interface (exported by libtorch_cpu when it bundles
 // MKL; weak so that a torch without MKL still links). Its lowercase alias there is the
@@ -1352,6 +1353,43 @@ void batch_norm_inference_saves_kernel(const c10::OperatorHandle& op, c10::Dispa
   }
 }
 
+int64_t concrete_int(const c10::IValue& v) {
+  return v.isInt() ? v.toInt() : v.toSymInt().guard_int(__FILE__, __LINE__);
+}
+
+// The FFT operators (_fft_c2c, _fft_r2c, _fft_c2r, and their out= forms): the plan of the
+// transform goes through torch_npu's plan cache (torch.npu.backends.fft_plan_cache), then ATen's
+// CPU FFT runs zero-copy.
+void fft_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  namespace fpc = fft_plan_cache;
+  const size_t first = stack->size() - op.schema().arguments().size();
+  const at::Tensor self = (*stack)[first].toTensor();
+  const c10::IValue& dim_arg = (*stack)[first + 1];
+  std::vector<int64_t> dims;
+  if (dim_arg.isIntList()) {
+    dims = dim_arg.toIntVector();
+  } else {
+    for (const c10::IValue& d : dim_arg.toListRef()) dims.push_back(concrete_int(d));
+  }
+  const std::string& name = op.schema().name();  // aten::_fft_c2c, ...
+  fpc::PlanKey key{fpc::Kind::C2C, {}, true, self.scalar_type()};
+  if (name == "aten::_fft_r2c") {
+    key.kind = fpc::Kind::R2C;
+  } else if (name == "aten::_fft_c2r") {
+    key.kind = fpc::Kind::C2R;
+    key.forward = false;
+  } else {
+    key.forward = (*stack)[first + 3].toBool();
+  }
+  for (size_t i = 0; i < dims.size(); ++i) {
+    const int64_t d = c10::maybe_wrap_dim(dims[i], self.dim());
+    const bool last = i + 1 == dims.size();
+    key.signal_sizes.push_back(key.kind == fpc::Kind::C2R && last ? concrete_int((*stack)[first + 3]) : self.size(d));
+  }
+  fpc::use(key);
+  npu_fallback(op, keys, stack);
+}
+
 // The operators float32_kernel serves (ops/npu_native_functions.yaml marks them native;
 // overloads torch_npu does not register take its CPU fallback instead).
 constexpr const char* kFloat32ComputeOps[] = {
@@ -1375,6 +1413,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("mse_loss", torch::CppFunction::makeFromBoxedFunction<&npu_fallback>());
   for (const char* name : kFloat32ComputeOps) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&float32_kernel>());
+  }
+  for (const char* name : {"_fft_c2c", "_fft_c2c.out", "_fft_r2c", "_fft_r2c.out", "_fft_c2r", "_fft_c2r.out"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fft_kernel>());
   }
   m.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&batch_norm_inference_saves_kernel>());
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());

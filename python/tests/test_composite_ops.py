@@ -50,6 +50,17 @@ def test_casts_layout_and_shapes():
         torch_npu.npu_transpose(xn, (1, 0))
     with pytest.raises(RuntimeError, match="npu_slice: offsets and size"):
         torch_npu.npu_slice(xn, [0], [1])
+    out = torch.zeros(5, device="npu")  # out=: resized to the slice
+    assert torch_npu.npu_slice(xn, [1, 0, 1], [1, 2, 3], out=out) is out
+    _close(out, x[1:2, 0:2, 1:4])
+    with pytest.raises(RuntimeError, match="npu_slice: out must have self's dtype"):
+        torch_npu.npu_slice(xn, [1, 0, 1], [1, 2, 3], out=torch.zeros(1, 2, 3, dtype=torch.float16, device="npu"))
+    traced = torch.jit.trace(lambda a, o: torch_npu.npu_slice(a, [0, 1, 0], [2, 2, 2], out=o),
+                             (xn, torch.zeros(2, 2, 2, device="npu")))
+    assert "npu::npu_slice" in str(traced.graph)
+    o = torch.zeros(2, 2, 2, device="npu")
+    traced(xn, o)
+    _close(o, x[0:2, 1:3, 0:2])
 
 
 def test_stride_add_pads_channel_blocks():

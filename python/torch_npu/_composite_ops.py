@@ -108,6 +108,17 @@ def _npu_slice(self, offsets, size):
     return out.contiguous()
 
 
+@_op("npu_slice.out(Tensor self, int[] offsets, int[] size, *, Tensor(a!) out) -> Tensor(a!)")
+def _npu_slice_out(self, offsets, size, *, out):
+    """npu_slice into ``out`` (resized to the slice's shape; its dtype must be self's)."""
+    result = _npu_slice(self, offsets, size)
+    _check(out.dtype == self.dtype, f"npu_slice: out must have self's dtype {self.dtype}, got {out.dtype}")
+    _check(out.device == self.device, f"npu_slice: out must be on self's device {self.device}, got {out.device}")
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
 @_op("npu_indexing(Tensor self, int[] begin, int[] end, int[] strides, int begin_mask=0, int end_mask=0, "
      "int ellipsis_mask=0, int new_axis_mask=0, int shrink_axis_mask=0) -> Tensor")
 def _npu_indexing(self, begin, end, strides, begin_mask=0, end_mask=0, ellipsis_mask=0, new_axis_mask=0,
