@@ -27,6 +27,7 @@
 #include <unordered_set>
 
 #include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_error.h"
 #include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_graph.h"
 #include "torch_npu/core/npu_stream.h"
@@ -43,6 +44,30 @@ extern "C" int MKL_Set_Num_Threads_Local(int nthreads) __attribute__((weak));
 
 namespace torch_npu::ops {
 namespace {
+
+// A CPU tensor (not a 0-dim one: those are scalars) among the arguments of an operator on npu
+// tensors: torch_npu's error.
+[[noreturn]] void fail_cpu_operand(const char* op, c10::DeviceIndex device, const c10::Device& other) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device. Expected NPU tensor, please check whether the "
+              "input tensor device is correct. (", op, ": npu:", static_cast<int>(device), " and ", other, ")",
+              ops_error(ErrCode::TYPE));
+  std::abort();  // not reached
+}
+
+void check_no_cpu_operand(const char* op, const at::Tensor& self, const at::Tensor& other) {
+  const at::Tensor& npu = self.device().type() == c10::DeviceType::PrivateUse1 ? self : other;
+  const at::Tensor& cpu = self.device().type() == c10::DeviceType::PrivateUse1 ? other : self;
+  if (npu.device().type() == c10::DeviceType::PrivateUse1 && cpu.device().type() == c10::DeviceType::CPU && cpu.dim() != 0) {
+    fail_cpu_operand(op, npu.device().index(), cpu.device());
+  }
+}
+
+// div's rounding_mode, checked before ATen's meta function would, with torch_npu's error.
+void check_rounding_mode(std::optional<c10::string_view> mode) {
+  TORCH_CHECK(!mode.has_value() || *mode == "trunc" || *mode == "floor",
+              "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", mode.value_or(""),
+              "'", ops_error(ErrCode::PARAM));
+}
 
 constexpr c10::DeviceType kNPU = c10::DeviceType::PrivateUse1;
 
@@ -1010,11 +1035,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   }
   if (traits.dtypes != kAnyDtype) check_dtypes(traits, schema, *stack, args_begin);
   const c10::DeviceIndex device = scan.device >= 0 ? scan.device : device_arg.value_or(current_device());
-  if (scan.cpu_mixed && scan.device >= 0) {
-    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, npu:",
-                static_cast<int>(device), " and ", *scan.cpu_mixed, "! (when checking arguments of ",
-                schema.name(), ")");
-  }
+  if (scan.cpu_mixed && scan.device >= 0) fail_cpu_operand(schema.name().c_str(), device, *scan.cpu_mixed);
 
   // Results that are written arguments (in-place and out= forms) are the caller's tensors.
   const auto& return_arg = traits.return_arg;
@@ -1172,28 +1193,50 @@ std::optional<at::Tensor> run_direct(const char* name, const char* overload, con
 }
 
 at::Tensor add_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  check_no_cpu_operand("aten::add", self, other);
   if (small_operands_on_idle_stream(self, other)) {
     if (auto out = run_direct("aten::add", "Tensor", self, other, alpha)) return *std::move(out);
   }
   return at::compositeexplicitautogradnonfunctional::add(self, other, alpha);
 }
 at::Tensor sub_tensor(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+  check_no_cpu_operand("aten::sub", self, other);
   if (small_operands_on_idle_stream(self, other)) {
     if (auto out = run_direct("aten::sub", "Tensor", self, other, alpha)) return *std::move(out);
   }
   return at::compositeexplicitautogradnonfunctional::sub(self, other, alpha);
 }
 at::Tensor mul_tensor(const at::Tensor& self, const at::Tensor& other) {
+  check_no_cpu_operand("aten::mul", self, other);
   if (small_operands_on_idle_stream(self, other)) {
     if (auto out = run_direct("aten::mul", "Tensor", self, other)) return *std::move(out);
   }
   return at::compositeexplicitautogradnonfunctional::mul(self, other);
 }
 at::Tensor div_tensor(const at::Tensor& self, const at::Tensor& other) {
+  check_no_cpu_operand("aten::div", self, other);
   if (small_operands_on_idle_stream(self, other)) {
     if (auto out = run_direct("aten::div", "Tensor", self, other)) return *std::move(out);
   }
   return at::compositeexplicitautogradnonfunctional::div(self, other);
+}
+
+at::Tensor div_tensor_mode(const at::Tensor& self, const at::Tensor& other,
+                           std::optional<c10::string_view> rounding_mode) {
+  check_rounding_mode(rounding_mode);
+  check_no_cpu_operand("aten::div", self, other);
+  return at::compositeexplicitautogradnonfunctional::div(self, other, rounding_mode);
+}
+at::Tensor& div__tensor_mode(at::Tensor& self, const at::Tensor& other, std::optional<c10::string_view> rounding_mode) {
+  check_rounding_mode(rounding_mode);
+  check_no_cpu_operand("aten::div_", self, other);
+  return at::compositeexplicitautogradnonfunctional::div_(self, other, rounding_mode);
+}
+// div.out_mode: the check, then the zero-copy kernel.
+void div_out_mode_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const c10::IValue& mode = (*stack)[stack->size() - op.schema().arguments().size() + 2];
+  check_rounding_mode(mode.isNone() ? std::nullopt : std::optional<c10::string_view>(mode.toStringView()));
+  npu_fallback(op, keys, stack);
 }
 
 // torch_npu's histc (aclnnHistc) also counts integer tensors, into a result of the input's
@@ -1447,6 +1490,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("sub.Tensor", TORCH_FN(sub_tensor));
   m.impl("mul.Tensor", TORCH_FN(mul_tensor));
   m.impl("div.Tensor", TORCH_FN(div_tensor));
+  m.impl("div.Tensor_mode", TORCH_FN(div_tensor_mode));
+  m.impl("div_.Tensor_mode", TORCH_FN(div__tensor_mode));
+  m.impl("div.out_mode", torch::CppFunction::makeFromBoxedFunction<&div_out_mode_kernel>());
 }
 
 }  // namespace torch_npu::ops

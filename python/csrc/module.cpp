@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/device_lazy_init.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "acl/acl_rt.h"
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_stream.h"
@@ -127,6 +128,9 @@ PYBIND11_MODULE(_C, m) {
     set_blocking_hook(&release_gil_while);
   });
   m.def("_npu_getDeviceCount", [] { return static_cast<int>(device_count()); });
+  // Before the runtime starts: the count it would have now, without starting it (device_count()
+  // before initialisation); after: the runtime's.
+  m.def("_npu_visibleDeviceCount", [] { return static_cast<int>(aclsimVisibleDeviceCount()); });
   // torch.npu.backends.fft_plan_cache (torch_npu/npu/_fft_plan_cache.py)
   m.def("_npu_get_fft_plan_cache_size", &torch_npu::ops::fft_plan_cache::size);
   m.def("_npu_get_fft_plan_cache_max_size", &torch_npu::ops::fft_plan_cache::max_size);

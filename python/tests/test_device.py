@@ -404,3 +404,23 @@ def test_set_device_starts_the_runtime_and_a_bad_acl_json_fails_it(tmp_path):
     assert "FAILED Failed to parse user acl json" in result.stdout, result.stderr
     result = run_python(code)
     assert "INITIALIZED True" in result.stdout, result.stderr
+
+
+def test_device_count_before_initialisation_follows_visible_devices():
+    # not cached before the runtime starts: ASCEND_RT_VISIBLE_DEVICES set after a first
+    # device_count() applies (torch_npu's test_device_count_not_cached_pre_init); from the first
+    # device use on, the count is the runtime's
+    code = textwrap.dedent("""
+        import os, torch, torch_npu
+        r1 = torch.npu.device_count()
+        os.environ["ASCEND_RT_VISIBLE_DEVICES"] = "0,2"
+        r2 = torch.npu.device_count()
+        assert not torch_npu.npu.is_initialized()
+        torch.empty(10, device="npu")
+        r3 = torch.npu.device_count()
+        os.environ["ASCEND_RT_VISIBLE_DEVICES"] = "1"
+        print("COUNTS", r1, r2, r3, torch.npu.device_count(), torch_npu._C._npu_getDeviceCount())
+    """)
+    result = run_python(code, env={"ASCEND_SIM_DEVICE_COUNT": "4", "ASCEND_RT_VISIBLE_DEVICES": ""})
+    assert result.returncode == 0, result.stderr
+    assert "COUNTS 4 2 2 2 2" in result.stdout

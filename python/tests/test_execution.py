@@ -1,5 +1,6 @@
 """The execution path: zero-copy kernels, asynchrony, stream ordering, errors, OOM."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -306,3 +307,33 @@ def test_quickstart_trains_with_amp():
     quickstart.main(steps=15)  # raises SystemExit when the loss does not decrease
     # The cache stays near the working set (a few MiB), not growing step after step.
     assert torch.npu.memory_reserved() < 256 * 2**20, torch.npu.memory_summary()
+
+
+def test_torch_npu_error_texts_and_codes():
+    x = torch.tensor([7, -7]).npu()
+    suffix = r"\n\[ERROR\] \d{4}-\d\d-\d\d-\d\d:\d\d:\d\d \(PID:\d+, Device:0, RankID:-?\d+\) "
+    bad_mode = r"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found 'test'"
+    for call in (lambda: torch.div(x, x, rounding_mode="test"), lambda: x.clone().div_(x, rounding_mode="test"),
+                 lambda: torch.div(x, x, rounding_mode="test", out=torch.empty_like(x)),
+                 lambda: torch.div(x, 2, rounding_mode="test")):
+        with pytest.raises(RuntimeError, match=bad_mode + suffix + "ERR01001 OPS invalid parameter"):
+            call()
+    c = torch.tensor([7, -7])
+    for mode in (None, "trunc", "floor"):
+        assert torch.equal(torch.div(x, 2, rounding_mode=mode).cpu(), torch.div(c, 2, rounding_mode=mode))
+    # a CPU tensor among npu operands (0-dim CPU tensors are scalars and allowed)
+    same_device = ("Expected all tensors to be on the same device. Expected NPU tensor, please check whether the "
+                   "input tensor device is correct.")
+    for call in (lambda: torch.add(torch.rand(2), torch.rand(2).npu()), lambda: torch.rand(2).npu() * torch.rand(2),
+                 lambda: torch.dot(torch.rand(2).npu(), torch.rand(2))):
+        with pytest.raises(RuntimeError, match=re.escape(same_device) + r".*" + suffix + "ERR01002 OPS invalid type"):
+            call()
+    assert torch.equal((x + torch.tensor(1)).cpu(), c + 1)
+    # TORCH_NPU_COMPACT_ERROR_OUTPUT=1: no suffix
+    result = run_python("import torch, torch_npu\n"
+                        "x = torch.tensor(1).npu()\n"
+                        "try:\n    torch.div(x, x, rounding_mode='test')\nexcept RuntimeError as e:\n"
+                        "    print(repr(str(e).splitlines()[0]), 'ERR0' in str(e))\n",
+                        env={"TORCH_NPU_COMPACT_ERROR_OUTPUT": "1"})
+    assert result.returncode == 0, result.stderr
+    assert "found 'test'\" False" in result.stdout or "found 'test'' False" in result.stdout, result.stdout

@@ -713,6 +713,10 @@ int aclsimHostRefusedLastAllocation(size_t* available) {
   return 1;
 }
 
+int aclsimRuntimeStarted(void) { return RuntimeStarted() ? 1 : 0; }
+
+int32_t aclsimVisibleDeviceCount(void) { return VisibleCountNow(); }
+
 size_t aclsimDeviceCapacity(int32_t deviceId) {
   aclError err = ACL_SUCCESS;
   Device* d = DeviceOrFail(deviceId, "aclsimDeviceCapacity", &err);

@@ -137,8 +137,8 @@ aclError ForkedChildFail(const char* api) {
 
 namespace {
 
-Runtime* CreateRuntime() {
-  auto* rt = new Runtime();  // never destroyed: usable from any static destructor
+// The simulated SoC: ASCEND_SIM_SOC (default: the first profile).
+const Profile* SelectProfile(bool warn) {
   const Profile* prof = &kProfiles[0];
   if (const char* soc = getenv("ASCEND_SIM_SOC"); soc && *soc) {
     const Profile* found = nullptr;
@@ -146,32 +146,32 @@ Runtime* CreateRuntime() {
       if (strcasecmp(p.soc, soc) == 0) found = &p;
     if (found) {
       prof = found;
-    } else {
+    } else if (warn) {
       std::string known;
       for (const Profile& p : kProfiles) known += std::string(known.empty() ? "" : ", ") + p.soc;
       Warn("ASCEND_SIM_SOC=%s is not a known SoC (known: %s); using %s", soc,
            known.c_str(), prof->soc);
     }
   }
-  rt->soc = prof->soc;
-  rt->capacity = prof->hbm;
-  rt->physical_count = prof->count;
+  return prof;
+}
 
+// The driver's device count: the profile's, or ASCEND_SIM_DEVICE_COUNT.
+int PhysicalCount(const Profile* prof, bool warn) {
+  int count = prof->count;
   if (const char* s = getenv("ASCEND_SIM_DEVICE_COUNT"); s && *s) {
     long v;
     if (ParseInt(s, 0, 1024, &v))
-      rt->physical_count = static_cast<int>(v);
-    else
+      count = static_cast<int>(v);
+    else if (warn)
       Warn("ignoring ASCEND_SIM_DEVICE_COUNT=%s (expected an integer 0..1024)", s);
   }
-  if (const char* s = getenv("ASCEND_SIM_HBM_BYTES"); s && *s) {
-    size_t v;
-    if (ParseBytes(s, &v) && v > 0)
-      rt->capacity = v;
-    else
-      Warn("ignoring ASCEND_SIM_HBM_BYTES=%s (expected bytes, e.g. 68719476736 or 64G)", s);
-  }
+  return count;
+}
 
+// The physical ids of the visible devices, in order: ASCEND_RT_VISIBLE_DEVICES (invalid and
+// repeated ids ignored), or all of them.
+std::vector<int> VisibleDevices(int physical_count, bool warn) {
   std::vector<int> visible;
   const char* vis = getenv("ASCEND_RT_VISIBLE_DEVICES");
   bool have_vis = false;
@@ -192,18 +192,36 @@ Runtime* CreateRuntime() {
       item = item.substr(a, b - a + 1);
       long id;
       bool dup = false;
-      if (ParseInt(item.c_str(), 0, rt->physical_count - 1, &id)) {
+      if (ParseInt(item.c_str(), 0, physical_count - 1, &id)) {
         for (int v : visible) dup |= (v == id);
         if (!dup) visible.push_back(static_cast<int>(id));
-      } else {
+      } else if (warn) {
         Warn("ASCEND_RT_VISIBLE_DEVICES: ignoring invalid device '%s' (physical devices: %d)",
-             item.c_str(), rt->physical_count);
+             item.c_str(), physical_count);
       }
     }
   } else {
-    for (int i = 0; i < rt->physical_count; ++i) visible.push_back(i);
+    for (int i = 0; i < physical_count; ++i) visible.push_back(i);
+  }
+  return visible;
+}
+
+Runtime* CreateRuntime() {
+  auto* rt = new Runtime();  // never destroyed: usable from any static destructor
+  const Profile* prof = SelectProfile(/*warn=*/true);
+  rt->soc = prof->soc;
+  rt->capacity = prof->hbm;
+  rt->physical_count = PhysicalCount(prof, /*warn=*/true);
+
+  if (const char* s = getenv("ASCEND_SIM_HBM_BYTES"); s && *s) {
+    size_t v;
+    if (ParseBytes(s, &v) && v > 0)
+      rt->capacity = v;
+    else
+      Warn("ignoring ASCEND_SIM_HBM_BYTES=%s (expected bytes, e.g. 68719476736 or 64G)", s);
   }
 
+  const std::vector<int> visible = VisibleDevices(rt->physical_count, /*warn=*/true);
   for (size_t i = 0; i < visible.size(); ++i) {
     auto d = std::make_unique<Device>();
     d->id = static_cast<int>(i);
@@ -215,6 +233,8 @@ Runtime* CreateRuntime() {
   return rt;
 }
 
+std::atomic<bool> g_runtime_started{false};
+
 thread_local int tl_current_device = 0;
 
 }  // namespace
@@ -222,6 +242,7 @@ thread_local int tl_current_device = 0;
 Runtime& RT() {
   static Runtime* rt = [] {
     Runtime* r = CreateRuntime();
+    g_runtime_started.store(true);
     // Registered after construction: runs before the destructors of statics built
     // earlier, and after those of statics built later (which may still use the API).
     std::atexit(AtExit);
@@ -518,6 +539,13 @@ bool Arena::InAllocation(const void* p, size_t len) const {
 size_t Arena::Used() const {
   std::shared_lock<std::shared_mutex> r(mu_);
   return used_;
+}
+
+bool RuntimeStarted() { return g_runtime_started.load(); }
+
+int VisibleCountNow() {
+  if (RuntimeStarted()) return RT().count();
+  return static_cast<int>(VisibleDevices(PhysicalCount(SelectProfile(false), false), false).size());
 }
 
 }  // namespace aclsim

@@ -307,6 +307,10 @@ struct Runtime {
 
 // Initialises on first use (reads the environment once).
 Runtime& RT();
+// Whether RT() has been created; the visible device count without creating it (see
+// aclsimVisibleDeviceCount).
+bool RuntimeStarted();
+int VisibleCountNow();
 // The error of a call that needs stream workers in a child forked after initialisation.
 aclError ForkedChildFail(const char* api);
 // Per-thread current device (default 0; stream workers: their stream's device).

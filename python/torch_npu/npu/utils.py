@@ -56,9 +56,24 @@ def _lazy_init():
     init()
 
 
+_cached_device_count: Optional[int] = None
+
+
 def device_count() -> int:
-    r"""Return the number of NPUs visible to this process (``ASCEND_RT_VISIBLE_DEVICES``)."""
-    return int(_C._npu_getDeviceCount())
+    r"""Return the number of NPUs visible to this process (``ASCEND_RT_VISIBLE_DEVICES``).
+
+    Before the NPU is initialised the count is not cached and does not start the runtime:
+    ``ASCEND_RT_VISIBLE_DEVICES`` set in between applies (the runtime reads it when it starts),
+    as in torch_npu. From initialisation on, the runtime's count is cached."""
+    global _cached_device_count
+    if _cached_device_count is not None:
+        return _cached_device_count
+    from torch_npu.npu import is_initialized  # late import: torch_npu.npu imports this module
+
+    if is_initialized():
+        _cached_device_count = int(_C._npu_getDeviceCount())
+        return _cached_device_count
+    return int(_C._npu_visibleDeviceCount())
 
 
 def is_available():

@@ -312,6 +312,13 @@ aclError aclmdlRIDebugJsonPrint(aclmdlRI modelRI, const char* path, uint32_t fla
 typedef int (*aclsimKernelFn)(void* userData, char* errBuf, size_t errBufLen);
 aclError aclsimLaunchKernel(aclrtStream stream, aclsimKernelFn fn, void* userData,
                             const char* name);
+// Whether the runtime has started (the first AscendCL call starts it; it reads
+// ASCEND_RT_VISIBLE_DEVICES, ASCEND_SIM_SOC, ASCEND_SIM_DEVICE_COUNT then).
+int aclsimRuntimeStarted(void);
+// The number of visible devices without starting the runtime: before it starts, what it would
+// have if it started now (the environment read again on every call, as the driver's count
+// and ASCEND_RT_VISIBLE_DEVICES are before AscendCL initialises); after, aclrtGetDeviceCount's.
+int32_t aclsimVisibleDeviceCount(void);
 // Device that owns `ptr` (anywhere inside an allocation or a mapped virtual range), or
 // -1 for host memory.
 int32_t aclsimPointerDevice(const void* ptr);
