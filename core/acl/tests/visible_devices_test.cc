@@ -10,9 +10,21 @@ int main() {
   setenv("ASCEND_SIM_SOC", "ascend910b4", 1);  // matched case-insensitively
   unsetenv("ASCEND_SIM_HBM_BYTES");
 
+  // Before the runtime starts, aclsimVisibleDeviceCount reads the environment on each call
+  // and starts nothing.
+  CHECK(aclsimRuntimeStarted() == 0);
+  CHECK(aclsimVisibleDeviceCount() == 2);
+  setenv("ASCEND_RT_VISIBLE_DEVICES", "0", 1);
+  CHECK(aclsimVisibleDeviceCount() == 1);
+  unsetenv("ASCEND_RT_VISIBLE_DEVICES");
+  CHECK(aclsimVisibleDeviceCount() == 4);
+  setenv("ASCEND_RT_VISIBLE_DEVICES", " 3,1 ,x,99,3,-1", 1);
+  CHECK(aclsimRuntimeStarted() == 0);
+
   uint32_t n = 0;
   CHECK_OK(aclrtGetDeviceCount(&n));
   CHECK(n == 2);
+  CHECK(aclsimRuntimeStarted() == 1);
   CHECK(strcmp(aclrtGetSocName(), "Ascend910B4") == 0);
   CHECK(aclsimDeviceCapacity(0) == (size_t(32) << 30));
   CHECK(aclsimDeviceCapacity(1) == (size_t(32) << 30));
@@ -26,6 +38,7 @@ int main() {
   unsetenv("ASCEND_RT_VISIBLE_DEVICES");
   CHECK_OK(aclrtGetDeviceCount(&n));
   CHECK(n == 2);
+  CHECK(aclsimVisibleDeviceCount() == 2);  // the runtime's, once it started
 
   void* p = nullptr;
   CHECK_OK(aclrtMalloc(&p, 1 << 20, ACL_MEM_MALLOC_HUGE_FIRST));
