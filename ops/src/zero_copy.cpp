@@ -55,9 +55,10 @@ namespace {
 }
 
 void check_no_cpu_operand(const char* op, const at::Tensor& self, const at::Tensor& other) {
-  const at::Tensor& npu = self.device().type() == c10::DeviceType::PrivateUse1 ? self : other;
-  const at::Tensor& cpu = self.device().type() == c10::DeviceType::PrivateUse1 ? other : self;
-  if (npu.device().type() == c10::DeviceType::PrivateUse1 && cpu.device().type() == c10::DeviceType::CPU && cpu.dim() != 0) {
+  constexpr c10::DeviceType npu_type = c10::DeviceType::PrivateUse1;
+  const at::Tensor& npu = self.device().type() == npu_type ? self : other;
+  const at::Tensor& cpu = self.device().type() == npu_type ? other : self;
+  if (npu.device().type() == npu_type && cpu.device().type() == c10::DeviceType::CPU && cpu.dim() != 0) {
     fail_cpu_operand(op, npu.device().index(), cpu.device());
   }
 }
