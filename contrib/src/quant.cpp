@@ -1,19 +1,21 @@
 // Quantised matrix products with op-plugin's schemas:
 //   npu_trans_quant_param         float32 scale (+ offset) packed into the int64 the kernels take
-//   npu_quant_matmul              int8 x int8 -> int32 accumulate, dequantised (and requantised to int8)
+//   npu_quant_matmul              int8 x int8 (or int4 x int4, packed eight to an int32) -> int32
+//                                 accumulate, dequantised (and requantised to int8), or the int32 sums
 //   npu_weight_quant_batchmatmul  float x int8 weight, the weight dequantised on the fly (per tensor,
 //                                 channel or group), optionally quantised to int8 at the end
 //   npu_quant_conv2d              int8 convolution, int32 accumulate, dequantised
 // Integer accumulation is exact: int8 products summed in int32 (matmul) or in float64, where
 // every such sum is an integer represented exactly (convolution, through ATen's kernel).
-// Arguments for formats the simulator lacks (int4 packed in int32, hifloat8, group sizes of
-// the quantised matmul, ...) raise NotImplementedError naming the argument.
+// Arguments for formats the simulator lacks (hifloat8, group sizes of the quantised matmul, ...)
+// raise NotImplementedError naming the argument.
 #include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/stack.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -165,16 +167,38 @@ inline T narrow(float v) {
                                      AT_DISPATCH_CASE_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, __VA_ARGS__))
 
 // ---- npu_quant_matmul -----------------------------------------------------------------------
-// out = (x1 @ x2 [+ bias int32]) * scale [* pertoken_scale] [+ bias float] [+ offset (int8 out)]
+// out = (x1 @ x2 [+ bias int32]) * scale [* pertoken_scale] [+ bias float] [+ offset (int8 out)];
+// an int32 output is the int32 sums (+ bias int32) themselves.
 
-Tensor npu_quant_matmul(const Tensor& x1, const Tensor& x2, const Tensor& scale, const OptTensor& offset_opt,
+// op-plugin's test of a tensor that is the transpose of a contiguous one in its last two dims.
+bool transposed_last_two(const Tensor& t) {
+  if (t.dim() < 2 || t.dim() > 6) return false;
+  const int64_t d1 = t.dim() - 1, d2 = t.dim() - 2;
+  if (t.stride(d2) != 1 || t.stride(d1) != t.size(d2)) return false;
+  int64_t span = t.size(d1) * t.size(d2);
+  for (int64_t b = t.dim() - 3; b >= 0; --b) {
+    if (t.stride(b) != span) return false;
+    span *= t.size(b);
+  }
+  return !(t.size(d1) == 1 && t.size(d2) == 1);
+}
+
+// int4 values packed eight to an int32 along the last dimension, the lowest nibble first (as
+// Ascend packs them), as int8 values: [..., c] int32 -> [..., 8 c] int8 (on the device).
+Tensor unpack_int4(const Tensor& packed) {
+  const Tensor bytes = packed.contiguous().view(at::kByte);  // little-endian: nibble 2i is byte i's low half
+  const Tensor nibbles = at::stack({bytes.bitwise_and(15), bytes.bitwise_right_shift(4)}, -1).flatten(-2);
+  return nibbles.to(at::kChar).bitwise_xor(8).sub(8);  // sign-extend 4 bits
+}
+
+Tensor npu_quant_matmul(const Tensor& x1_in, const Tensor& x2_in, const Tensor& scale, const OptTensor& offset_opt,
                         const OptTensor& pertoken_opt, const OptTensor& bias_opt, std::optional<int64_t> output_dtype,
                         std::optional<int64_t> x1_dtype, std::optional<int64_t> x2_dtype,
                         std::optional<int64_t> pertoken_scale_dtype, std::optional<int64_t> scale_dtype,
                         at::OptionalIntArrayRef group_sizes, const OptTensor& y_scale) {
   constexpr const char* op = "npu_quant_matmul";
   const Tensor &offset = get(offset_opt), &pertoken = get(pertoken_opt), &bias = get(bias_opt);
-  const auto device = npu_device(op, {{"x1", x1}, {"x2", x2}, {"scale", scale}, {"offset", offset},
+  const auto device = npu_device(op, {{"x1", x1_in}, {"x2", x2_in}, {"scale", scale}, {"offset", offset},
                                       {"pertoken_scale", pertoken}, {"bias", bias}, {"y_scale", get(y_scale)}});
   check_none(op, "x1_dtype", x1_dtype.has_value());
   check_none(op, "x2_dtype", x2_dtype.has_value());
@@ -182,12 +206,26 @@ Tensor npu_quant_matmul(const Tensor& x1, const Tensor& x2, const Tensor& scale,
   check_none(op, "scale_dtype", scale_dtype.has_value());
   check_none(op, "group_sizes", group_sizes.has_value());
   check_none(op, "y_scale", y_scale.has_value());
-  TORCH_CHECK_NOT_IMPLEMENTED(!(x1.scalar_type() == at::kInt && x2.scalar_type() == at::kInt), op,
-                              ": int4 data packed in int32 x1/x2 is not supported by the NPU simulator");
-  check_dtype(op, "x1", x1, at::kChar);
-  check_dtype(op, "x2", x2, at::kChar);
-  TORCH_CHECK(x1.dim() >= 2 && x1.dim() <= 6 && x2.dim() >= 2 && x2.dim() <= 6, op,
-              ": expected x1 and x2 with 2 to 6 dimensions, got shapes ", x1.sizes(), " and ", x2.sizes());
+  TORCH_CHECK(x1_in.dim() >= 2 && x1_in.dim() <= 6 && x2_in.dim() >= 2 && x2_in.dim() <= 6, op,
+              ": expected x1 and x2 with 2 to 6 dimensions, got shapes ", x1_in.sizes(), " and ", x2_in.sizes());
+  // int4 x int4: x1 [m, k // 8] contiguous, x2 [k, n // 8] contiguous or [k // 8, n] the transpose
+  // of a contiguous [n, k // 8]; computed as the int8 products of the unpacked values.
+  const bool int4 = x1_in.scalar_type() == at::kInt && x2_in.scalar_type() == at::kInt;
+  Tensor x1 = x1_in, x2 = x2_in;
+  if (int4) {
+    TORCH_CHECK(x1_in.is_contiguous(), op, ": int4 x1 (int32, [m, k // 8]) must be contiguous");
+    x1 = unpack_int4(x1_in);
+    if (transposed_last_two(x2_in)) {
+      x2 = unpack_int4(x2_in.transpose(-2, -1)).transpose(-2, -1);
+    } else {
+      TORCH_CHECK(x2_in.is_contiguous(), op, ": int4 x2 (int32) must be a contiguous [k, n // 8] or the transpose "
+                  "of a contiguous [n, k // 8], got shape ", x2_in.sizes(), " and strides ", x2_in.strides());
+      x2 = unpack_int4(x2_in);
+    }
+  } else {
+    check_dtype(op, "x1", x1, at::kChar);
+    check_dtype(op, "x2", x2, at::kChar);
+  }
   const int64_t m = x1.size(-2), k = x1.size(-1), n = x2.size(-1);
   TORCH_CHECK(x2.size(-2) == k, op, ": expected x2 of shape [..., k, n] with k = x1.size(-1) = ", k, ", got x2 of shape ",
               x2.sizes());
@@ -203,9 +241,21 @@ Tensor npu_quant_matmul(const Tensor& x1, const Tensor& x2, const Tensor& scale,
   int64_t B = 1;
   for (auto b : batch) B *= b;
 
-  const auto out_type = output_dtype.has_value()
-                            ? dtype_arg(op, "output_dtype", *output_dtype, {at::kChar, at::kHalf, at::kBFloat16})
-                            : at::kChar;
+  const auto out_type =
+      output_dtype.has_value()
+          ? dtype_arg(op, "output_dtype", *output_dtype, {at::kChar, at::kHalf, at::kBFloat16, at::kInt})
+          : at::kChar;
+  const bool int_out = out_type == at::kInt;
+  if (int4) {
+    TORCH_CHECK(out_type == at::kHalf || out_type == at::kBFloat16, op,
+                ": int4 x1/x2 (int32) need a float16 or bfloat16 output_dtype, got ", out_type);
+  }
+  if (int_out) {
+    TORCH_CHECK(!offset.defined() && !pertoken.defined(), op,
+                ": an int32 output takes neither offset nor pertoken_scale (it is the int32 sums)");
+    TORCH_CHECK(!bias.defined() || bias.scalar_type() == at::kInt, op,
+                ": an int32 output takes an int32 bias, got ", bias.scalar_type());
+  }
   check_dtype_in(op, "scale", scale, {at::kFloat, at::kBFloat16, at::kLong});
   check_vector(op, "scale", scale, n, "n");
   if (offset.defined()) {
@@ -255,22 +305,42 @@ Tensor npu_quant_matmul(const Tensor& x1, const Tensor& x2, const Tensor& scale,
         const float* fb = fbias.defined() ? fbias.const_data_ptr<float>() : nullptr;
         const auto* xa = t[0].const_data_ptr<int8_t>();
         const auto* xw = t[1].const_data_ptr<int8_t>();
+        // Row bi of x1 @ x2 (+ bias int32) into acc.
+        const auto row_sums = [&](int64_t bi, std::vector<int32_t>& acc) {
+          const int64_t b = bi / m;
+          std::fill(acc.begin(), acc.end(), 0);
+          const int8_t* row = xa + bi * k;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const int32_t v = row[kk];
+            const int8_t* wr = xw + (b * k + kk) * n;
+            for (int64_t j = 0; j < n; ++j) acc[j] += v * static_cast<int32_t>(wr[j]);
+          }
+          const int64_t bias_base = bias_batched ? b * n : 0;
+          if (ib != nullptr) {
+            for (int64_t j = 0; j < n; ++j) acc[j] += ib[bias_base + j];
+          }
+        };
+        if (int_out) {
+          auto* y = t[6].mutable_data_ptr<int32_t>();
+          at::parallel_for(0, B * m, 1, [&](int64_t begin, int64_t end) {
+            std::vector<int32_t> acc(n);
+            for (int64_t bi = begin; bi < end; ++bi) {
+              row_sums(bi, acc);
+              std::copy(acc.begin(), acc.end(), y + bi * n);
+            }
+          });
+          return;
+        }
         NPU_DISPATCH_QUANT_OUT(t[6].scalar_type(), op, [&] {
           auto* y = t[6].mutable_data_ptr<scalar_t>();
           at::parallel_for(0, B * m, 1, [&](int64_t begin, int64_t end) {
             std::vector<int32_t> acc(n);
             for (int64_t bi = begin; bi < end; ++bi) {
               const int64_t b = bi / m, i = bi % m;
-              std::fill(acc.begin(), acc.end(), 0);
-              const int8_t* row = xa + bi * k;
-              for (int64_t kk = 0; kk < k; ++kk) {
-                const int32_t v = row[kk];
-                const int8_t* wr = xw + (b * k + kk) * n;
-                for (int64_t j = 0; j < n; ++j) acc[j] += v * static_cast<int32_t>(wr[j]);
-              }
+              row_sums(bi, acc);
               const int64_t bias_base = bias_batched ? b * n : 0;
               for (int64_t j = 0; j < n; ++j) {
-                const int32_t s = acc[j] + (ib != nullptr ? ib[bias_base + j] : 0);
+                const int32_t s = acc[j];
                 float v = static_cast<float>(s) * sc[j];
                 if (has_pt) v *= pt[i];
                 if (fb != nullptr) v += fb[bias_base + j];

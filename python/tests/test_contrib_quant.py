@@ -79,6 +79,54 @@ def test_quant_matmul_batched_bias_and_packed_scale():
     torch.testing.assert_close(out.cpu().double(), ref, rtol=2e-3, atol=1e-2)
 
 
+def pack_int4(values):
+    """[..., 8 c] integers in [-8, 7] -> [..., c] int32, eight to a word, the lowest nibble first."""
+    nib = (values.to(torch.int64) & 15).reshape(*values.shape[:-1], -1, 8)
+    word = sum(nib[..., i] << (4 * i) for i in range(8))
+    return torch.where(word >= 2 ** 31, word - 2 ** 32, word).to(torch.int32)
+
+
+def test_quant_matmul_int4_packed_in_int32():
+    g = torch.Generator().manual_seed(7)
+    a = torch.randint(-8, 8, (5, 32), generator=g)
+    w = torch.randint(-8, 8, (32, 16), generator=g)
+    scale, pertoken = torch.rand(16, generator=g) * 0.1, torch.rand(5, generator=g)
+    bias = torch.randint(-20, 20, (16,), dtype=torch.int32, generator=g)
+    ref = (int_mm(a, w) + bias) * scale.double()
+    x1 = pack_int4(a).npu()  # [m, k // 8]
+    for x2 in (pack_int4(w).npu(),  # [k, n // 8]
+               pack_int4(w.t().contiguous()).npu().t()):  # [k // 8, n], the transpose of [n, k // 8]
+        out = torch_npu.npu_quant_matmul(x1, x2, scale.npu(), bias=bias.npu(), output_dtype=torch.float16)
+        assert out.shape == (5, 16) and out.dtype == torch.float16
+        torch.testing.assert_close(out.cpu().double(), ref, rtol=2e-3, atol=1e-2)
+    out = torch_npu.npu_quant_matmul(x1, pack_int4(w).npu(), scale.npu(), pertoken_scale=pertoken.npu(),
+                                     output_dtype=torch.bfloat16)
+    torch.testing.assert_close(out.cpu().double(), int_mm(a, w) * scale.double() * pertoken.double()[:, None],
+                               rtol=1e-2, atol=5e-2)
+    with pytest.raises(RuntimeError, match="float16 or bfloat16 output_dtype"):
+        torch_npu.npu_quant_matmul(x1, pack_int4(w).npu(), scale.npu())
+    with pytest.raises(RuntimeError, match="contiguous"):
+        torch_npu.npu_quant_matmul(x1, pack_int4(w).npu()[:, :1], scale[:8].npu(), output_dtype=torch.float16)
+    m = cm.LinearQuant(32, 16, bias=False, output_dtype=torch.float16).npu()
+    m.weight.data, m.scale.data = pack_int4(w.t().contiguous()).npu(), scale.npu()  # [n, k // 8]
+    torch.testing.assert_close(m(x1).cpu().double(), int_mm(a, w) * fp19(scale).double(), rtol=2e-3, atol=1e-2)
+
+
+def test_quant_matmul_int32_output_is_the_sums():
+    x1, x2 = int8(2, 6, 24, seed=21), int8(24, 10, seed=22)
+    bias = torch.randint(-100, 100, (10,), dtype=torch.int32)
+    out = torch_npu.npu_quant_matmul(x1.npu(), x2.npu(), torch.rand(10).npu(), bias=bias.npu(),
+                                     output_dtype=torch.int32)
+    assert out.dtype == torch.int32 and out.shape == (2, 6, 10)
+    assert torch.equal(out.cpu(), x1.int() @ x2.int() + bias)
+    m = cm.LinearQuant(24, 10, bias=False, output_dtype=torch.int32).npu()
+    m.weight.data, m.scale.data = x2.t().contiguous().npu(), torch.rand(10).npu()
+    assert torch.equal(m(x1.npu()).cpu(), x1.int() @ x2.int())
+    with pytest.raises(RuntimeError, match="int32 output"):
+        torch_npu.npu_quant_matmul(x1.npu(), x2.npu(), torch.rand(10).npu(), pertoken_scale=torch.rand(6).npu(),
+                                   output_dtype=torch.int32)
+
+
 def test_quant_matmul_bad_args():
     x1, x2, s = int8(4, 8).npu(), int8(8, 3).npu(), torch.ones(3).npu()
     with pytest.raises(RuntimeError, match="x2"):
@@ -214,6 +262,14 @@ def test_quant_fake_shapes():
                                          torch.empty(8, 3, dtype=torch.int8, device=d), torch.empty(3, device=d),
                                          output_dtype=torch.bfloat16)
         assert out.shape == (2, 5, 3) and out.dtype == torch.bfloat16
+        out = torch_npu.npu_quant_matmul(torch.empty(5, 4, dtype=torch.int32, device=d),
+                                         torch.empty(32, 2, dtype=torch.int32, device=d), torch.empty(1, device=d),
+                                         output_dtype=torch.float16)
+        assert out.shape == (5, 16)  # int4: x2 [k, n // 8]
+        out = torch_npu.npu_quant_matmul(torch.empty(5, 4, dtype=torch.int32, device=d),
+                                         torch.empty(16, 4, dtype=torch.int32, device=d).t(),
+                                         torch.empty(1, device=d), output_dtype=torch.int32)
+        assert out.shape == (5, 16) and out.dtype == torch.int32
         out = torch_npu.npu_quant_conv2d(torch.empty(1, 2, 7, 7, dtype=torch.int8, device=d),
                                          torch.empty(4, 2, 3, 3, dtype=torch.int8, device=d),
                                          torch.empty(4, device=d), [2, 2], [1, 1], [1, 1], 1, 0, "rint",
