@@ -43,6 +43,7 @@
 #include <limits>
 #include <string>
 
+#include "torch_npu/core/npu_graph.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/ops/zero_copy.h"
 
@@ -86,8 +87,11 @@ at::Tensor cpu_qtensor(const at::Tensor& alias, at::ScalarType qtype, at::Quanti
   return q;
 }
 
-// ATen's checkZeroPoints, which PyTorch leaves to the device's kernel on PrivateUse1.
+// ATen's checkZeroPoints, which PyTorch leaves to the device's kernel on PrivateUse1. It reads
+// npu zero points on the host, a synchronisation, which a capturing stream refuses: while one
+// captures they are not checked (the kernel saturates what an out-of-range one gives).
 void check_zero_points(const char* fn_name, const at::Tensor& zero_points, at::ScalarType qtype) {
+  if (is_npu(zero_points) && isStreamRecording(getCurrentNPUStream(zero_points.device().index()))) return;
   const at::Tensor zp = zero_points.to(c10::kCPU, at::kLong).contiguous();
   int64_t lo = 0, hi = 0;
   AT_DISPATCH_QINT_TYPES(qtype, "check_zero_points", [&]() {
@@ -137,8 +141,9 @@ void quantize_per_channel_npu(const at::Tensor& rtensor, at::Tensor& qtensor, co
 
 void dequantize_per_channel_npu(const at::Tensor& qtensor, at::Tensor& rtensor, const at::Tensor& scales,
                                 const at::Tensor& zero_points, int64_t axis) {
+  // The zero points were checked when the tensor was quantized; no host read here (the
+  // dequantization stays asynchronous and can be captured into an NPU graph).
   const auto qtype = qtensor.scalar_type();
-  check_zero_points("dequantize_tensor_per_channel_affine", zero_points, qtype);
   launch_kernel("aten::dequantize", rtensor.device().index(), {integer_view(qtensor), rtensor, scales, zero_points},
                 rtensor.numel(), [qtype, axis](const std::vector<at::Tensor>& t) {
                   at::Tensor r = t[1];

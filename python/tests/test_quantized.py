@@ -225,3 +225,22 @@ def test_quantized_section_is_what_torch_npu_registers():
     with open(REGISTERED) as f:
         theirs = {line.split()[0] for line in f if "QuantizedPrivateUse1(" in line}
     assert theirs == set(_op_table.QUANTIZED)
+
+
+def test_quantize_and_dequantize_in_an_npu_graph():
+    x = torch.randn(64, 32, device="npu")
+    scales, zps = torch.rand(32, device="npu") * 0.1 + 0.01, torch.arange(32, device="npu")
+    s = torch.npu.Stream()
+    with torch.npu.stream(s):
+        g = torch.npu.NPUGraph()
+        g.capture_begin()
+        d1 = torch.quantize_per_tensor(x, 0.05, 3, torch.qint8).dequantize()
+        q2 = torch.quantize_per_channel(x, scales, zps, 1, torch.quint8)
+        d2 = q2.dequantize()
+        g.capture_end()
+    x.copy_(torch.randn(64, 32))
+    g.replay()
+    torch.npu.synchronize()
+    xc = x.cpu()
+    assert torch.equal(d1.cpu(), torch.quantize_per_tensor(xc, 0.05, 3, torch.qint8).dequantize())
+    assert torch.equal(d2.cpu(), torch.quantize_per_channel(xc, scales.cpu(), zps.cpu(), 1, torch.quint8).dequantize())
