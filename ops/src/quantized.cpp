@@ -2,8 +2,8 @@
 // for them: quantize_per_tensor / quantize_per_channel of float npu tensors, dequantize,
 // int_repr, the quantizer accessors (q_scale, q_zero_point, q_per_channel_*, qscheme),
 // allocation (_empty_affine_quantized, empty.memory_format, empty_strided, empty_like),
-// views (view, as_strided, ravel), contiguous / clone, flip and _copy_from (.cpu() / .npu()
-// / .to() of quantized tensors).
+// views (view, as_strided, ravel), contiguous / clone, flip and _copy_from (copy_ between
+// quantized tensors, on either device).
 //
 // A quantized npu tensor is a QTensorImpl whose storage is NPU memory (the caching
 // allocator) and which carries its quantizer, as on CUDA. PyTorch's quantizers reach the
@@ -15,8 +15,9 @@
 // same storage, sizes and strides, which the ordinary npu kernels copy and flip.
 //
 // As in torch_npu, sub-byte dtypes (quint4x2, quint2x4) have no npu quantize kernels, and
-// a per-channel quantized tensor cannot cross devices: PyTorch makes the destination with
-// _empty_per_channel_affine_quantized, which torch_npu does not register.
+// .cpu() / .to() of a quantized tensor raise: PyTorch's _to_copy makes the destination with
+// empty_quantized, which torch_npu does not register for QuantizedPrivateUse1. copy_ into an
+// existing quantized tensor of the other device moves the values (and the source's quantizer).
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/WrapDimUtilsMulti.h>
