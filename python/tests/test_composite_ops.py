@@ -185,6 +185,15 @@ def test_quantization():
     _close(y, torch.round(f / ref_s.unsqueeze(-1)).clamp(-128, 127).to(torch.int8))
     with pytest.raises(RuntimeError, match="npu_quantize: dtype must be"):
         torch_npu.npu_quantize(f.npu(), scales.npu(), None, torch.float32)
+    # torch.quint4x2 (div_mode=False): round(x * scale + zero_point) in [-8, 7], packed eight to an int32
+    q4 = torch_npu.npu_quantize(f.npu(), scales.npu(), torch.ones(8).npu(), torch.quint4x2, -1, False)
+    assert q4.dtype == torch.int32 and q4.shape == (4, 1)
+    expected = torch.round(f * scales + 1).clamp(-8, 7)
+    _close(torch_npu.npu_anti_quant(q4, torch.ones(8).npu()), expected.half())  # small integers: exact
+    with pytest.raises(RuntimeError, match="divded by 8"):
+        torch_npu.npu_quantize(f[:, :4].npu(), scales[:4].npu(), None, torch.quint4x2, -1, False)
+    with pytest.raises(RuntimeError, match="npu_quantize: dtype must be"):
+        torch_npu.npu_quantize(f.npu(), scales.npu(), None, torch.quint4x2)  # div_mode=True has no int4
 
 
 def _xywh_diou(p, g, complete):

@@ -591,6 +591,13 @@ def _unpack_int4(x):
     return nibbles.flatten(-2)
 
 
+def _pack_int4(values):
+    """Integers in [-8, 7] [..., 8 c] -> int32 words [..., c] of 8 signed 4-bit values, lowest nibble first."""
+    nibbles = (values.to(torch.int64) & 0xF).unflatten(-1, (-1, 8))
+    word = (nibbles << torch.arange(0, 32, 4, device=values.device, dtype=torch.int64)).sum(-1)
+    return torch.where(word >= 2 ** 31, word - 2 ** 32, word).to(torch.int32)
+
+
 @_op("npu_anti_quant(Tensor x, Tensor scale, *, Tensor? offset=None, int? dst_dtype=None, int? src_dtype=None) -> Tensor")
 def _npu_anti_quant(x, scale, *, offset=None, dst_dtype=None, src_dtype=None):
     """(x + offset) * scale in dst_dtype (default float16); int32 x holds packed int4 values."""
@@ -612,10 +619,17 @@ _QUANT_STORAGE = {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.qint
 @_op("npu_quantize(Tensor self, Tensor scales, Tensor? zero_points, int dtype, int axis=1, bool div_mode=True) -> Tensor")
 def _npu_quantize(self, scales, zero_points, dtype, axis=1, div_mode=True):
     """round(self / scales + zero_points) (div_mode) or round(self * scales + zero_points),
-    saturated to dtype; per-channel scales broadcast along `axis`."""
+    saturated to dtype; per-channel scales broadcast along `axis`. torch.quint4x2 (div_mode=False):
+    int4 values packed eight to an int32 along the last dimension, the lowest nibble first."""
     target = _dtype("npu_quantize", "dtype", dtype)
-    _check(target in _QUANT_RANGE, f"npu_quantize: dtype must be one of torch.qint8, torch.quint8, torch.qint32, "
-                                   f"torch.int8, torch.uint8, torch.int32; got {target}")
+    int4 = target == torch.quint4x2 and not div_mode
+    _check(target in _QUANT_RANGE or int4, f"npu_quantize: dtype must be one of torch.qint8, torch.quint8, "
+                                           f"torch.qint32, torch.int8, torch.uint8, torch.int32 (or torch.quint4x2 "
+                                           f"with div_mode=False); got {target}")
+    if int4:
+        _check(self.dim() >= 1 and self.size(-1) % 8 == 0, "Input shape last dim must be divded by 8")
+    if not div_mode and axis >= -1:
+        axis = -1  # op-plugin's AscendQuant path quantizes along the last dimension unless axis < -1
     shape = [1] * self.dim()
     if scales.numel() > 1:
         shape[axis % self.dim()] = -1
@@ -623,6 +637,8 @@ def _npu_quantize(self, scales, zero_points, dtype, axis=1, div_mode=True):
     x = self.float() / s if div_mode else self.float() * s
     if zero_points is not None:
         x = x + zero_points.float().reshape(shape)
+    if int4:
+        return _pack_int4(torch.round(x).clamp(-8, 7))
     lo, hi = _QUANT_RANGE[target]
     return torch.round(x).clamp(lo, hi).to(_QUANT_STORAGE.get(target, target))
 
