@@ -2,7 +2,7 @@
 //   npu_trans_quant_param         float32 scale (+ offset) packed into the int64 the kernels take
 //   npu_quant_matmul              int8 x int8 (or int4 x int4, packed eight to an int32) -> int32
 //                                 accumulate, dequantised (and requantised to int8), or the int32 sums
-//   npu_weight_quant_batchmatmul  float x int8 weight, the weight dequantised on the fly (per tensor,
+//   npu_weight_quant_batchmatmul  float x int8 (or int4 in int32) weight, dequantised on the fly (per tensor,
 //                                 channel or group), optionally quantised to int8 at the end
 //   npu_quant_conv2d              int8 convolution, int32 accumulate, dequantised
 // Integer accumulation is exact: int8 products summed in int32 (matmul) or in float64, where
@@ -360,7 +360,7 @@ Tensor npu_quant_matmul(const Tensor& x1_in, const Tensor& x2_in, const Tensor& 
 // [1, 1]), per output channel ([n], [1, n]) or per group of antiquant_group_size rows of k
 // ([ceil(k / group), n]).
 
-Tensor npu_weight_quant_batchmatmul(const Tensor& x, const Tensor& weight, const Tensor& antiquant_scale,
+Tensor npu_weight_quant_batchmatmul(const Tensor& x, const Tensor& weight_in, const Tensor& antiquant_scale,
                                     const OptTensor& antiquant_offset_opt, const OptTensor& quant_scale_opt,
                                     const OptTensor& quant_offset_opt, const OptTensor& bias_opt,
                                     int64_t antiquant_group_size, int64_t inner_precise,
@@ -368,12 +368,24 @@ Tensor npu_weight_quant_batchmatmul(const Tensor& x, const Tensor& weight, const
   constexpr const char* op = "npu_weight_quant_batchmatmul";
   const Tensor &aoff = get(antiquant_offset_opt), &qs = get(quant_scale_opt), &qo = get(quant_offset_opt),
                &bias = get(bias_opt);
-  const auto device = npu_device(op, {{"x", x}, {"weight", weight}, {"antiquant_scale", antiquant_scale},
+  const auto device = npu_device(op, {{"x", x}, {"weight", weight_in}, {"antiquant_scale", antiquant_scale},
                                       {"antiquant_offset", aoff}, {"quant_scale", qs}, {"quant_offset", qo},
                                       {"bias", bias}});
   check_none(op, "weight_dtype", weight_dtype.has_value());
-  TORCH_CHECK_NOT_IMPLEMENTED(weight.scalar_type() != at::kInt, op,
-                              ": int4 weights packed in int32 are not supported by the NPU simulator");
+  // int4 weights packed eight to an int32 (npu_convert_weight_to_int4pack): [k, n // 8], or the
+  // transpose of a contiguous [n, k // 8]; dequantised from their int8 values.
+  Tensor weight = weight_in;
+  if (weight_in.scalar_type() == at::kInt) {
+    TORCH_CHECK(weight_in.dim() == 2, op, ": expected an int4 (int32) weight of 2 dimensions, got ", weight_in.sizes());
+    if (transposed_last_two(weight_in)) {
+      weight = unpack_int4(weight_in.transpose(-2, -1)).transpose(-2, -1);
+    } else {
+      TORCH_CHECK(weight_in.is_contiguous(), op, ": an int4 (int32) weight must be a contiguous [k, n // 8] or the "
+                  "transpose of a contiguous [n, k // 8], got shape ", weight_in.sizes(), " and strides ",
+                  weight_in.strides());
+      weight = unpack_int4(weight_in);
+    }
+  }
   check_float(op, "x", x, 2);
   check_dtype(op, "weight", weight, at::kChar);
   TORCH_CHECK(weight.dim() == 2 && weight.size(0) == x.size(1), op, ": expected weight of shape [k = ", x.size(1),

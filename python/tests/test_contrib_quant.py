@@ -173,6 +173,35 @@ def test_weight_quant_batchmatmul_requant_to_int8():
     assert (out.cpu().double() - ref).abs().max() <= 1
 
 
+def test_convert_weight_to_int4pack_and_int4_weight_quant_batchmatmul():
+    g = torch.Generator().manual_seed(31)
+    w = torch.randint(-8, 8, (64, 32), dtype=torch.int32, generator=g)
+    packed = torch_npu.npu_convert_weight_to_int4pack(w.npu())
+    assert packed.dtype == torch.int32 and packed.shape == (64, 4)
+    assert torch.equal(packed.cpu(), pack_int4(w))
+    assert torch_npu.npu_convert_weight_to_int4pack(w.view(2, 32, 32).npu()).shape == (2, 32, 4)
+    # a FRACTAL_NZ weight gives a FRACTAL_NZ result over the same values
+    nz = torch_npu.npu_convert_weight_to_int4pack(torch_npu.npu_format_cast(w.npu(), 29))
+    assert torch_npu.get_npu_format(nz) == torch_npu.Format.FRACTAL_NZ and torch.equal(nz.cpu(), pack_int4(w))
+    # float32 FLOAT4_E2M1 values: their 4-bit codes
+    fp4 = torch.tensor([[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], [-0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]])
+    codes = torch_npu.npu_convert_weight_to_int4pack(fp4.npu())
+    assert codes.dtype == torch.float32
+    assert codes.cpu().view(torch.int32).flatten().tolist() == [0x76543210, 0xFEDCBA98 - 2 ** 32]
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        torch_npu.npu_convert_weight_to_int4pack(w[:, :12].contiguous().npu())
+    with pytest.raises(RuntimeError, match="contiguous"):
+        torch_npu.npu_convert_weight_to_int4pack(w.t().npu())
+    x = torch.randn(5, 64, dtype=torch.float16, generator=g)
+    s, o = (torch.rand(1, 32, generator=g) * 0.1).half(), torch.randn(1, 32, generator=g).half()
+    ref = x.double() @ ((w.half() + o) * s).double()  # the antiquantisation rounds in float16
+    out = torch_npu.npu_weight_quant_batchmatmul(x.npu(), packed, s.npu(), o.npu())
+    assert out.shape == (5, 32) and out.dtype == torch.float16
+    torch.testing.assert_close(out.cpu().double(), ref, rtol=2e-3, atol=2e-2)
+    transposed = torch_npu.npu_convert_weight_to_int4pack(w.t().contiguous().npu()).t()  # [k // 8, n]
+    assert torch.equal(torch_npu.npu_weight_quant_batchmatmul(x.npu(), transposed, s.npu(), o.npu()).cpu(), out.cpu())
+
+
 def test_weight_quant_batchmatmul_bad_args():
     x, w = torch.randn(4, 8, dtype=torch.float16).npu(), int8(8, 3).npu()
     with pytest.raises(RuntimeError, match="antiquant_scale"):
@@ -282,6 +311,10 @@ def test_quant_fake_shapes():
                                                      torch.empty(8, 5, dtype=torch.int8, device=d),
                                                      torch.empty(5, dtype=torch.float16, device=d))
         assert out.shape == (3, 5) and out.dtype == torch.float16
+        out = torch_npu.npu_weight_quant_batchmatmul(torch.empty(3, 64, dtype=torch.float16, device=d),
+                                                     torch.empty(64, 4, dtype=torch.int32, device=d),
+                                                     torch.empty(32, dtype=torch.float16, device=d))
+        assert out.shape == (3, 32)  # int4 weight [k, n // 8]
 
 
 def test_torch_compile_traces_quant_and_ps_roi_ops():

@@ -643,6 +643,37 @@ def _npu_quantize(self, scales, zero_points, dtype, axis=1, div_mode=True):
     return torch.round(x).clamp(lo, hi).to(_QUANT_STORAGE.get(target, target))
 
 
+# FLOAT4_E2M1 codes of the float32 values it holds, by the value's top 10 bits (sign, exponent, 1 mantissa bit).
+_FP4_E2M1 = {0x00000000: 0, 0x3F000000: 1, 0x3F800000: 2, 0x3FC00000: 3, 0x40000000: 4, 0x40400000: 5,
+             0x40800000: 6, 0x40C00000: 7, 0x80000000: 8, 0xBF000000: 9, 0xBF800000: 10, 0xBFC00000: 11,
+             0xC0000000: 12, 0xC0400000: 13, 0xC0800000: 14, 0xC0C00000: 15}
+
+
+@_op("npu_convert_weight_to_int4pack(Tensor weight, int inner_k_tiles=0) -> Tensor")
+def _npu_convert_weight_to_int4pack(weight, inner_k_tiles=0):
+    """int32 weights holding int4 values [..., k, n] (2-D or 3-D, contiguous, n a multiple of 8) ->
+    int32 [..., k, n // 8]: eight values' low 4 bits to a word, the lowest nibble first. float32
+    weights holding FLOAT4_E2M1 values are packed as their 4-bit codes (0 for other values). A
+    FRACTAL_NZ weight gives a FRACTAL_NZ result (int32 blocks of 16 x 8)."""
+    _check(weight.is_contiguous(), "weight should be contiguous")
+    _check(weight.dim() in (2, 3), f"weight shape only support dim num 2/3, but it is {weight.dim()}")
+    _check(weight.dtype in (torch.int32, torch.float32),
+           f"weight dtype only support int32 and float32, but it is {weight.dtype}")
+    _check(all(s > 0 for s in weight.shape), "weight dim should be greater than 0")
+    _check(weight.size(-1) % 8 == 0, f"weight last dim should be the multiple of 8, but it is {weight.size(-1)}")
+    values = weight
+    if weight.dtype == torch.float32:
+        top = weight.view(torch.int32).to(torch.int64) & 0xFFC00000
+        values = torch.zeros_like(top)
+        for bits, code in _FP4_E2M1.items():
+            values = torch.where(top == bits, code, values)
+    packed = _pack_int4(values)
+    nz = not torch._subclasses.fake_tensor.is_fake(weight) and torch.ops.npu.get_npu_format(weight) == 29
+    if nz:
+        packed = torch.ops.npu.npu_format_cast(packed, 29, customize_dtype=torch.int32)
+    return packed if weight.dtype == torch.int32 else packed.view(torch.float32)
+
+
 @_op("npu_dynamic_quant(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, int? dst_type=None, "
      "str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor)")
 def _npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=None, quant_mode="pertoken",

@@ -502,7 +502,10 @@ def _npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=N
 def _npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
                                   quant_offset=None, bias=None, antiquant_group_size=0, inner_precise=0,
                                   weight_dtype=None):
-    return x.new_empty([x.shape[0], weight.shape[1]], dtype=torch.int8 if quant_scale is not None else x.dtype)
+    n = weight.shape[1]
+    if weight.dtype == torch.int32 and not (weight.stride(0) == 1 and weight.stride(1) == weight.shape[0]):
+        n = n * 8  # int4 weight [k, n // 8], eight values to an int32 (its transpose [k // 8, n] holds n)
+    return x.new_empty([x.shape[0], n], dtype=torch.int8 if quant_scale is not None else x.dtype)
 
 
 @_fake("npu::npu_quant_conv2d")
