@@ -1,14 +1,15 @@
 // Quantised matrix products with op-plugin's schemas:
 //   npu_trans_quant_param         float32 scale (+ offset) packed into the int64 the kernels take
 //   npu_quant_matmul              int8 x int8 (or int4 x int4, packed eight to an int32) -> int32
-//                                 accumulate, dequantised (and requantised to int8), or the int32 sums
+//                                 accumulate, dequantised (and requantised to int8), or the int32 sums;
+//                                 A8W4: int8 x int4 with scales per group of k (group_sizes)
 //   npu_weight_quant_batchmatmul  float x int8 (or int4 in int32) weight, dequantised on the fly (per tensor,
 //                                 channel or group), optionally quantised to int8 at the end
 //   npu_quant_conv2d              int8 convolution, int32 accumulate, dequantised
 // Integer accumulation is exact: int8 products summed in int32 (matmul) or in float64, where
 // every such sum is an integer represented exactly (convolution, through ATen's kernel).
-// Arguments for formats the simulator lacks (hifloat8, group sizes of the quantised matmul, ...)
-// raise NotImplementedError naming the argument.
+// Arguments for formats the simulator lacks (hifloat8, group sizes of the int8 x int8 quantised
+// matmul, ...) raise NotImplementedError naming the argument.
 #include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/constant_pad_nd.h>
@@ -191,6 +192,71 @@ Tensor unpack_int4(const Tensor& packed) {
   return nibbles.to(at::kChar).bitwise_xor(8).sub(8);  // sign-extend 4 bits
 }
 
+// A8W4: int8 x1 [m, k], int4 weights packed eight to an int32 x2 [k, n // 8] (as
+// npu_convert_weight_to_int4pack makes them), scales per group of group_sizes[2] rows of k and
+// column ([k / group, n], float32 or packed by npu_trans_quant_param), the float32 y_offset
+// (`offset`, [n]) and per-token scales x1_scale (`pertoken_scale`, [m] or [m, 1]):
+//   out = ((x1 - 8) @ (x2 * x2_scale) + y_offset) * x1_scale
+// as op-plugin's reference computes it: int8 x1 taken as two int4 halves, the high one and the low
+// one shifted by -8 into int4's range (16 high + (low - 8) = x1 - 8). Sums are exact (float64).
+Tensor quant_matmul_a8w4(const char* op, c10::DeviceIndex device, const Tensor& x1, const Tensor& x2,
+                         const Tensor& scale, const Tensor& y_offset, const Tensor& pertoken, const Tensor& bias,
+                         c10::ScalarType out_type, c10::IntArrayRef group_sizes) {
+  TORCH_CHECK(x1.dim() == 2 && x2.dim() == 2, op, ": A8W4 (int8 x1, int32 x2) expects 2-D x1 [m, k] and x2 [k, n // 8], "
+              "got ", x1.sizes(), " and ", x2.sizes());
+  TORCH_CHECK(group_sizes.size() == 3, op, ": group_sizes only support input with three elements, but got ",
+              group_sizes.size());
+  for (auto g : group_sizes) {
+    TORCH_CHECK(g >= 0 && g <= 65535, op, ": group param value must conform to range [0, 65535], got ", group_sizes);
+  }
+  TORCH_CHECK(group_sizes[0] <= 1 && group_sizes[1] <= 1, op,
+              ": A8W4 takes groups along k only (group_sizes [0, 0, group_k]), got ", group_sizes);
+  TORCH_CHECK(x2.is_contiguous(), op, ": an int4 (int32) x2 must be a contiguous [k, n // 8], got strides ",
+              x2.strides());
+  const int64_t m = x1.size(0), k = x1.size(1), n = x2.size(1) * 8;
+  TORCH_CHECK(x2.size(0) == k, op, ": expected x2 of shape [k = ", k, ", n // 8], got ", x2.sizes());
+  const int64_t group = group_sizes[2] > 0 ? group_sizes[2] : k;
+  TORCH_CHECK(k % group == 0, op, ": group_sizes[2] = ", group, " must divide k = ", k);
+  const int64_t groups = k / group;
+  check_dtype_in(op, "scale", scale, {at::kFloat, at::kLong});
+  TORCH_CHECK(scale.numel() == groups * n && (scale.dim() == 2 ? scale.size(0) == groups && scale.size(1) == n
+                                                                : scale.dim() == 1),
+              op, ": expected scale of shape [k / group = ", groups, ", n = ", n, "], got ", scale.sizes());
+  TORCH_CHECK(!bias.defined(), op, ": A8W4 takes no bias (y_offset is `offset`)");
+  TORCH_CHECK(out_type == at::kHalf || out_type == at::kBFloat16, op,
+              ": A8W4 needs a float16 or bfloat16 output_dtype, got ", out_type);
+  if (y_offset.defined()) {
+    check_dtype(op, "offset", y_offset, at::kFloat);
+    TORCH_CHECK(y_offset.numel() == n, op, ": expected offset (y_offset) of n = ", n, " values, got ", y_offset.sizes());
+  }
+  if (pertoken.defined()) {
+    check_dtype(op, "pertoken_scale", pertoken, at::kFloat);
+    TORCH_CHECK(pertoken.numel() == m && (pertoken.dim() == 1 || (pertoken.dim() == 2 && pertoken.size(1) == 1)), op,
+                ": expected pertoken_scale of shape [m = ", m, "] or [m, 1], got ", pertoken.sizes());
+  }
+  Tensor out = at::empty({m, n}, x1.options().dtype(out_type));
+  if (out.numel() == 0) return out;
+  ops::launch_kernel(op, device, {dense(x1), x2, dense(scale), dense(y_offset), dense(pertoken), out},
+                     m * n * std::max<int64_t>(k, 1) / 8, [=](const std::vector<Tensor>& t) {
+                       // Per-group scales as float64 [groups, n] (packed ones: their float32 bits).
+                       Tensor s = at::empty({groups, n}, t[0].options().dtype(at::kDouble));
+                       auto* sd = s.mutable_data_ptr<double>();
+                       if (t[2].scalar_type() == at::kLong) {
+                         const auto* p = t[2].const_data_ptr<int64_t>();
+                         for (int64_t i = 0; i < groups * n; ++i) sd[i] = unpack_scale(p[i]);
+                       } else {
+                         const auto* p = t[2].const_data_ptr<float>();
+                         for (int64_t i = 0; i < groups * n; ++i) sd[i] = p[i];
+                       }
+                       const Tensor w = unpack_int4(t[1]).to(at::kDouble).mul_(s.repeat_interleave(group, 0));
+                       Tensor y = at::mm(t[0].to(at::kDouble).sub_(8), w);
+                       if (t[3].defined()) y.add_(t[3].to(at::kDouble).reshape({1, n}));
+                       if (t[4].defined()) y.mul_(t[4].to(at::kDouble).reshape({m, 1}));
+                       t[5].copy_(y);
+                     });
+  return out;
+}
+
 Tensor npu_quant_matmul(const Tensor& x1_in, const Tensor& x2_in, const Tensor& scale, const OptTensor& offset_opt,
                         const OptTensor& pertoken_opt, const OptTensor& bias_opt, std::optional<int64_t> output_dtype,
                         std::optional<int64_t> x1_dtype, std::optional<int64_t> x2_dtype,
@@ -204,8 +270,14 @@ Tensor npu_quant_matmul(const Tensor& x1_in, const Tensor& x2_in, const Tensor& 
   check_none(op, "x2_dtype", x2_dtype.has_value());
   check_none(op, "pertoken_scale_dtype", pertoken_scale_dtype.has_value());
   check_none(op, "scale_dtype", scale_dtype.has_value());
-  check_none(op, "group_sizes", group_sizes.has_value());
   check_none(op, "y_scale", y_scale.has_value());
+  if (x1_in.scalar_type() == at::kChar && x2_in.scalar_type() == at::kInt) {
+    const auto out_type =
+        output_dtype.has_value() ? dtype_arg(op, "output_dtype", *output_dtype, {at::kHalf, at::kBFloat16}) : at::kChar;
+    return quant_matmul_a8w4(op, device, x1_in, x2_in, scale, offset, pertoken, bias, out_type,
+                             group_sizes.value_or(c10::IntArrayRef{0, 0, 0}));
+  }
+  check_none(op, "group_sizes", group_sizes.has_value());
   TORCH_CHECK(x1_in.dim() >= 2 && x1_in.dim() <= 6 && x2_in.dim() >= 2 && x2_in.dim() <= 6, op,
               ": expected x1 and x2 with 2 to 6 dimensions, got shapes ", x1_in.sizes(), " and ", x2_in.sizes());
   // int4 x int4: x1 [m, k // 8] contiguous, x2 [k, n // 8] contiguous or [k // 8, n] the transpose

@@ -112,6 +112,30 @@ def test_quant_matmul_int4_packed_in_int32():
     torch.testing.assert_close(m(x1).cpu().double(), int_mm(a, w) * fp19(scale).double(), rtol=2e-3, atol=1e-2)
 
 
+def test_quant_matmul_a8w4_per_group():
+    # int8 x1 times int4 weights: ((x1 - 8) @ (w * group scale) + y_offset) * pertoken_scale, the
+    # cube's split of int8 into int4 halves (y_offset carries 8 * sum(w * scale) back)
+    g = torch.Generator().manual_seed(41)
+    m, k, n, group = 3, 64, 16, 16
+    x1 = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+    w = torch.randint(-8, 8, (k, n), dtype=torch.int32, generator=g)
+    scale = torch.rand(k // group, n, generator=g) * 0.1
+    y_offset, pertoken = torch.randn(n, generator=g), torch.rand(m, 1, generator=g)
+    x2 = torch_npu.npu_convert_weight_to_int4pack(w.npu())
+    packed = torch_npu.npu_trans_quant_param(scale.npu().reshape(-1)).reshape(k // group, n)
+    for s in (scale.npu(), packed):
+        out = torch_npu.npu_quant_matmul(x1.npu(), x2, s, offset=y_offset.npu(), pertoken_scale=pertoken.npu(),
+                                         output_dtype=torch.bfloat16, group_sizes=[0, 0, group])
+        assert out.shape == (m, n) and out.dtype == torch.bfloat16
+        sc = (scale if s is not packed else fp19(scale)).double().repeat_interleave(group, 0)
+        ref = ((x1.double() - 8) @ (w.double() * sc) + y_offset.double()) * pertoken.double()
+        torch.testing.assert_close(out.cpu().double(), ref, rtol=1e-2, atol=1e-2)
+    with pytest.raises(RuntimeError, match="must divide k"):
+        torch_npu.npu_quant_matmul(x1.npu(), x2, scale.npu(), output_dtype=torch.float16, group_sizes=[0, 0, 24])
+    with pytest.raises(RuntimeError, match="float16 or bfloat16"):
+        torch_npu.npu_quant_matmul(x1.npu(), x2, scale.npu(), group_sizes=[0, 0, group])
+
+
 def test_quant_matmul_int32_output_is_the_sums():
     x1, x2 = int8(2, 6, 24, seed=21), int8(24, 10, seed=22)
     bias = torch.randint(-100, 100, (10,), dtype=torch.int32)

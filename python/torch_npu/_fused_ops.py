@@ -493,7 +493,7 @@ def _quant_dtype(v, default):
 def _npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None, **_):
     batch = torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
     n = x2.shape[-1]
-    if x1.dtype == x2.dtype == torch.int32 and not (x2.dim() >= 2 and x2.stride(-2) == 1 and x2.stride(-1) == x2.shape[-2]):
+    if x2.dtype == torch.int32 and not (x2.dim() >= 2 and x2.stride(-2) == 1 and x2.stride(-1) == x2.shape[-2]):
         n = n * 8  # int4 x2 [k, n // 8], eight values to an int32 (its transpose [k // 8, n] holds n)
     return x1.new_empty([*batch, x1.shape[-2], n], dtype=_quant_dtype(output_dtype, torch.int8))
 
