@@ -192,6 +192,20 @@ def test_quantization():
     _close(torch_npu.npu_anti_quant(q4, torch.ones(8).npu()), expected.half())  # small integers: exact
     with pytest.raises(RuntimeError, match="divded by 8"):
         torch_npu.npu_quantize(f[:, :4].npu(), scales[:4].npu(), None, torch.quint4x2, -1, False)
+    # npu_dynamic_quant to int4 (scale = max|x| / 7, packed eight to an int32) and with MoE groups:
+    # row r takes smooth_scales[g] for group_index[g - 1] <= r < group_index[g]
+    y4, s4 = torch_npu.npu_dynamic_quant(f.npu(), dst_type=torch.quint4x2)
+    ref_s4 = f.abs().amax(-1) / 7
+    _close(s4, ref_s4)
+    assert y4.dtype == torch.int32 and y4.shape == (4, 1)
+    _close(torch_npu.npu_anti_quant(y4, torch.ones(8).npu()), torch.round(f / ref_s4.unsqueeze(-1)).half())
+    rows = torch.randn(2, 3, 8)
+    smooth, ends = torch.rand(3, 8) + 0.5, torch.tensor([2, 2, 6], dtype=torch.int32)
+    yg, sg = torch_npu.npu_dynamic_quant(rows.npu(), smooth_scales=smooth.npu(), group_index=ends.npu())
+    smoothed = rows.reshape(6, 8) * smooth[torch.tensor([0, 0, 2, 2, 2, 2])]
+    ref_sg = smoothed.abs().amax(-1) / 127
+    _close(sg, ref_sg.reshape(2, 3))
+    _close(yg, torch.round(smoothed / ref_sg.unsqueeze(-1)).clamp(-128, 127).to(torch.int8).reshape(2, 3, 8))
     with pytest.raises(RuntimeError, match="npu_quantize: dtype must be"):
         torch_npu.npu_quantize(f.npu(), scales.npu(), None, torch.quint4x2)  # div_mode=True has no int4
 

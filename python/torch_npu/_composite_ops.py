@@ -678,18 +678,37 @@ def _npu_convert_weight_to_int4pack(weight, inner_k_tiles=0):
      "str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor)")
 def _npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=None, quant_mode="pertoken",
                        dst_type_max=0.0):
-    """Symmetric per-token int8 quantization: scale = max|x| / 127 per row of the last dimension
-    (after the optional smooth_scales), y = round(x / scale). Returns (y, scale as float32)."""
+    """Symmetric per-token quantization: scale = max|x| / 127 (int8) or / 7 (torch.quint4x2: int4
+    values packed eight to an int32 along the last dimension, the lowest nibble first) per row of the
+    last dimension, after the optional smooth_scales, y = round(x / scale). With group_index (the
+    cumulative row ends of MoE groups, int32), row r takes smooth_scales[g] for the group g with
+    group_index[g - 1] <= r < group_index[g]. Returns (y, scale as float32)."""
     target = torch.int8 if dst_type is None else _dtype("npu_dynamic_quant", "dst_type", dst_type)
-    _check(target == torch.int8, f"npu_dynamic_quant: only dst_type=torch.int8 is simulated, got {target}")
+    _check(target in (torch.int8, torch.quint4x2),
+           f"npu_dynamic_quant: only dst_type=torch.int8 or torch.quint4x2 (int4) is simulated, got {target}")
     _check(quant_mode == "pertoken", f"npu_dynamic_quant: only quant_mode='pertoken' is simulated, got {quant_mode!r}")
-    _check(group_index is None, "npu_dynamic_quant: group_index (MoE groups) is not simulated")
+    _check(input.dim() > 1, "Input shape dim should be greater than 1")
+    int4 = target == torch.quint4x2
+    if int4:
+        _check(input.size(-1) % 8 == 0, "Input shape last dim must be divded by 8 when int4 quantization")
     x = input.float()
-    if smooth_scales is not None:
+    if group_index is not None:
+        _check(smooth_scales is not None and smooth_scales.dim() == 2 and smooth_scales.size(0) == group_index.numel()
+               and smooth_scales.size(1) == input.size(-1),
+               f"npu_dynamic_quant: group_index needs smooth_scales of shape [groups = {group_index.numel()}, "
+               f"{input.size(-1)}]")
+        rows = x.reshape(-1, x.size(-1))
+        group = torch.searchsorted(group_index.to(torch.int64).reshape(-1),
+                                   torch.arange(rows.size(0), device=x.device), right=True)
+        inside = (group < group_index.numel()).unsqueeze(-1)
+        factor = smooth_scales.float()[group.clamp(max=group_index.numel() - 1)]
+        x = torch.where(inside, rows * factor, rows).reshape(x.shape)
+    elif smooth_scales is not None:
         x = x * smooth_scales.float()
-    scale = x.abs().amax(-1) / 127.0
-    y = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)).clamp(-128, 127)
-    return y.to(torch.int8), scale
+    top = 7.0 if int4 else 127.0
+    scale = x.abs().amax(-1) / top
+    y = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)).clamp(-top - 1, top)
+    return (_pack_int4(y) if int4 else y.to(torch.int8)), scale
 
 
 # ---- boxes ---------------------------------------------------------------------------------
