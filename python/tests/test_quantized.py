@@ -244,3 +244,16 @@ def test_quantize_and_dequantize_in_an_npu_graph():
     xc = x.cpu()
     assert torch.equal(d1.cpu(), torch.quantize_per_tensor(xc, 0.05, 3, torch.qint8).dequantize())
     assert torch.equal(d2.cpu(), torch.quantize_per_channel(xc, scales.cpu(), zps.cpu(), 1, torch.quint8).dequantize())
+
+
+@pytest.mark.skipif(torch.npu.device_count() < 2, reason="needs two npu devices")
+def test_second_device_and_copies_across_devices():
+    x = torch.randn(4, 5)
+    q = torch.quantize_per_tensor(x.to("npu:1"), 0.1, 2, torch.qint8)
+    assert q.device == torch.device("npu:1") and q.int_repr().device == q.device and q.dequantize().device == q.device
+    c = torch.quantize_per_tensor(x, 0.1, 2, torch.qint8)
+    assert_same_quantized(q, c)
+    e = torch._empty_affine_quantized([4, 5], scale=1.0, zero_point=0, dtype=torch.qint8, device="npu:0")
+    e.copy_(q)
+    assert e.device == torch.device("npu:0") and e.q_scale() == 0.1
+    assert_same_quantized(e, c)
