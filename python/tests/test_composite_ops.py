@@ -206,6 +206,24 @@ def test_quantization():
     ref_sg = smoothed.abs().amax(-1) / 127
     _close(sg, ref_sg.reshape(2, 3))
     _close(yg, torch.round(smoothed / ref_sg.unsqueeze(-1)).clamp(-128, 127).to(torch.int8).reshape(2, 3, 8))
+    # asymmetric: scale = (max - min) / 255, offset = 127 - max / scale, y = round(x / scale + offset)
+    ya, sa, oa = torch_npu.npu_dynamic_quant_asymmetric(f.npu())
+    ref_sa = (f.amax(-1) - f.amin(-1)) / 255
+    ref_oa = 127 - f.amax(-1) / ref_sa
+    _close(sa, ref_sa)
+    _close(oa, ref_oa)
+    _close(ya, torch.round(f / ref_sa.unsqueeze(-1) + ref_oa.unsqueeze(-1)).clamp(-128, 127).to(torch.int8))
+    y4a, s4a, o4a = torch_npu.npu_dynamic_quant_asymmetric(f.npu(), dst_type=torch.quint4x2)
+    _close(s4a, (f.amax(-1) - f.amin(-1)) / 15)
+    assert y4a.dtype == torch.int32 and y4a.shape == (4, 1)
+    # per MoE group: row r of group e is round(x[r] * scale[e] + offset)
+    xg, sc, off = torch.randn(6, 16), torch.rand(3, 16) * 20, torch.tensor([0.5])
+    out = torch_npu.npu_group_quant(xg.npu(), sc.npu(), ends.npu(), offset=off.npu(), dst_dtype=torch.qint8)
+    _close(out, torch.round(xg * sc[torch.tensor([0, 0, 2, 2, 2, 2])] + 0.5).clamp(-128, 127).to(torch.int8))
+    out4 = torch_npu.npu_group_quant(xg.npu(), sc.npu(), ends.npu(), dst_dtype=torch.quint4x2)
+    assert out4.dtype == torch.int32 and out4.shape == (6, 2)
+    with pytest.raises(RuntimeError, match="dst_dtype must be Int8 or Int4"):
+        torch_npu.npu_group_quant(xg.npu(), sc.npu(), ends.npu(), dst_dtype=torch.float16)
     with pytest.raises(RuntimeError, match="npu_quantize: dtype must be"):
         torch_npu.npu_quantize(f.npu(), scales.npu(), None, torch.quint4x2)  # div_mode=True has no int4
 

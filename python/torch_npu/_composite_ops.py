@@ -674,6 +674,38 @@ def _npu_convert_weight_to_int4pack(weight, inner_k_tiles=0):
     return packed if weight.dtype == torch.int32 else packed.view(torch.float32)
 
 
+def _row_groups(group_index, rows: int, device):
+    """For each of `rows` rows, the group g with group_index[g - 1] <= r < group_index[g] (group_index:
+    cumulative row ends of MoE groups); rows past the last end get len(group_index)."""
+    return torch.searchsorted(group_index.to(torch.int64).reshape(-1), torch.arange(rows, device=device), right=True)
+
+
+def _dynamic_quant_input(name, input, smooth_scales, group_index, dst_type, quant_mode):
+    """npu_dynamic_quant(_asymmetric)'s checks and its float32 input after the smooth scales:
+    (x, int4). With group_index, row r takes smooth_scales[g] for its MoE group g."""
+    target = torch.int8 if dst_type is None else _dtype(name, "dst_type", dst_type)
+    _check(target in (torch.int8, torch.quint4x2),
+           f"{name}: only dst_type=torch.int8 or torch.quint4x2 (int4) is simulated, got {target}")
+    _check(quant_mode == "pertoken", f"{name}: only quant_mode='pertoken' is simulated, got {quant_mode!r}")
+    _check(input.dim() > 1, "Input shape dim should be greater than 1")
+    int4 = target == torch.quint4x2
+    if int4:
+        _check(input.size(-1) % 8 == 0, "Input shape last dim must be divded by 8 when int4 quantization")
+    x = input.float()
+    if group_index is not None:
+        _check(smooth_scales is not None and smooth_scales.dim() == 2 and smooth_scales.size(0) == group_index.numel()
+               and smooth_scales.size(1) == input.size(-1),
+               f"{name}: group_index needs smooth_scales of shape [groups = {group_index.numel()}, {input.size(-1)}]")
+        rows = x.reshape(-1, x.size(-1))
+        group = _row_groups(group_index, rows.size(0), x.device)
+        inside = (group < group_index.numel()).unsqueeze(-1)
+        factor = smooth_scales.float()[group.clamp(max=group_index.numel() - 1)]
+        x = torch.where(inside, rows * factor, rows).reshape(x.shape)
+    elif smooth_scales is not None:
+        x = x * smooth_scales.float()
+    return x, int4
+
+
 @_op("npu_dynamic_quant(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, int? dst_type=None, "
      "str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor)")
 def _npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=None, quant_mode="pertoken",
@@ -683,32 +715,56 @@ def _npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=
     last dimension, after the optional smooth_scales, y = round(x / scale). With group_index (the
     cumulative row ends of MoE groups, int32), row r takes smooth_scales[g] for the group g with
     group_index[g - 1] <= r < group_index[g]. Returns (y, scale as float32)."""
-    target = torch.int8 if dst_type is None else _dtype("npu_dynamic_quant", "dst_type", dst_type)
-    _check(target in (torch.int8, torch.quint4x2),
-           f"npu_dynamic_quant: only dst_type=torch.int8 or torch.quint4x2 (int4) is simulated, got {target}")
-    _check(quant_mode == "pertoken", f"npu_dynamic_quant: only quant_mode='pertoken' is simulated, got {quant_mode!r}")
-    _check(input.dim() > 1, "Input shape dim should be greater than 1")
-    int4 = target == torch.quint4x2
-    if int4:
-        _check(input.size(-1) % 8 == 0, "Input shape last dim must be divded by 8 when int4 quantization")
-    x = input.float()
-    if group_index is not None:
-        _check(smooth_scales is not None and smooth_scales.dim() == 2 and smooth_scales.size(0) == group_index.numel()
-               and smooth_scales.size(1) == input.size(-1),
-               f"npu_dynamic_quant: group_index needs smooth_scales of shape [groups = {group_index.numel()}, "
-               f"{input.size(-1)}]")
-        rows = x.reshape(-1, x.size(-1))
-        group = torch.searchsorted(group_index.to(torch.int64).reshape(-1),
-                                   torch.arange(rows.size(0), device=x.device), right=True)
-        inside = (group < group_index.numel()).unsqueeze(-1)
-        factor = smooth_scales.float()[group.clamp(max=group_index.numel() - 1)]
-        x = torch.where(inside, rows * factor, rows).reshape(x.shape)
-    elif smooth_scales is not None:
-        x = x * smooth_scales.float()
+    x, int4 = _dynamic_quant_input("npu_dynamic_quant", input, smooth_scales, group_index, dst_type, quant_mode)
     top = 7.0 if int4 else 127.0
     scale = x.abs().amax(-1) / top
     y = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)).clamp(-top - 1, top)
     return (_pack_int4(y) if int4 else y.to(torch.int8)), scale
+
+
+@_op("npu_dynamic_quant_asymmetric(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, "
+     "int? dst_type=None, str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor, Tensor)")
+def _npu_dynamic_quant_asymmetric(input, *, smooth_scales=None, group_index=None, dst_type=None,
+                                  quant_mode="pertoken", dst_type_max=0.0):
+    """Asymmetric per-token quantization (smooth scales and MoE groups as npu_dynamic_quant):
+    scale = (max - min) / 255 (int8) or / 15 (int4), offset = 127 (7) - max / scale,
+    y = round(x / scale + offset). Returns (y, scale, offset), the last two float32."""
+    x, int4 = _dynamic_quant_input("npu_dynamic_quant_asymmetric", input, smooth_scales, group_index, dst_type,
+                                   quant_mode)
+    top, levels = (7.0, 15.0) if int4 else (127.0, 255.0)
+    hi, lo = x.amax(-1), x.amin(-1)
+    scale = (hi - lo) / levels
+    safe = scale.clamp_min(torch.finfo(torch.float32).tiny)
+    offset = top - hi / safe
+    y = torch.round(x / safe.unsqueeze(-1) + offset.unsqueeze(-1)).clamp(-top - 1, top)
+    return (_pack_int4(y) if int4 else y.to(torch.int8)), scale, offset
+
+
+@_op("npu_group_quant(Tensor x, Tensor scale, Tensor group_index, *, Tensor? offset=None, ScalarType? dst_dtype=None) "
+     "-> Tensor")
+def _npu_group_quant(x, scale, group_index, *, offset=None, dst_dtype=None):
+    """Per MoE group quantization of the rows of x [S, H]: row r of group e (group_index: cumulative
+    row ends) is round(x[r] * scale[e] + offset), saturated to int8 (dst_dtype torch.int8 / torch.qint8,
+    the default) or to int4 packed eight to an int32 (torch.quint4x2). Rows past the last end take
+    the last group's scale."""
+    target = torch.int8 if dst_dtype is None else dst_dtype
+    if target == torch.qint8:
+        target = torch.int8
+    _check(target in (torch.int8, torch.quint4x2), "dst_dtype must be Int8 or Int4")
+    _check(x.dim() == 2 and scale.dim() == 2 and scale.size(1) == x.size(1) and group_index.dim() == 1
+           and group_index.numel() == scale.size(0),
+           f"npu_group_quant: expected x [S, H], scale [E, H] and group_index [E], got {list(x.shape)}, "
+           f"{list(scale.shape)} and {list(group_index.shape)}")
+    int4 = target == torch.quint4x2
+    if int4:
+        _check(x.size(-1) % 8 == 0, "input shape last dim must be divded by 8")
+    group = _row_groups(group_index, x.size(0), x.device).clamp(max=scale.size(0) - 1)
+    y = x.float() * scale.float()[group]
+    if offset is not None:
+        y = y + offset.float().reshape(-1)
+    top = 7.0 if int4 else 127.0
+    y = torch.round(y).clamp(-top - 1, top)
+    return _pack_int4(y) if int4 else y.to(torch.int8)
 
 
 # ---- boxes ---------------------------------------------------------------------------------
