@@ -1,19 +1,22 @@
 // Quantised matrix products with op-plugin's schemas:
 //   npu_trans_quant_param         float32 scale (+ offset) packed into the int64 the kernels take
-//   npu_quant_matmul              int8 x int8 -> int32 accumulate, dequantised (and requantised to int8)
-//   npu_weight_quant_batchmatmul  float x int8 weight, the weight dequantised on the fly (per tensor,
+//   npu_quant_matmul              int8 x int8 (or int4 x int4, packed eight to an int32) -> int32
+//                                 accumulate, dequantised (and requantised to int8), or the int32 sums;
+//                                 A8W4: int8 x int4 with scales per group of k (group_sizes)
+//   npu_weight_quant_batchmatmul  float x int8 (or int4 in int32) weight, dequantised on the fly (per tensor,
 //                                 channel or group), optionally quantised to int8 at the end
 //   npu_quant_conv2d              int8 convolution, int32 accumulate, dequantised
 // Integer accumulation is exact: int8 products summed in int32 (matmul) or in float64, where
 // every such sum is an integer represented exactly (convolution, through ATen's kernel).
-// Arguments for formats the simulator lacks (int4 packed in int32, hifloat8, group sizes of
-// the quantised matmul, ...) raise NotImplementedError naming the argument.
+// Arguments for formats the simulator lacks (hifloat8, group sizes of the int8 x int8 quantised
+// matmul, ...) raise NotImplementedError naming the argument.
 #include <ATen/ExpandUtils.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/stack.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -165,29 +168,136 @@ inline T narrow(float v) {
                                      AT_DISPATCH_CASE_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, __VA_ARGS__))
 
 // ---- npu_quant_matmul -----------------------------------------------------------------------
-// out = (x1 @ x2 [+ bias int32]) * scale [* pertoken_scale] [+ bias float] [+ offset (int8 out)]
+// out = (x1 @ x2 [+ bias int32]) * scale [* pertoken_scale] [+ bias float] [+ offset (int8 out)];
+// an int32 output is the int32 sums (+ bias int32) themselves.
 
-Tensor npu_quant_matmul(const Tensor& x1, const Tensor& x2, const Tensor& scale, const OptTensor& offset_opt,
+// op-plugin's test of a tensor that is the transpose of a contiguous one in its last two dims.
+bool transposed_last_two(const Tensor& t) {
+  if (t.dim() < 2 || t.dim() > 6) return false;
+  const int64_t d1 = t.dim() - 1, d2 = t.dim() - 2;
+  if (t.stride(d2) != 1 || t.stride(d1) != t.size(d2)) return false;
+  int64_t span = t.size(d1) * t.size(d2);
+  for (int64_t b = t.dim() - 3; b >= 0; --b) {
+    if (t.stride(b) != span) return false;
+    span *= t.size(b);
+  }
+  return !(t.size(d1) == 1 && t.size(d2) == 1);
+}
+
+// int4 values packed eight to an int32 along the last dimension, the lowest nibble first (as
+// Ascend packs them), as int8 values: [..., c] int32 -> [..., 8 c] int8 (on the device).
+Tensor unpack_int4(const Tensor& packed) {
+  const Tensor bytes = packed.contiguous().view(at::kByte);  // little-endian: nibble 2i is byte i's low half
+  const Tensor nibbles = at::stack({bytes.bitwise_and(15), bytes.bitwise_right_shift(4)}, -1).flatten(-2);
+  return nibbles.to(at::kChar).bitwise_xor(8).sub(8);  // sign-extend 4 bits
+}
+
+// A8W4: int8 x1 [m, k], int4 weights packed eight to an int32 x2 [k, n // 8] (as
+// npu_convert_weight_to_int4pack makes them), scales per group of group_sizes[2] rows of k and
+// column ([k / group, n], float32 or packed by npu_trans_quant_param), the float32 y_offset
+// (`offset`, [n]) and per-token scales x1_scale (`pertoken_scale`, [m] or [m, 1]):
+//   out = ((x1 - 8) @ (x2 * x2_scale) + y_offset) * x1_scale
+// as op-plugin's reference computes it: int8 x1 taken as two int4 halves, the high one and the low
+// one shifted by -8 into int4's range (16 high + (low - 8) = x1 - 8). Sums are exact (float64).
+Tensor quant_matmul_a8w4(const char* op, c10::DeviceIndex device, const Tensor& x1, const Tensor& x2,
+                         const Tensor& scale, const Tensor& y_offset, const Tensor& pertoken, const Tensor& bias,
+                         c10::ScalarType out_type, c10::IntArrayRef group_sizes) {
+  TORCH_CHECK(x1.dim() == 2 && x2.dim() == 2, op, ": A8W4 (int8 x1, int32 x2) expects 2-D x1 [m, k] and x2 [k, n // 8], "
+              "got ", x1.sizes(), " and ", x2.sizes());
+  TORCH_CHECK(group_sizes.size() == 3, op, ": group_sizes only support input with three elements, but got ",
+              group_sizes.size());
+  for (auto g : group_sizes) {
+    TORCH_CHECK(g >= 0 && g <= 65535, op, ": group param value must conform to range [0, 65535], got ", group_sizes);
+  }
+  TORCH_CHECK(group_sizes[0] <= 1 && group_sizes[1] <= 1, op,
+              ": A8W4 takes groups along k only (group_sizes [0, 0, group_k]), got ", group_sizes);
+  TORCH_CHECK(x2.is_contiguous(), op, ": an int4 (int32) x2 must be a contiguous [k, n // 8], got strides ",
+              x2.strides());
+  const int64_t m = x1.size(0), k = x1.size(1), n = x2.size(1) * 8;
+  TORCH_CHECK(x2.size(0) == k, op, ": expected x2 of shape [k = ", k, ", n // 8], got ", x2.sizes());
+  const int64_t group = group_sizes[2] > 0 ? group_sizes[2] : k;
+  TORCH_CHECK(k % group == 0, op, ": group_sizes[2] = ", group, " must divide k = ", k);
+  const int64_t groups = k / group;
+  check_dtype_in(op, "scale", scale, {at::kFloat, at::kLong});
+  TORCH_CHECK(scale.numel() == groups * n && (scale.dim() == 2 ? scale.size(0) == groups && scale.size(1) == n
+                                                                : scale.dim() == 1),
+              op, ": expected scale of shape [k / group = ", groups, ", n = ", n, "], got ", scale.sizes());
+  TORCH_CHECK(!bias.defined(), op, ": A8W4 takes no bias (y_offset is `offset`)");
+  TORCH_CHECK(out_type == at::kHalf || out_type == at::kBFloat16, op,
+              ": A8W4 needs a float16 or bfloat16 output_dtype, got ", out_type);
+  if (y_offset.defined()) {
+    check_dtype(op, "offset", y_offset, at::kFloat);
+    TORCH_CHECK(y_offset.numel() == n, op, ": expected offset (y_offset) of n = ", n, " values, got ", y_offset.sizes());
+  }
+  if (pertoken.defined()) {
+    check_dtype(op, "pertoken_scale", pertoken, at::kFloat);
+    TORCH_CHECK(pertoken.numel() == m && (pertoken.dim() == 1 || (pertoken.dim() == 2 && pertoken.size(1) == 1)), op,
+                ": expected pertoken_scale of shape [m = ", m, "] or [m, 1], got ", pertoken.sizes());
+  }
+  Tensor out = at::empty({m, n}, x1.options().dtype(out_type));
+  if (out.numel() == 0) return out;
+  ops::launch_kernel(op, device, {dense(x1), x2, dense(scale), dense(y_offset), dense(pertoken), out},
+                     m * n * std::max<int64_t>(k, 1) / 8, [=](const std::vector<Tensor>& t) {
+                       // Per-group scales as float64 [groups, n] (packed ones: their float32 bits).
+                       Tensor s = at::empty({groups, n}, t[0].options().dtype(at::kDouble));
+                       auto* sd = s.mutable_data_ptr<double>();
+                       if (t[2].scalar_type() == at::kLong) {
+                         const auto* p = t[2].const_data_ptr<int64_t>();
+                         for (int64_t i = 0; i < groups * n; ++i) sd[i] = unpack_scale(p[i]);
+                       } else {
+                         const auto* p = t[2].const_data_ptr<float>();
+                         for (int64_t i = 0; i < groups * n; ++i) sd[i] = p[i];
+                       }
+                       const Tensor w = unpack_int4(t[1]).to(at::kDouble).mul_(s.repeat_interleave(group, 0));
+                       Tensor y = at::mm(t[0].to(at::kDouble).sub_(8), w);
+                       if (t[3].defined()) y.add_(t[3].to(at::kDouble).reshape({1, n}));
+                       if (t[4].defined()) y.mul_(t[4].to(at::kDouble).reshape({m, 1}));
+                       t[5].copy_(y);
+                     });
+  return out;
+}
+
+Tensor npu_quant_matmul(const Tensor& x1_in, const Tensor& x2_in, const Tensor& scale, const OptTensor& offset_opt,
                         const OptTensor& pertoken_opt, const OptTensor& bias_opt, std::optional<int64_t> output_dtype,
                         std::optional<int64_t> x1_dtype, std::optional<int64_t> x2_dtype,
                         std::optional<int64_t> pertoken_scale_dtype, std::optional<int64_t> scale_dtype,
                         at::OptionalIntArrayRef group_sizes, const OptTensor& y_scale) {
   constexpr const char* op = "npu_quant_matmul";
   const Tensor &offset = get(offset_opt), &pertoken = get(pertoken_opt), &bias = get(bias_opt);
-  const auto device = npu_device(op, {{"x1", x1}, {"x2", x2}, {"scale", scale}, {"offset", offset},
+  const auto device = npu_device(op, {{"x1", x1_in}, {"x2", x2_in}, {"scale", scale}, {"offset", offset},
                                       {"pertoken_scale", pertoken}, {"bias", bias}, {"y_scale", get(y_scale)}});
   check_none(op, "x1_dtype", x1_dtype.has_value());
   check_none(op, "x2_dtype", x2_dtype.has_value());
   check_none(op, "pertoken_scale_dtype", pertoken_scale_dtype.has_value());
   check_none(op, "scale_dtype", scale_dtype.has_value());
-  check_none(op, "group_sizes", group_sizes.has_value());
   check_none(op, "y_scale", y_scale.has_value());
-  TORCH_CHECK_NOT_IMPLEMENTED(!(x1.scalar_type() == at::kInt && x2.scalar_type() == at::kInt), op,
-                              ": int4 data packed in int32 x1/x2 is not supported by the NPU simulator");
-  check_dtype(op, "x1", x1, at::kChar);
-  check_dtype(op, "x2", x2, at::kChar);
-  TORCH_CHECK(x1.dim() >= 2 && x1.dim() <= 6 && x2.dim() >= 2 && x2.dim() <= 6, op,
-              ": expected x1 and x2 with 2 to 6 dimensions, got shapes ", x1.sizes(), " and ", x2.sizes());
+  if (x1_in.scalar_type() == at::kChar && x2_in.scalar_type() == at::kInt) {
+    const auto out_type =
+        output_dtype.has_value() ? dtype_arg(op, "output_dtype", *output_dtype, {at::kHalf, at::kBFloat16}) : at::kChar;
+    return quant_matmul_a8w4(op, device, x1_in, x2_in, scale, offset, pertoken, bias, out_type,
+                             group_sizes.value_or(c10::IntArrayRef{0, 0, 0}));
+  }
+  check_none(op, "group_sizes", group_sizes.has_value());
+  TORCH_CHECK(x1_in.dim() >= 2 && x1_in.dim() <= 6 && x2_in.dim() >= 2 && x2_in.dim() <= 6, op,
+              ": expected x1 and x2 with 2 to 6 dimensions, got shapes ", x1_in.sizes(), " and ", x2_in.sizes());
+  // int4 x int4: x1 [m, k // 8] contiguous, x2 [k, n // 8] contiguous or [k // 8, n] the transpose
+  // of a contiguous [n, k // 8]; computed as the int8 products of the unpacked values.
+  const bool int4 = x1_in.scalar_type() == at::kInt && x2_in.scalar_type() == at::kInt;
+  Tensor x1 = x1_in, x2 = x2_in;
+  if (int4) {
+    TORCH_CHECK(x1_in.is_contiguous(), op, ": int4 x1 (int32, [m, k // 8]) must be contiguous");
+    x1 = unpack_int4(x1_in);
+    if (transposed_last_two(x2_in)) {
+      x2 = unpack_int4(x2_in.transpose(-2, -1)).transpose(-2, -1);
+    } else {
+      TORCH_CHECK(x2_in.is_contiguous(), op, ": int4 x2 (int32) must be a contiguous [k, n // 8] or the transpose "
+                  "of a contiguous [n, k // 8], got shape ", x2_in.sizes(), " and strides ", x2_in.strides());
+      x2 = unpack_int4(x2_in);
+    }
+  } else {
+    check_dtype(op, "x1", x1, at::kChar);
+    check_dtype(op, "x2", x2, at::kChar);
+  }
   const int64_t m = x1.size(-2), k = x1.size(-1), n = x2.size(-1);
   TORCH_CHECK(x2.size(-2) == k, op, ": expected x2 of shape [..., k, n] with k = x1.size(-1) = ", k, ", got x2 of shape ",
               x2.sizes());
@@ -203,9 +313,21 @@ Tensor npu_quant_matmul(const Tensor& x1, const Tensor& x2, const Tensor& scale,
   int64_t B = 1;
   for (auto b : batch) B *= b;
 
-  const auto out_type = output_dtype.has_value()
-                            ? dtype_arg(op, "output_dtype", *output_dtype, {at::kChar, at::kHalf, at::kBFloat16})
-                            : at::kChar;
+  const auto out_type =
+      output_dtype.has_value()
+          ? dtype_arg(op, "output_dtype", *output_dtype, {at::kChar, at::kHalf, at::kBFloat16, at::kInt})
+          : at::kChar;
+  const bool int_out = out_type == at::kInt;
+  if (int4) {
+    TORCH_CHECK(out_type == at::kHalf || out_type == at::kBFloat16, op,
+                ": int4 x1/x2 (int32) need a float16 or bfloat16 output_dtype, got ", out_type);
+  }
+  if (int_out) {
+    TORCH_CHECK(!offset.defined() && !pertoken.defined(), op,
+                ": an int32 output takes neither offset nor pertoken_scale (it is the int32 sums)");
+    TORCH_CHECK(!bias.defined() || bias.scalar_type() == at::kInt, op,
+                ": an int32 output takes an int32 bias, got ", bias.scalar_type());
+  }
   check_dtype_in(op, "scale", scale, {at::kFloat, at::kBFloat16, at::kLong});
   check_vector(op, "scale", scale, n, "n");
   if (offset.defined()) {
@@ -255,22 +377,42 @@ Tensor npu_quant_matmul(const Tensor& x1, const Tensor& x2, const Tensor& scale,
         const float* fb = fbias.defined() ? fbias.const_data_ptr<float>() : nullptr;
         const auto* xa = t[0].const_data_ptr<int8_t>();
         const auto* xw = t[1].const_data_ptr<int8_t>();
+        // Row bi of x1 @ x2 (+ bias int32) into acc.
+        const auto row_sums = [&](int64_t bi, std::vector<int32_t>& acc) {
+          const int64_t b = bi / m;
+          std::fill(acc.begin(), acc.end(), 0);
+          const int8_t* row = xa + bi * k;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const int32_t v = row[kk];
+            const int8_t* wr = xw + (b * k + kk) * n;
+            for (int64_t j = 0; j < n; ++j) acc[j] += v * static_cast<int32_t>(wr[j]);
+          }
+          const int64_t bias_base = bias_batched ? b * n : 0;
+          if (ib != nullptr) {
+            for (int64_t j = 0; j < n; ++j) acc[j] += ib[bias_base + j];
+          }
+        };
+        if (int_out) {
+          auto* y = t[6].mutable_data_ptr<int32_t>();
+          at::parallel_for(0, B * m, 1, [&](int64_t begin, int64_t end) {
+            std::vector<int32_t> acc(n);
+            for (int64_t bi = begin; bi < end; ++bi) {
+              row_sums(bi, acc);
+              std::copy(acc.begin(), acc.end(), y + bi * n);
+            }
+          });
+          return;
+        }
         NPU_DISPATCH_QUANT_OUT(t[6].scalar_type(), op, [&] {
           auto* y = t[6].mutable_data_ptr<scalar_t>();
           at::parallel_for(0, B * m, 1, [&](int64_t begin, int64_t end) {
             std::vector<int32_t> acc(n);
             for (int64_t bi = begin; bi < end; ++bi) {
               const int64_t b = bi / m, i = bi % m;
-              std::fill(acc.begin(), acc.end(), 0);
-              const int8_t* row = xa + bi * k;
-              for (int64_t kk = 0; kk < k; ++kk) {
-                const int32_t v = row[kk];
-                const int8_t* wr = xw + (b * k + kk) * n;
-                for (int64_t j = 0; j < n; ++j) acc[j] += v * static_cast<int32_t>(wr[j]);
-              }
+              row_sums(bi, acc);
               const int64_t bias_base = bias_batched ? b * n : 0;
               for (int64_t j = 0; j < n; ++j) {
-                const int32_t s = acc[j] + (ib != nullptr ? ib[bias_base + j] : 0);
+                const int32_t s = acc[j];
                 float v = static_cast<float>(s) * sc[j];
                 if (has_pt) v *= pt[i];
                 if (fb != nullptr) v += fb[bias_base + j];
@@ -290,7 +432,7 @@ Tensor npu_quant_matmul(const Tensor& x1, const Tensor& x2, const Tensor& scale,
 // [1, 1]), per output channel ([n], [1, n]) or per group of antiquant_group_size rows of k
 // ([ceil(k / group), n]).
 
-Tensor npu_weight_quant_batchmatmul(const Tensor& x, const Tensor& weight, const Tensor& antiquant_scale,
+Tensor npu_weight_quant_batchmatmul(const Tensor& x, const Tensor& weight_in, const Tensor& antiquant_scale,
                                     const OptTensor& antiquant_offset_opt, const OptTensor& quant_scale_opt,
                                     const OptTensor& quant_offset_opt, const OptTensor& bias_opt,
                                     int64_t antiquant_group_size, int64_t inner_precise,
@@ -298,12 +440,24 @@ Tensor npu_weight_quant_batchmatmul(const Tensor& x, const Tensor& weight, const
   constexpr const char* op = "npu_weight_quant_batchmatmul";
   const Tensor &aoff = get(antiquant_offset_opt), &qs = get(quant_scale_opt), &qo = get(quant_offset_opt),
                &bias = get(bias_opt);
-  const auto device = npu_device(op, {{"x", x}, {"weight", weight}, {"antiquant_scale", antiquant_scale},
+  const auto device = npu_device(op, {{"x", x}, {"weight", weight_in}, {"antiquant_scale", antiquant_scale},
                                       {"antiquant_offset", aoff}, {"quant_scale", qs}, {"quant_offset", qo},
                                       {"bias", bias}});
   check_none(op, "weight_dtype", weight_dtype.has_value());
-  TORCH_CHECK_NOT_IMPLEMENTED(weight.scalar_type() != at::kInt, op,
-                              ": int4 weights packed in int32 are not supported by the NPU simulator");
+  // int4 weights packed eight to an int32 (npu_convert_weight_to_int4pack): [k, n // 8], or the
+  // transpose of a contiguous [n, k // 8]; dequantised from their int8 values.
+  Tensor weight = weight_in;
+  if (weight_in.scalar_type() == at::kInt) {
+    TORCH_CHECK(weight_in.dim() == 2, op, ": expected an int4 (int32) weight of 2 dimensions, got ", weight_in.sizes());
+    if (transposed_last_two(weight_in)) {
+      weight = unpack_int4(weight_in.transpose(-2, -1)).transpose(-2, -1);
+    } else {
+      TORCH_CHECK(weight_in.is_contiguous(), op, ": an int4 (int32) weight must be a contiguous [k, n // 8] or the "
+                  "transpose of a contiguous [n, k // 8], got shape ", weight_in.sizes(), " and strides ",
+                  weight_in.strides());
+      weight = unpack_int4(weight_in);
+    }
+  }
   check_float(op, "x", x, 2);
   check_dtype(op, "weight", weight, at::kChar);
   TORCH_CHECK(weight.dim() == 2 && weight.size(0) == x.size(1), op, ": expected weight of shape [k = ", x.size(1),

@@ -6,8 +6,8 @@ of the pair being built) and writes:
   --cpp   the PrivateUse1 registrations of the supported zero-copy operators, the
           SparsePrivateUse1 / SparseCsrPrivateUse1 ones of the sparse section, and the
           per-operator data the kernels consult (dtype masks, why an operator is missing);
-  --py    torch_npu/_op_table.py: the supported / unsupported operators, for
-          torch.npu.is_op_supported and the op-support CLI;
+  --py    torch_npu/_op_table.py: the supported / unsupported operators (and those served on
+          quantized npu tensors), for torch.npu.is_op_supported and the op-support CLI;
   --md    this pair's section of docs/OPS.md.
 
 With --registered (ops/torch_npu_registered_ops.txt: the overloads Huawei's torch_npu registers
@@ -17,7 +17,8 @@ operator, as in torch_npu: no registration here, so it runs through the boxed CP
 (ops/src/op_support.cpp: one warning per operator, an error under
 TORCH_NPU_FALLBACK_CPU_DISABLE=1). A structured op's out= overload counts as registered when
 torch_npu registers its functional or in-place form (they compute through it here). A
-hand-written (`kernel: native`) entry torch_npu does not register is an error.
+hand-written (`kernel: native`) entry torch_npu does not register is an error, and so is an
+entry of the `quantized:` section that torch_npu does not register for QuantizedPrivateUse1.
 
 usage: torchnpugen.py --table T --torch 2.13.0 --cann 8.5.0 --version 2.13.0.post1 --pair P
                       [--registered R] [--cpp F] [--py F] [--md F]
@@ -65,6 +66,9 @@ class PairTable:
     sparse: List[Entry] = field(default_factory=list)
     sparse_registered: Dict[str, List[str]] = field(default_factory=dict)  # op -> ["Sparse", "SparseCsr"]
     sparse_unsupported: Dict[str, str] = field(default_factory=dict)
+    # The `quantized:` section: overloads on quantized npu tensors (QuantizedPrivateUse1),
+    # hand-written in ops/src/quantized.cpp.
+    quantized: List[Entry] = field(default_factory=list)
 
 
 def version_tuple(text: str) -> Tuple[int, ...]:
@@ -149,18 +153,19 @@ FALLBACK_WHY = "torch_npu registers no NPU kernel for it: CPU fallback"
 REGISTERED_KEYS = {"PrivateUse1", "CatchAll"}
 
 
-def read_registered(path: str) -> frozenset:
-    """The overloads ops/torch_npu_registered_ops.txt gives a PrivateUse1 (or CatchAll) kernel."""
+def read_registered(path: str, keys=frozenset(REGISTERED_KEYS)) -> frozenset:
+    """The overloads ops/torch_npu_registered_ops.txt gives a kernel for one of `keys`
+    (by default PrivateUse1 or CatchAll)."""
     names = set()
     with open(path) as f:
         for line in f:
             if not line.strip() or line.startswith("#"):
                 continue
             name, *regs = line.split()
-            if REGISTERED_KEYS & {r.split("(", 1)[0] for r in regs}:
+            if keys & {r.split("(", 1)[0] for r in regs}:
                 names.add(name)
     if not names:
-        raise ValueError(f"{path}: no PrivateUse1 registrations")
+        raise ValueError(f"{path}: no {'/'.join(sorted(keys))} registrations")
     return frozenset(names)
 
 
@@ -171,7 +176,8 @@ def torch_npu_registers(op: str, operators: Dict[str, "Operator"], registered: f
 
 
 def build_pair_table(table: dict, cann: str, operators: Dict[str, Operator],
-                     registered: Optional[frozenset] = None) -> PairTable:
+                     registered: Optional[frozenset] = None,
+                     quantized_registered: Optional[frozenset] = None) -> PairTable:
     out = PairTable()
     seen = set()
     for i, raw in enumerate(table.get("aten") or []):
@@ -210,7 +216,28 @@ def build_pair_table(table: dict, cann: str, operators: Dict[str, Operator],
     for i, raw in enumerate(table.get("custom") or []):
         out.custom.append(parse_entry(raw, f"custom[{i}]"))
     build_sparse(table, cann, operators, out)
+    build_quantized(table, operators, quantized_registered, out)
     return out
+
+
+def build_quantized(table: dict, operators: Dict[str, Operator], registered: Optional[frozenset],
+                    out: PairTable) -> None:
+    """The `quantized:` section: the overloads served on quantized npu tensors, every one a
+    QuantizedPrivateUse1 kernel of torch_npu's, hand-written in ops/src/quantized.cpp."""
+    seen = set()
+    for i, raw in enumerate(table.get("quantized") or []):
+        e = parse_entry(raw, f"quantized[{i}]")
+        if e.op in seen:
+            raise ValueError(f"quantized[{i}]: {e.op} is listed twice")
+        seen.add(e.op)
+        if e.dtypes or e.cann or not e.supported or e.kernel != "zero_copy":
+            raise ValueError(f"quantized[{i}] ({e.op}): quantized entries are operator names (with a note) only")
+        if registered is not None and e.op not in registered:
+            raise ValueError(f"quantized[{i}] ({e.op}): torch_npu registers no QuantizedPrivateUse1 kernel for it")
+        if e.op in operators:
+            out.quantized.append(e)
+        else:
+            out.absent.append(e.op)
 
 
 def build_sparse(table: dict, cann: str, operators: Dict[str, Operator], out: PairTable) -> None:
@@ -324,7 +351,9 @@ def write_py(path: str, t: PairTable, torch_version: str, cann: str) -> None:
         f.write("})\n\n# aten overloads with sparse CPU kernels but none for sparse npu tensors, and why\n")
         f.write("SPARSE_UNSUPPORTED = {\n")
         f.writelines(f"    {op!r}: {why!r},\n" for op, why in sorted(t.sparse_unsupported.items()))
-        f.write("}\n\n# aten overloads whose dtypes are restricted on the NPU\nDTYPES = {\n")
+        f.write("}\n\n# aten overloads served on quantized npu tensors (QuantizedPrivateUse1)\nQUANTIZED = frozenset({\n")
+        f.writelines(f"    {op!r},\n" for op in sorted(e.op for e in t.quantized))
+        f.write("})\n\n# aten overloads whose dtypes are restricted on the NPU\nDTYPES = {\n")
         f.writelines(f"    {e.op!r}: {tuple(e.dtypes)!r},\n" for e in t.supported if e.dtypes)
         f.write("}\n")
 
@@ -361,6 +390,12 @@ def write_md(path: str, t: PairTable, torch_version: str, cann: str, pair: str) 
         out += ["| operator (sparse npu tensors) | why |", "|---|---|"]
         out += [f"| `aten::{op}` | {why} |" for op, why in sorted(t.sparse_unsupported.items())]
         out += [""]
+    out += ["### Quantized tensors", "",
+            f"{len(t.quantized)} ATen overloads run on quantized npu tensors (quint8, qint8, qint32; per-tensor "
+            "and per-channel affine; ops/src/quantized.cpp), the ones torch_npu registers for "
+            "QuantizedPrivateUse1; float32 npu tensors become quantized ones through `aten::quantize_per_tensor` and "
+            "`aten::quantize_per_channel`.", "",
+            ", ".join(f"`{e.op}`" for e in sorted(t.quantized, key=lambda e: e.op)), ""]
     if t.absent:
         out += ["", f"Listed in the table but absent from torch {torch_version}: "
                 + ", ".join(f"`{op}`" for op in sorted(t.absent)), ""]
@@ -379,7 +414,8 @@ def main(argv=None) -> None:
         table = yaml.safe_load(f)
     try:
         registered = read_registered(args.registered) if args.registered else None
-        t = build_pair_table(table, args.cann, torch_operators(), registered)
+        quantized = read_registered(args.registered, frozenset({"QuantizedPrivateUse1"})) if args.registered else None
+        t = build_pair_table(table, args.cann, torch_operators(), registered, quantized)
     except ValueError as err:
         raise SystemExit(f"torchnpugen: {args.table}: {err}")
     if t.untabled:

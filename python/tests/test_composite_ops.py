@@ -196,6 +196,47 @@ def test_quantization():
     _close(y, torch.round(f / ref_s.unsqueeze(-1)).clamp(-128, 127).to(torch.int8))
     with pytest.raises(RuntimeError, match="npu_quantize: dtype must be"):
         torch_npu.npu_quantize(f.npu(), scales.npu(), None, torch.float32)
+    # torch.quint4x2 (div_mode=False): round(x * scale + zero_point) in [-8, 7], packed eight to an int32
+    q4 = torch_npu.npu_quantize(f.npu(), scales.npu(), torch.ones(8).npu(), torch.quint4x2, -1, False)
+    assert q4.dtype == torch.int32 and q4.shape == (4, 1)
+    expected = torch.round(f * scales + 1).clamp(-8, 7)
+    _close(torch_npu.npu_anti_quant(q4, torch.ones(8).npu()), expected.half())  # small integers: exact
+    with pytest.raises(RuntimeError, match="divded by 8"):
+        torch_npu.npu_quantize(f[:, :4].npu(), scales[:4].npu(), None, torch.quint4x2, -1, False)
+    # npu_dynamic_quant to int4 (scale = max|x| / 7, packed eight to an int32) and with MoE groups:
+    # row r takes smooth_scales[g] for group_index[g - 1] <= r < group_index[g]
+    y4, s4 = torch_npu.npu_dynamic_quant(f.npu(), dst_type=torch.quint4x2)
+    ref_s4 = f.abs().amax(-1) / 7
+    _close(s4, ref_s4)
+    assert y4.dtype == torch.int32 and y4.shape == (4, 1)
+    _close(torch_npu.npu_anti_quant(y4, torch.ones(8).npu()), torch.round(f / ref_s4.unsqueeze(-1)).half())
+    rows = torch.randn(2, 3, 8)
+    smooth, ends = torch.rand(3, 8) + 0.5, torch.tensor([2, 2, 6], dtype=torch.int32)
+    yg, sg = torch_npu.npu_dynamic_quant(rows.npu(), smooth_scales=smooth.npu(), group_index=ends.npu())
+    smoothed = rows.reshape(6, 8) * smooth[torch.tensor([0, 0, 2, 2, 2, 2])]
+    ref_sg = smoothed.abs().amax(-1) / 127
+    _close(sg, ref_sg.reshape(2, 3))
+    _close(yg, torch.round(smoothed / ref_sg.unsqueeze(-1)).clamp(-128, 127).to(torch.int8).reshape(2, 3, 8))
+    # asymmetric: scale = (max - min) / 255, offset = 127 - max / scale, y = round(x / scale + offset)
+    ya, sa, oa = torch_npu.npu_dynamic_quant_asymmetric(f.npu())
+    ref_sa = (f.amax(-1) - f.amin(-1)) / 255
+    ref_oa = 127 - f.amax(-1) / ref_sa
+    _close(sa, ref_sa)
+    _close(oa, ref_oa)
+    _close(ya, torch.round(f / ref_sa.unsqueeze(-1) + ref_oa.unsqueeze(-1)).clamp(-128, 127).to(torch.int8))
+    y4a, s4a, o4a = torch_npu.npu_dynamic_quant_asymmetric(f.npu(), dst_type=torch.quint4x2)
+    _close(s4a, (f.amax(-1) - f.amin(-1)) / 15)
+    assert y4a.dtype == torch.int32 and y4a.shape == (4, 1)
+    # per MoE group: row r of group e is round(x[r] * scale[e] + offset)
+    xg, sc, off = torch.randn(6, 16), torch.rand(3, 16) * 20, torch.tensor([0.5])
+    out = torch_npu.npu_group_quant(xg.npu(), sc.npu(), ends.npu(), offset=off.npu(), dst_dtype=torch.qint8)
+    _close(out, torch.round(xg * sc[torch.tensor([0, 0, 2, 2, 2, 2])] + 0.5).clamp(-128, 127).to(torch.int8))
+    out4 = torch_npu.npu_group_quant(xg.npu(), sc.npu(), ends.npu(), dst_dtype=torch.quint4x2)
+    assert out4.dtype == torch.int32 and out4.shape == (6, 2)
+    with pytest.raises(RuntimeError, match="dst_dtype must be Int8 or Int4"):
+        torch_npu.npu_group_quant(xg.npu(), sc.npu(), ends.npu(), dst_dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="npu_quantize: dtype must be"):
+        torch_npu.npu_quantize(f.npu(), scales.npu(), None, torch.quint4x2)  # div_mode=True has no int4
 
 
 def _xywh_diou(p, g, complete):

@@ -79,6 +79,78 @@ def test_quant_matmul_batched_bias_and_packed_scale():
     torch.testing.assert_close(out.cpu().double(), ref, rtol=2e-3, atol=1e-2)
 
 
+def pack_int4(values):
+    """[..., 8 c] integers in [-8, 7] -> [..., c] int32, eight to a word, the lowest nibble first."""
+    nib = (values.to(torch.int64) & 15).reshape(*values.shape[:-1], -1, 8)
+    word = sum(nib[..., i] << (4 * i) for i in range(8))
+    return torch.where(word >= 2 ** 31, word - 2 ** 32, word).to(torch.int32)
+
+
+def test_quant_matmul_int4_packed_in_int32():
+    g = torch.Generator().manual_seed(7)
+    a = torch.randint(-8, 8, (5, 32), generator=g)
+    w = torch.randint(-8, 8, (32, 16), generator=g)
+    scale, pertoken = torch.rand(16, generator=g) * 0.1, torch.rand(5, generator=g)
+    bias = torch.randint(-20, 20, (16,), dtype=torch.int32, generator=g)
+    ref = (int_mm(a, w) + bias) * scale.double()
+    x1 = pack_int4(a).npu()  # [m, k // 8]
+    for x2 in (pack_int4(w).npu(),  # [k, n // 8]
+               pack_int4(w.t().contiguous()).npu().t()):  # [k // 8, n], the transpose of [n, k // 8]
+        out = torch_npu.npu_quant_matmul(x1, x2, scale.npu(), bias=bias.npu(), output_dtype=torch.float16)
+        assert out.shape == (5, 16) and out.dtype == torch.float16
+        torch.testing.assert_close(out.cpu().double(), ref, rtol=2e-3, atol=1e-2)
+    out = torch_npu.npu_quant_matmul(x1, pack_int4(w).npu(), scale.npu(), pertoken_scale=pertoken.npu(),
+                                     output_dtype=torch.bfloat16)
+    torch.testing.assert_close(out.cpu().double(), int_mm(a, w) * scale.double() * pertoken.double()[:, None],
+                               rtol=1e-2, atol=5e-2)
+    with pytest.raises(RuntimeError, match="float16 or bfloat16 output_dtype"):
+        torch_npu.npu_quant_matmul(x1, pack_int4(w).npu(), scale.npu())
+    with pytest.raises(RuntimeError, match="contiguous"):
+        torch_npu.npu_quant_matmul(x1, pack_int4(w).npu()[:, :1], scale[:8].npu(), output_dtype=torch.float16)
+    m = cm.LinearQuant(32, 16, bias=False, output_dtype=torch.float16).npu()
+    m.weight.data, m.scale.data = pack_int4(w.t().contiguous()).npu(), scale.npu()  # [n, k // 8]
+    torch.testing.assert_close(m(x1).cpu().double(), int_mm(a, w) * fp19(scale).double(), rtol=2e-3, atol=1e-2)
+
+
+def test_quant_matmul_a8w4_per_group():
+    # int8 x1 times int4 weights: ((x1 - 8) @ (w * group scale) + y_offset) * pertoken_scale, the
+    # cube's split of int8 into int4 halves (y_offset carries 8 * sum(w * scale) back)
+    g = torch.Generator().manual_seed(41)
+    m, k, n, group = 3, 64, 16, 16
+    x1 = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+    w = torch.randint(-8, 8, (k, n), dtype=torch.int32, generator=g)
+    scale = torch.rand(k // group, n, generator=g) * 0.1
+    y_offset, pertoken = torch.randn(n, generator=g), torch.rand(m, 1, generator=g)
+    x2 = torch_npu.npu_convert_weight_to_int4pack(w.npu())
+    packed = torch_npu.npu_trans_quant_param(scale.npu().reshape(-1)).reshape(k // group, n)
+    for s in (scale.npu(), packed):
+        out = torch_npu.npu_quant_matmul(x1.npu(), x2, s, offset=y_offset.npu(), pertoken_scale=pertoken.npu(),
+                                         output_dtype=torch.bfloat16, group_sizes=[0, 0, group])
+        assert out.shape == (m, n) and out.dtype == torch.bfloat16
+        sc = (scale if s is not packed else fp19(scale)).double().repeat_interleave(group, 0)
+        ref = ((x1.double() - 8) @ (w.double() * sc) + y_offset.double()) * pertoken.double()
+        torch.testing.assert_close(out.cpu().double(), ref, rtol=1e-2, atol=1e-2)
+    with pytest.raises(RuntimeError, match="must divide k"):
+        torch_npu.npu_quant_matmul(x1.npu(), x2, scale.npu(), output_dtype=torch.float16, group_sizes=[0, 0, 24])
+    with pytest.raises(RuntimeError, match="float16 or bfloat16"):
+        torch_npu.npu_quant_matmul(x1.npu(), x2, scale.npu(), group_sizes=[0, 0, group])
+
+
+def test_quant_matmul_int32_output_is_the_sums():
+    x1, x2 = int8(2, 6, 24, seed=21), int8(24, 10, seed=22)
+    bias = torch.randint(-100, 100, (10,), dtype=torch.int32)
+    out = torch_npu.npu_quant_matmul(x1.npu(), x2.npu(), torch.rand(10).npu(), bias=bias.npu(),
+                                     output_dtype=torch.int32)
+    assert out.dtype == torch.int32 and out.shape == (2, 6, 10)
+    assert torch.equal(out.cpu(), x1.int() @ x2.int() + bias)
+    m = cm.LinearQuant(24, 10, bias=False, output_dtype=torch.int32).npu()
+    m.weight.data, m.scale.data = x2.t().contiguous().npu(), torch.rand(10).npu()
+    assert torch.equal(m(x1.npu()).cpu(), x1.int() @ x2.int())
+    with pytest.raises(RuntimeError, match="int32 output"):
+        torch_npu.npu_quant_matmul(x1.npu(), x2.npu(), torch.rand(10).npu(), pertoken_scale=torch.rand(6).npu(),
+                                   output_dtype=torch.int32)
+
+
 def test_quant_matmul_bad_args():
     x1, x2, s = int8(4, 8).npu(), int8(8, 3).npu(), torch.ones(3).npu()
     with pytest.raises(RuntimeError, match="x2"):
@@ -123,6 +195,35 @@ def test_weight_quant_batchmatmul_requant_to_int8():
     assert out.dtype == torch.int8
     ref = ((x.double() @ (w.double() * s.double())) * qs.double() + qo.double()).round().clamp(-128, 127)
     assert (out.cpu().double() - ref).abs().max() <= 1
+
+
+def test_convert_weight_to_int4pack_and_int4_weight_quant_batchmatmul():
+    g = torch.Generator().manual_seed(31)
+    w = torch.randint(-8, 8, (64, 32), dtype=torch.int32, generator=g)
+    packed = torch_npu.npu_convert_weight_to_int4pack(w.npu())
+    assert packed.dtype == torch.int32 and packed.shape == (64, 4)
+    assert torch.equal(packed.cpu(), pack_int4(w))
+    assert torch_npu.npu_convert_weight_to_int4pack(w.view(2, 32, 32).npu()).shape == (2, 32, 4)
+    # a FRACTAL_NZ weight gives a FRACTAL_NZ result over the same values
+    nz = torch_npu.npu_convert_weight_to_int4pack(torch_npu.npu_format_cast(w.npu(), 29))
+    assert torch_npu.get_npu_format(nz) == torch_npu.Format.FRACTAL_NZ and torch.equal(nz.cpu(), pack_int4(w))
+    # float32 FLOAT4_E2M1 values: their 4-bit codes
+    fp4 = torch.tensor([[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], [-0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]])
+    codes = torch_npu.npu_convert_weight_to_int4pack(fp4.npu())
+    assert codes.dtype == torch.float32
+    assert codes.cpu().view(torch.int32).flatten().tolist() == [0x76543210, 0xFEDCBA98 - 2 ** 32]
+    with pytest.raises(RuntimeError, match="multiple of 8"):
+        torch_npu.npu_convert_weight_to_int4pack(w[:, :12].contiguous().npu())
+    with pytest.raises(RuntimeError, match="contiguous"):
+        torch_npu.npu_convert_weight_to_int4pack(w.t().npu())
+    x = torch.randn(5, 64, dtype=torch.float16, generator=g)
+    s, o = (torch.rand(1, 32, generator=g) * 0.1).half(), torch.randn(1, 32, generator=g).half()
+    ref = x.double() @ ((w.half() + o) * s).double()  # the antiquantisation rounds in float16
+    out = torch_npu.npu_weight_quant_batchmatmul(x.npu(), packed, s.npu(), o.npu())
+    assert out.shape == (5, 32) and out.dtype == torch.float16
+    torch.testing.assert_close(out.cpu().double(), ref, rtol=2e-3, atol=2e-2)
+    transposed = torch_npu.npu_convert_weight_to_int4pack(w.t().contiguous().npu()).t()  # [k // 8, n]
+    assert torch.equal(torch_npu.npu_weight_quant_batchmatmul(x.npu(), transposed, s.npu(), o.npu()).cpu(), out.cpu())
 
 
 def test_weight_quant_batchmatmul_bad_args():
@@ -214,6 +315,14 @@ def test_quant_fake_shapes():
                                          torch.empty(8, 3, dtype=torch.int8, device=d), torch.empty(3, device=d),
                                          output_dtype=torch.bfloat16)
         assert out.shape == (2, 5, 3) and out.dtype == torch.bfloat16
+        out = torch_npu.npu_quant_matmul(torch.empty(5, 4, dtype=torch.int32, device=d),
+                                         torch.empty(32, 2, dtype=torch.int32, device=d), torch.empty(1, device=d),
+                                         output_dtype=torch.float16)
+        assert out.shape == (5, 16)  # int4: x2 [k, n // 8]
+        out = torch_npu.npu_quant_matmul(torch.empty(5, 4, dtype=torch.int32, device=d),
+                                         torch.empty(16, 4, dtype=torch.int32, device=d).t(),
+                                         torch.empty(1, device=d), output_dtype=torch.int32)
+        assert out.shape == (5, 16) and out.dtype == torch.int32
         out = torch_npu.npu_quant_conv2d(torch.empty(1, 2, 7, 7, dtype=torch.int8, device=d),
                                          torch.empty(4, 2, 3, 3, dtype=torch.int8, device=d),
                                          torch.empty(4, device=d), [2, 2], [1, 1], [1, 1], 1, 0, "rint",
@@ -226,6 +335,10 @@ def test_quant_fake_shapes():
                                                      torch.empty(8, 5, dtype=torch.int8, device=d),
                                                      torch.empty(5, dtype=torch.float16, device=d))
         assert out.shape == (3, 5) and out.dtype == torch.float16
+        out = torch_npu.npu_weight_quant_batchmatmul(torch.empty(3, 64, dtype=torch.float16, device=d),
+                                                     torch.empty(64, 4, dtype=torch.int32, device=d),
+                                                     torch.empty(32, dtype=torch.float16, device=d))
+        assert out.shape == (3, 32)  # int4 weight [k, n // 8]
 
 
 def test_torch_compile_traces_quant_and_ps_roi_ops():

@@ -62,9 +62,10 @@ def test_is_op_supported():
     lib.define("twice(Tensor x) -> Tensor")
     lib.impl("twice", lambda x: x * 2, "CPU")
     assert torch.npu.is_op_supported("npu_op_support_test::twice")  # its CPU kernel runs zero-copy
-    assert not torch.npu.is_op_supported("aten::quantize_per_tensor")
+    assert torch.npu.is_op_supported("aten::quantize_per_tensor")  # quantized npu tensors: ops/src/quantized.cpp
+    assert not torch.npu.is_op_supported("aten::quantize_per_tensor_dynamic")
     assert torch.npu.is_op_supported("aten::linalg_lstsq") == (NEEDS_CANN_91 in _op_table.SUPPORTED)
-    assert "quantized" in op_support.unsupported_reason("aten::quantize_per_tensor")
+    assert "torch_npu has no npu kernel" in op_support.unsupported_reason("aten::quantize_per_tensor_dynamic")
     with pytest.raises(TypeError, match="op must be"):
         torch.npu.is_op_supported(3)
 

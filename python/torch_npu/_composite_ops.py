@@ -602,6 +602,13 @@ def _unpack_int4(x):
     return nibbles.flatten(-2)
 
 
+def _pack_int4(values):
+    """Integers in [-8, 7] [..., 8 c] -> int32 words [..., c] of 8 signed 4-bit values, lowest nibble first."""
+    nibbles = (values.to(torch.int64) & 0xF).unflatten(-1, (-1, 8))
+    word = (nibbles << torch.arange(0, 32, 4, device=values.device, dtype=torch.int64)).sum(-1)
+    return torch.where(word >= 2 ** 31, word - 2 ** 32, word).to(torch.int32)
+
+
 @_op("npu_anti_quant(Tensor x, Tensor scale, *, Tensor? offset=None, int? dst_dtype=None, int? src_dtype=None) -> Tensor")
 def _npu_anti_quant(x, scale, *, offset=None, dst_dtype=None, src_dtype=None):
     """(x + offset) * scale in dst_dtype (default float16); int32 x holds packed int4 values."""
@@ -623,10 +630,17 @@ _QUANT_STORAGE = {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.qint
 @_op("npu_quantize(Tensor self, Tensor scales, Tensor? zero_points, int dtype, int axis=1, bool div_mode=True) -> Tensor")
 def _npu_quantize(self, scales, zero_points, dtype, axis=1, div_mode=True):
     """round(self / scales + zero_points) (div_mode) or round(self * scales + zero_points),
-    saturated to dtype; per-channel scales broadcast along `axis`."""
+    saturated to dtype; per-channel scales broadcast along `axis`. torch.quint4x2 (div_mode=False):
+    int4 values packed eight to an int32 along the last dimension, the lowest nibble first."""
     target = _dtype("npu_quantize", "dtype", dtype)
-    _check(target in _QUANT_RANGE, f"npu_quantize: dtype must be one of torch.qint8, torch.quint8, torch.qint32, "
-                                   f"torch.int8, torch.uint8, torch.int32; got {target}")
+    int4 = target == torch.quint4x2 and not div_mode
+    _check(target in _QUANT_RANGE or int4, f"npu_quantize: dtype must be one of torch.qint8, torch.quint8, "
+                                           f"torch.qint32, torch.int8, torch.uint8, torch.int32 (or torch.quint4x2 "
+                                           f"with div_mode=False); got {target}")
+    if int4:
+        _check(self.dim() >= 1 and self.size(-1) % 8 == 0, "Input shape last dim must be divded by 8")
+    if not div_mode and axis >= -1:
+        axis = -1  # op-plugin's AscendQuant path quantizes along the last dimension unless axis < -1
     shape = [1] * self.dim()
     if scales.numel() > 1:
         shape[axis % self.dim()] = -1
@@ -634,26 +648,134 @@ def _npu_quantize(self, scales, zero_points, dtype, axis=1, div_mode=True):
     x = self.float() / s if div_mode else self.float() * s
     if zero_points is not None:
         x = x + zero_points.float().reshape(shape)
+    if int4:
+        return _pack_int4(torch.round(x).clamp(-8, 7))
     lo, hi = _QUANT_RANGE[target]
     return torch.round(x).clamp(lo, hi).to(_QUANT_STORAGE.get(target, target))
+
+
+# FLOAT4_E2M1 codes of the float32 values it holds, by the value's top 10 bits (sign, exponent, 1 mantissa bit).
+_FP4_E2M1 = {0x00000000: 0, 0x3F000000: 1, 0x3F800000: 2, 0x3FC00000: 3, 0x40000000: 4, 0x40400000: 5,
+             0x40800000: 6, 0x40C00000: 7, 0x80000000: 8, 0xBF000000: 9, 0xBF800000: 10, 0xBFC00000: 11,
+             0xC0000000: 12, 0xC0400000: 13, 0xC0800000: 14, 0xC0C00000: 15}
+
+
+@_op("npu_convert_weight_to_int4pack(Tensor weight, int inner_k_tiles=0) -> Tensor")
+def _npu_convert_weight_to_int4pack(weight, inner_k_tiles=0):
+    """int32 weights holding int4 values [..., k, n] (2-D or 3-D, contiguous, n a multiple of 8) ->
+    int32 [..., k, n // 8]: eight values' low 4 bits to a word, the lowest nibble first. float32
+    weights holding FLOAT4_E2M1 values are packed as their 4-bit codes (0 for other values). A
+    FRACTAL_NZ weight gives a FRACTAL_NZ result (int32 blocks of 16 x 8)."""
+    _check(weight.is_contiguous(), "weight should be contiguous")
+    _check(weight.dim() in (2, 3), f"weight shape only support dim num 2/3, but it is {weight.dim()}")
+    _check(weight.dtype in (torch.int32, torch.float32),
+           f"weight dtype only support int32 and float32, but it is {weight.dtype}")
+    _check(all(s > 0 for s in weight.shape), "weight dim should be greater than 0")
+    _check(weight.size(-1) % 8 == 0, f"weight last dim should be the multiple of 8, but it is {weight.size(-1)}")
+    values = weight
+    if weight.dtype == torch.float32:
+        top = weight.view(torch.int32).to(torch.int64) & 0xFFC00000
+        values = torch.zeros_like(top)
+        for bits, code in _FP4_E2M1.items():
+            values = torch.where(top == bits, code, values)
+    packed = _pack_int4(values)
+    nz = not torch._subclasses.fake_tensor.is_fake(weight) and torch.ops.npu.get_npu_format(weight) == 29
+    if nz:
+        packed = torch.ops.npu.npu_format_cast(packed, 29, customize_dtype=torch.int32)
+    return packed if weight.dtype == torch.int32 else packed.view(torch.float32)
+
+
+def _row_groups(group_index, rows: int, device):
+    """For each of `rows` rows, the group g with group_index[g - 1] <= r < group_index[g] (group_index:
+    cumulative row ends of MoE groups); rows past the last end get len(group_index)."""
+    return torch.searchsorted(group_index.to(torch.int64).reshape(-1), torch.arange(rows, device=device), right=True)
+
+
+def _dynamic_quant_input(name, input, smooth_scales, group_index, dst_type, quant_mode):
+    """npu_dynamic_quant(_asymmetric)'s checks and its float32 input after the smooth scales:
+    (x, int4). With group_index, row r takes smooth_scales[g] for its MoE group g."""
+    target = torch.int8 if dst_type is None else _dtype(name, "dst_type", dst_type)
+    _check(target in (torch.int8, torch.quint4x2),
+           f"{name}: only dst_type=torch.int8 or torch.quint4x2 (int4) is simulated, got {target}")
+    _check(quant_mode == "pertoken", f"{name}: only quant_mode='pertoken' is simulated, got {quant_mode!r}")
+    _check(input.dim() > 1, "Input shape dim should be greater than 1")
+    int4 = target == torch.quint4x2
+    if int4:
+        _check(input.size(-1) % 8 == 0, "Input shape last dim must be divded by 8 when int4 quantization")
+    x = input.float()
+    if group_index is not None:
+        _check(smooth_scales is not None and smooth_scales.dim() == 2 and smooth_scales.size(0) == group_index.numel()
+               and smooth_scales.size(1) == input.size(-1),
+               f"{name}: group_index needs smooth_scales of shape [groups = {group_index.numel()}, {input.size(-1)}]")
+        rows = x.reshape(-1, x.size(-1))
+        group = _row_groups(group_index, rows.size(0), x.device)
+        inside = (group < group_index.numel()).unsqueeze(-1)
+        factor = smooth_scales.float()[group.clamp(max=group_index.numel() - 1)]
+        x = torch.where(inside, rows * factor, rows).reshape(x.shape)
+    elif smooth_scales is not None:
+        x = x * smooth_scales.float()
+    return x, int4
 
 
 @_op("npu_dynamic_quant(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, int? dst_type=None, "
      "str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor)")
 def _npu_dynamic_quant(input, *, smooth_scales=None, group_index=None, dst_type=None, quant_mode="pertoken",
                        dst_type_max=0.0):
-    """Symmetric per-token int8 quantization: scale = max|x| / 127 per row of the last dimension
-    (after the optional smooth_scales), y = round(x / scale). Returns (y, scale as float32)."""
-    target = torch.int8 if dst_type is None else _dtype("npu_dynamic_quant", "dst_type", dst_type)
-    _check(target == torch.int8, f"npu_dynamic_quant: only dst_type=torch.int8 is simulated, got {target}")
-    _check(quant_mode == "pertoken", f"npu_dynamic_quant: only quant_mode='pertoken' is simulated, got {quant_mode!r}")
-    _check(group_index is None, "npu_dynamic_quant: group_index (MoE groups) is not simulated")
-    x = input.float()
-    if smooth_scales is not None:
-        x = x * smooth_scales.float()
-    scale = x.abs().amax(-1) / 127.0
-    y = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)).clamp(-128, 127)
-    return y.to(torch.int8), scale
+    """Symmetric per-token quantization: scale = max|x| / 127 (int8) or / 7 (torch.quint4x2: int4
+    values packed eight to an int32 along the last dimension, the lowest nibble first) per row of the
+    last dimension, after the optional smooth_scales, y = round(x / scale). With group_index (the
+    cumulative row ends of MoE groups, int32), row r takes smooth_scales[g] for the group g with
+    group_index[g - 1] <= r < group_index[g]. Returns (y, scale as float32)."""
+    x, int4 = _dynamic_quant_input("npu_dynamic_quant", input, smooth_scales, group_index, dst_type, quant_mode)
+    top = 7.0 if int4 else 127.0
+    scale = x.abs().amax(-1) / top
+    y = torch.round(x / scale.clamp_min(torch.finfo(torch.float32).tiny).unsqueeze(-1)).clamp(-top - 1, top)
+    return (_pack_int4(y) if int4 else y.to(torch.int8)), scale
+
+
+@_op("npu_dynamic_quant_asymmetric(Tensor input, *, Tensor? smooth_scales=None, Tensor? group_index=None, "
+     "int? dst_type=None, str quant_mode=\"pertoken\", float dst_type_max=0.0) -> (Tensor, Tensor, Tensor)")
+def _npu_dynamic_quant_asymmetric(input, *, smooth_scales=None, group_index=None, dst_type=None,
+                                  quant_mode="pertoken", dst_type_max=0.0):
+    """Asymmetric per-token quantization (smooth scales and MoE groups as npu_dynamic_quant):
+    scale = (max - min) / 255 (int8) or / 15 (int4), offset = 127 (7) - max / scale,
+    y = round(x / scale + offset). Returns (y, scale, offset), the last two float32."""
+    x, int4 = _dynamic_quant_input("npu_dynamic_quant_asymmetric", input, smooth_scales, group_index, dst_type,
+                                   quant_mode)
+    top, levels = (7.0, 15.0) if int4 else (127.0, 255.0)
+    hi, lo = x.amax(-1), x.amin(-1)
+    scale = (hi - lo) / levels
+    safe = scale.clamp_min(torch.finfo(torch.float32).tiny)
+    offset = top - hi / safe
+    y = torch.round(x / safe.unsqueeze(-1) + offset.unsqueeze(-1)).clamp(-top - 1, top)
+    return (_pack_int4(y) if int4 else y.to(torch.int8)), scale, offset
+
+
+@_op("npu_group_quant(Tensor x, Tensor scale, Tensor group_index, *, Tensor? offset=None, ScalarType? dst_dtype=None) "
+     "-> Tensor")
+def _npu_group_quant(x, scale, group_index, *, offset=None, dst_dtype=None):
+    """Per MoE group quantization of the rows of x [S, H]: row r of group e (group_index: cumulative
+    row ends) is round(x[r] * scale[e] + offset), saturated to int8 (dst_dtype torch.int8 / torch.qint8,
+    the default) or to int4 packed eight to an int32 (torch.quint4x2). Rows past the last end take
+    the last group's scale."""
+    target = torch.int8 if dst_dtype is None else dst_dtype
+    if target == torch.qint8:
+        target = torch.int8
+    _check(target in (torch.int8, torch.quint4x2), "dst_dtype must be Int8 or Int4")
+    _check(x.dim() == 2 and scale.dim() == 2 and scale.size(1) == x.size(1) and group_index.dim() == 1
+           and group_index.numel() == scale.size(0),
+           f"npu_group_quant: expected x [S, H], scale [E, H] and group_index [E], got {list(x.shape)}, "
+           f"{list(scale.shape)} and {list(group_index.shape)}")
+    int4 = target == torch.quint4x2
+    if int4:
+        _check(x.size(-1) % 8 == 0, "input shape last dim must be divded by 8")
+    group = _row_groups(group_index, x.size(0), x.device).clamp(max=scale.size(0) - 1)
+    y = x.float() * scale.float()[group]
+    if offset is not None:
+        y = y + offset.float().reshape(-1)
+    top = 7.0 if int4 else 127.0
+    y = torch.round(y).clamp(-top - 1, top)
+    return _pack_int4(y) if int4 else y.to(torch.int8)
 
 
 # ---- boxes ---------------------------------------------------------------------------------

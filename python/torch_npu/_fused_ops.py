@@ -486,20 +486,26 @@ def _quant_dtype(v, default):
         return default
     if isinstance(v, torch.dtype):
         return v
-    return {1: torch.int8, 5: torch.float16, 6: torch.float32, 15: torch.bfloat16}[int(v)]
+    return {1: torch.int8, 3: torch.int32, 5: torch.float16, 6: torch.float32, 15: torch.bfloat16}[int(v)]
 
 
 @_fake("npu::npu_quant_matmul")
 def _npu_quant_matmul(x1, x2, scale, *, offset=None, pertoken_scale=None, bias=None, output_dtype=None, **_):
     batch = torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2])
-    return x1.new_empty([*batch, x1.shape[-2], x2.shape[-1]], dtype=_quant_dtype(output_dtype, torch.int8))
+    n = x2.shape[-1]
+    if x2.dtype == torch.int32 and not (x2.dim() >= 2 and x2.stride(-2) == 1 and x2.stride(-1) == x2.shape[-2]):
+        n = n * 8  # int4 x2 [k, n // 8], eight values to an int32 (its transpose [k // 8, n] holds n)
+    return x1.new_empty([*batch, x1.shape[-2], n], dtype=_quant_dtype(output_dtype, torch.int8))
 
 
 @_fake("npu::npu_weight_quant_batchmatmul")
 def _npu_weight_quant_batchmatmul(x, weight, antiquant_scale, antiquant_offset=None, quant_scale=None,
                                   quant_offset=None, bias=None, antiquant_group_size=0, inner_precise=0,
                                   weight_dtype=None):
-    return x.new_empty([x.shape[0], weight.shape[1]], dtype=torch.int8 if quant_scale is not None else x.dtype)
+    n = weight.shape[1]
+    if weight.dtype == torch.int32 and not (weight.stride(0) == 1 and weight.stride(1) == weight.shape[0]):
+        n = n * 8  # int4 weight [k, n // 8], eight values to an int32 (its transpose [k // 8, n] holds n)
+    return x.new_empty([x.shape[0], n], dtype=torch.int8 if quant_scale is not None else x.dtype)
 
 
 @_fake("npu::npu_quant_conv2d")

@@ -4,6 +4,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parameter import Parameter
 
+from torch_npu.utils._error_code import ErrCode, ops_error
+
 __all__ = ["LinearQuant", "LinearA8W8Quant", "LinearWeightQuant"]
 
 
@@ -16,8 +18,9 @@ class LinearQuant(nn.Module):
         bias: learn an int32 bias (set its ``.data``, e.g. to float for bfloat16 output).
         offset: a float32 per-channel offset (int8 output only).
         pertoken_scale: a float32 per-row scale of x (float16/bfloat16 output).
-        output_dtype: torch.int8 (None), torch.float16 or torch.bfloat16.
-    The int8 ``weight`` [out_features, in_features] and float32 ``scale`` [out_features] or [1]
+        output_dtype: torch.int8 (None), torch.float16, torch.bfloat16 or torch.int32 (the int32 sums).
+    The int8 ``weight`` [out_features, in_features] (or, with an int32 input, int4 values packed
+    eight to an int32: [out_features, in_features // 8]) and float32 ``scale`` [out_features] or [1]
     are set by the user (``model.weight.data = ...``); as in torch_npu, a float32 scale is
     packed by npu_trans_quant_param (with the offset) unless pertoken_scale is used or the
     output is bfloat16.
@@ -41,9 +44,9 @@ class LinearQuant(nn.Module):
         self.bias = Parameter(torch.empty(out_features, dtype=torch.int32, device=device), False) if bias else None
 
     def _check(self, x: Tensor) -> None:
-        if not (x.dtype == self.weight.dtype == torch.int8):
-            raise ValueError(f"{type(self).__name__}: input and weight should both be torch.int8 (int4 packed in "
-                             f"int32 is not supported), but input is {x.dtype} and weight {self.weight.dtype}")
+        if not (x.dtype == self.weight.dtype and x.dtype in (torch.int8, torch.int32)):
+            raise ValueError("input and weight should be both torch.int32 or both torch.int8 datatype, "
+                             f"but now input is {x.dtype}, weight is {self.weight.dtype}." + ops_error(ErrCode.TYPE))
 
     def forward(self, linear_quant_input: Tensor) -> Tensor:
         x = linear_quant_input
