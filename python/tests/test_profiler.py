@@ -498,3 +498,25 @@ def test_device_copy_is_named_aclnnInplaceCopy_in_profiles():
     with torch.autograd.profiler.profile(use_device="npu") as prof:
         x.npu().cpu()
     assert not check_operators_in_prof(["aclnnInplaceCopy"], prof)
+
+
+def test_legacy_profiler_use_device_npu():
+    """torch.autograd.profiler.profile(use_device="npu"): torch's legacy profiler times each
+    operator with npu events on the current stream (torch_npu's PrivateUse1 profiler methods)."""
+    a = torch.randn(64, 64, device="npu")
+    torch.npu.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.autograd.profiler.profile(use_device="npu") as prof:
+            b = torch.mm(a, a)
+            torch.npu.synchronize()
+    assert b.device.type == "npu"
+    mm = [e for e in prof.function_events if e.name == "aten::mm"]
+    assert mm, [e.name for e in prof.function_events]
+    for e in prof.function_events:
+        # Host times on one clock: without the npu's methods every range was garbage.
+        assert 0 <= e.time_range.start <= e.time_range.end, (e.name, e.time_range)
+        assert 0 <= e.cpu_time_total < 60e6, (e.name, e.cpu_time_total)
+    # The operator's device time comes from its two npu events.
+    assert any(e.kernels for e in mm) and all(k.duration >= 0 for e in mm for k in e.kernels)
+    assert sum(e.device_time_total for e in mm) > 0
