@@ -520,3 +520,33 @@ def test_legacy_profiler_use_device_npu():
     # The operator's device time comes from its two npu events.
     assert any(e.kernels for e in mm) and all(k.duration >= 0 for e in mm for k in e.kernels)
     assert sum(e.device_time_total for e in mm) > 0
+
+
+def test_torch_profiler_metadata_is_sanitized(tmp_path):
+    """torch.profiler's add_metadata / add_metadata_json (Kineto writes them unescaped):
+    characters that would break the trace are replaced, with a warning; clean ones pass."""
+    from torch_npu.profiler._add_metadata_sanitizer_patch import _sanitize_json_value, _sanitize_value
+
+    assert _sanitize_value("plain") == ("plain", [])
+    safe, notes = _sanitize_value('a "b" C:\\x\t\x01')
+    assert safe == "a 'b' C:/x  " and sorted(notes) == sorted(
+        ["2 double quote", "1 backslash", "1 tab", "1 control character U+0001"])
+    safe, notes = _sanitize_json_value(json.dumps({'k"': ['say "hi"', 3]}))
+    assert json.loads(safe) == {"k'": ["say 'hi'", 3]} and "\\" not in safe and notes
+    assert _sanitize_json_value("not json") == ("not json", [])
+
+    path = str(tmp_path / "trace.json")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            prof.add_metadata('run"id', 'C:\\data "x"')
+            prof.add_metadata_json("doc", json.dumps({"note": 'a "q"'}))
+            prof.add_metadata("clean", "value")
+            torch.ones(4).sum()
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        trace = json.load(f)  # parses
+    assert trace["run'id"] == "C:/data 'x'" and trace["clean"] == "value"
+    assert trace["doc"] == {"note": "a 'q'"}
+    altered = [str(w.message) for w in caught if "altered" in str(w.message)]
+    assert len(altered) == 3 and any("key" in m for m in altered), altered
