@@ -94,6 +94,7 @@ def test_schedule_and_result_directory(tmp_path):
 
 def test_trace_links_host_ops_to_npu_tasks(tmp_path):
     x = torch.randn(1024, 1024, device="npu")
+    (x @ x).relu_()  # an operator's first call runs inline (it proves its dtype signature); later ones queue
     torch.npu.synchronize()
     with torch_npu.profiler.profile(activities=BOTH) as prof:
         y = x @ x  # large: queued on the stream, runs after the host op returned
@@ -550,3 +551,49 @@ def test_torch_profiler_metadata_is_sanitized(tmp_path):
     assert trace["doc"] == {"note": "a 'q'"}
     altered = [str(w.message) for w in caught if "altered" in str(w.message)]
     assert len(altered) == 3 and any("key" in m for m in altered), altered
+
+
+def test_torch_profiler_privateuse1_records_npu_tasks(tmp_path):
+    """torch.profiler with ProfilerActivity.PrivateUse1: the npu's tasks in Kineto's trace (the
+    npu's activity profiler), on a device lane below the CPU process, each linked by an ac2g
+    flow to the operator that launched it; a CPU-only trace has none of them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    a = torch.randn(32, 32, device="npu")
+    torch.npu.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        b = torch.mm(a, a)
+        b.add_(1)
+        host = b.cpu()
+    path = str(tmp_path / "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert {"aten::mm", "aten::add"} <= {e["name"] for e in kernels}, [e["name"] for e in kernels]
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
+    for k in kernels:
+        assert k["args"]["type"] == "KERNEL" and k["args"]["streamId"] == 0 and k["args"]["device"] == 0
+        op = ops[k["args"]["External id"]]  # the launching operator
+        assert k["ts"] >= op["ts"], (k, op)
+        if k["name"] == "aten::mm":
+            assert op["name"] == "aten::mm"
+    sort = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    cpu_pid = next(iter(ops.values()))["pid"]
+    assert {k["pid"] for k in kernels} == {0} and sort[0] > sort[cpu_pid]
+    starts = [e for e in events if e.get("cat") == "ac2g" and e["ph"] == "s"]
+    finishes = [e for e in events if e.get("cat") == "ac2g" and e["ph"] == "f"]
+    assert len(finishes) == len(kernels) and {e["id"] for e in starts} == {e["id"] for e in finishes}
+    assert len(starts) == len({e["id"] for e in starts}) and all(e["pid"] == cpu_pid for e in starts)
+    assert {e["id"] for e in starts} <= set(ops)
+    assert torch.allclose(host, (a.cpu() @ a.cpu()) + 1, atol=1e-4)
+    npu_total = sum(e.self_device_time_total for e in prof.key_averages())
+    assert npu_total > 0
+
+    # CPU only (what torch_npu.profiler.profile uses under the hood): no device events.
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.mm(a, a)
+        torch.npu.synchronize()
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        assert not [e for e in json.load(f)["traceEvents"] if e.get("cat") in ("kernel", "ac2g")]
