@@ -3,6 +3,7 @@ import csv
 import glob
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -461,6 +462,14 @@ def test_export_memory_timeline(tmp_path):
     assert len(times) == len(sizes) > 0
     peak = max(sum(s) for s in sizes)
     assert peak >= 2 * x.numel() * 4  # x and y alive together
+    prof.export_memory_timeline(output_path=str(tmp_path / "default.json"))  # torch_npu's keyword, npu:0
+    assert os.path.isfile(tmp_path / "default.json")
+
+    with torch_npu.profiler.profile(activities=BOTH, profile_memory=True) as prof:
+        (x * 2).sum()
+    with pytest.warns(UserWarning, match="record_shapes=True, with_stack=True or with_modules=True required"):
+        prof.export_memory_timeline(str(tmp_path / "none.json"))
+    assert not os.path.exists(tmp_path / "none.json")
 
 
 def test_metadata_with_quotes_and_backslashes(tmp_path):
@@ -597,3 +606,39 @@ def test_torch_profiler_privateuse1_records_npu_tasks(tmp_path):
     prof.export_chrome_trace(path)
     with open(path) as f:
         assert not [e for e in json.load(f)["traceEvents"] if e.get("cat") in ("kernel", "ac2g")]
+
+
+def test_result_directory_of_a_custom_handler(tmp_path, monkeypatch):
+    """As torch_npu: a run handed to a handler of the user's still gets its result directory
+    (raw data, parsed later by analyse) in the working directory, named by ProfPathCreator,
+    which is one object per process; without on_trace_ready nothing is written."""
+    from torch_npu.profiler._profiler_path_creator import ProfPathCreator
+
+    assert ProfPathCreator() is ProfPathCreator()
+    ProfPathCreator().init()  # forget an earlier tensorboard_trace_handler's folder
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ASCEND_WORK_PATH", raising=False)
+    seen = []
+    x = torch.randn(8, 8, device="npu")
+    with torch_npu.profiler.profile(activities=BOTH, on_trace_ready=lambda p: seen.append(p)) as prof:
+        x.sum()
+    path = ProfPathCreator().get_prof_dir()
+    assert seen == [prof] and os.path.dirname(path) == str(tmp_path) and path.endswith("_ascend_pt")
+    assert os.path.basename(path).startswith(f"{socket.gethostname()}_{os.getpid()}_")
+    assert os.path.isfile(os.path.join(path, "FRAMEWORK", "torch_npu_raw.json"))
+    torch_npu.profiler.analyse(path)
+    assert os.path.isfile(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "kernel_details.csv"))
+
+    before = set(os.listdir(tmp_path))
+    with torch_npu.profiler.profile(activities=BOTH):
+        x.sum()
+    assert set(os.listdir(tmp_path)) == before
+
+    # tensorboard_trace_handler names the folder and worker; a bad worker name is reset, with a warning.
+    with pytest.warns(UserWarning, match="worker_name"):
+        ProfPathCreator().init(worker_name="", dir_name=str(tmp_path / "out"))
+    handler = torch_npu.profiler.tensorboard_trace_handler(str(tmp_path / "tb"), worker_name="w0")
+    with torch_npu.profiler.profile(activities=BOTH, on_trace_ready=handler):
+        x.sum()
+    assert os.path.basename(ProfPathCreator().get_prof_dir()).startswith(f"w0_{os.getpid()}_")
+    assert os.path.dirname(ProfPathCreator().get_prof_dir()) == str(tmp_path / "tb")
