@@ -642,3 +642,63 @@ def test_result_directory_of_a_custom_handler(tmp_path, monkeypatch):
         x.sum()
     assert os.path.basename(ProfPathCreator().get_prof_dir()).startswith(f"w0_{os.getpid()}_")
     assert os.path.dirname(ProfPathCreator().get_prof_dir()) == str(tmp_path / "tb")
+
+
+def test_dynamic_profile_parts(tmp_path, monkeypatch, capsys):
+    """dynamic_profile's parts under torch_npu's names: ConfigContext validates a config
+    (bad entries reset, with a warning), DynamicProfilerShareMemory creates and reads the file,
+    DynamicProfilerUtils logs (to stdout in the dynolog model); dp.step() marks each step
+    with an mstx range "step {n}"."""
+    import copy
+
+    from torch_npu.profiler._dynamic_profiler._dynamic_profiler_config_context import ConfigContext
+    from torch_npu.profiler._dynamic_profiler._dynamic_profiler_monitor_shm import DynamicProfilerShareMemory
+    from torch_npu.profiler._dynamic_profiler._dynamic_profiler_utils import DynamicProfilerUtils
+    from torch_npu.profiler.dynamic_profile import _DynamicProfile
+
+    monkeypatch.setenv("RANK", "1")
+    data = copy.deepcopy(DynamicProfilerShareMemory.JSON_DATA)
+    data.update(prof_dir=1, analyse="yes", active=0, warmup=-2, start_step=-1, record_shapes=True,
+                activities=["CPU", "GPU"], is_rank=True, rank_list=[0, "x"], metadata={"k": 1})
+    with pytest.warns(UserWarning) as caught:
+        ctx = ConfigContext(data)
+    text = " ".join(str(w.message) for w in caught)
+    for name in ("prof_dir", "analyse", "active", "warmup", "GPU", "rank_list"):
+        assert name in text, (name, text)
+    assert (ctx.prof_path, ctx.analyse(), ctx.active(), ctx.warmup()) == ("./", False, 1, 0)
+    assert ctx.start() and ctx.start_step() == -1 and ctx.record_shapes and not ctx.with_stack
+    assert ctx.activities() == [ProfilerActivity.CPU] and ctx.meta_data() == {"k": 1}
+    assert ctx.experimental_config.profiler_level == "Level0"
+    assert not ctx.valid()  # rank 1 is not in rank_list
+    monkeypatch.setenv("RANK", "0")
+    assert ConfigContext(data).valid()
+
+    cfg = str(tmp_path / "profiler_config.json")
+    shm = DynamicProfilerShareMemory(str(tmp_path), cfg, 0)
+    with open(cfg) as f:
+        assert json.load(f) == DynamicProfilerShareMemory.JSON_DATA
+    assert shm.shm_to_prof_conf_context() is None  # not edited since
+    with open(cfg, "w") as f:
+        json.dump(dict(DynamicProfilerShareMemory.JSON_DATA, active=3), f)
+    os.utime(cfg, ns=(1, 1))
+    assert shm.shm_to_prof_conf_context().active() == 3
+    assert shm.shm_to_prof_conf_context() is None
+    with open(cfg, "w") as f:
+        f.write("[1, 2]")
+    os.utime(cfg, ns=(2, 2))
+    with pytest.warns(UserWarning, match="JSON object"):
+        assert shm.shm_to_prof_conf_context() is None
+
+    monkeypatch.setattr(DynamicProfilerUtils, "DYNAMIC_PROFILER_MODEL",
+                        DynamicProfilerUtils.DynamicProfilerConfigModel.DYNO_CONFIG)
+    DynamicProfilerUtils.out_log("to stdout", DynamicProfilerUtils.LoggerLevelEnum.ERROR)
+    assert "[ERROR]" in capsys.readouterr().out
+    monkeypatch.undo()
+
+    dp = _DynamicProfile()
+    with torch_npu.profiler.profile(experimental_config=torch_npu.profiler._ExperimentalConfig(mstx=True)) as prof:
+        dp.step()
+        torch.ones(4, device="npu").sum()
+        dp.step()
+    steps = [e for e in prof._finished_run()["trace"]["traceEvents"] if e.get("cat") == "mstx"]
+    assert [e["name"] for e in steps] == [f"step {dp.cur_step - 1}"] and steps[0]["ph"] == "X"
