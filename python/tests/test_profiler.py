@@ -702,3 +702,64 @@ def test_dynamic_profile_parts(tmp_path, monkeypatch, capsys):
         dp.step()
     steps = [e for e in prof._finished_run()["trace"]["traceEvents"] if e.get("cat") == "mstx"]
     assert [e["name"] for e in steps] == [f"step {dp.cur_step - 1}"] and steps[0]["ph"] == "X"
+
+
+def test_cann_package_manager(tmp_path, monkeypatch):
+    """CannPackageManager asks the CANN toolkit's msprof (on PATH) what it can export, as
+    torch_npu: none here (the simulator ships no msprof), a toolkit's answers when there is
+    one; an msprof that others can write is not run."""
+    from torch_npu.profiler.analysis.prof_common_func import _cann_package_manager as cpm
+
+    def fresh():
+        monkeypatch.setattr(cpm.CannPackageManager, "SUPPORT_EXPORT_DB", None)
+        monkeypatch.setattr(cpm.CannPackageManager, "SUPPORT_DEFAULT_EXPORT_DB", None)
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    fresh()
+    assert not cpm.CannPackageManager.is_support_export_db()
+    assert not cpm.CannPackageManager.is_support_default_export_db()
+    msprof = tmp_path / "msprof"
+    msprof.write_text("#!/bin/sh\necho '  --type  text(which will also export the database), db'\n")
+    msprof.chmod(0o755)
+    fresh()
+    assert cpm.CannPackageManager.is_support_export_db()
+    assert cpm.CannPackageManager.is_support_default_export_db()
+    msprof.chmod(0o777)
+    fresh()
+    assert not cpm.CannPackageManager.is_support_export_db()
+
+
+def test_db_manager(tmp_path):
+    """DbManager (the SQLite access of export_type="db"): failures are reported and answered
+    with falsy results; rows go in and come out in batches."""
+    from torch_npu.profiler.analysis.prof_common_func._db_manager import DbManager, EmptyClass
+
+    with pytest.warns(UserWarning, match="cannot open"):
+        conn, cur = DbManager.create_connect_db(str(tmp_path / "missing" / "x.db"))
+    assert isinstance(conn, EmptyClass) and not conn and not cur
+    DbManager.destroy_db_connect(None, None)
+
+    path = tmp_path / "t.db"
+    conn, cur = DbManager.create_connect_db(str(path))
+    assert oct(path.stat().st_mode & 0o777) == oct(0o640)
+    DbManager.create_table_with_headers(conn, cur, "T", [("a", "INTEGER"), ("b", "TEXT")])
+    assert DbManager.judge_table_exist(cur, "T") and not DbManager.judge_table_exist(cur, "U")
+    DbManager.insert_data_into_table(conn, "T", [])
+    old = (DbManager.INSERT_SIZE, DbManager.FETCH_SIZE, DbManager.MAX_ROW_COUNT)
+    try:
+        DbManager.INSERT_SIZE = DbManager.FETCH_SIZE = 3
+        DbManager.insert_data_into_table(conn, "T", [(i, str(i)) for i in range(10)])
+        assert DbManager.fetch_all_data(cur, "SELECT a FROM T ORDER BY a") == [(i,) for i in range(10)]
+        DbManager.MAX_ROW_COUNT = 4
+        with pytest.warns(UserWarning, match="exceed the limit"):
+            assert len(DbManager.fetch_all_data(cur, "SELECT a FROM T")) == 6
+    finally:
+        DbManager.INSERT_SIZE, DbManager.FETCH_SIZE, DbManager.MAX_ROW_COUNT = old
+    assert DbManager.fetch_one_data(cur, "SELECT count(*) FROM T") == (10,)
+    with pytest.warns(UserWarning, match="SQLite Error"):
+        assert DbManager.fetch_all_data(cur, "SELECT * FROM nowhere") == []
+    with pytest.warns(UserWarning, match="SQLite Error"):
+        assert not DbManager.execute_sql(conn, "NOT SQL")
+    DbManager.clear_table_data(conn, cur, "T")
+    assert DbManager.fetch_one_data(cur, "SELECT count(*) FROM T") == (0,)
+    DbManager.destroy_db_connect(conn, cur)

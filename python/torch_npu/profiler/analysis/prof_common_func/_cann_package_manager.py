@@ -1,0 +1,58 @@
+"""``CannPackageManager``: what the installed CANN toolkit's ``msprof`` can export, as torch_npu.
+
+torch_npu asks ``msprof --help``: ``--type`` means it can export a database, and the text
+"text(which will also export the database)" that its text export writes one as well. The
+simulator's CANN has no ``msprof``; with the toolkit's ``msprof`` on ``PATH`` the answers
+are its, otherwise both are False. Answers are cached per process.
+"""
+import os
+import shutil
+import stat
+import subprocess
+
+__all__ = []
+
+
+def _trusted_executable(path: str) -> bool:
+    """A regular executable file that others cannot write (as torch_npu checks before running it)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def check_msprof_help_output(search_text: str) -> bool:
+    msprof = shutil.which("msprof")
+    if not msprof or not _trusted_executable(msprof):
+        return False
+    try:
+        done = subprocess.run([msprof, "--help"], capture_output=True, shell=False, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and search_text in done.stdout
+
+
+def check_cann_package_support_export_db() -> bool:
+    return check_msprof_help_output("--type")
+
+
+def check_cann_package_support_default_export_db() -> bool:
+    return check_msprof_help_output("text(which will also export the database)")
+
+
+class CannPackageManager:
+    SUPPORT_EXPORT_DB = None
+    SUPPORT_DEFAULT_EXPORT_DB = None
+
+    @classmethod
+    def is_support_export_db(cls) -> bool:
+        if cls.SUPPORT_EXPORT_DB is None:
+            cls.SUPPORT_EXPORT_DB = check_cann_package_support_export_db()
+        return cls.SUPPORT_EXPORT_DB
+
+    @classmethod
+    def is_support_default_export_db(cls) -> bool:
+        if cls.SUPPORT_DEFAULT_EXPORT_DB is None:
+            cls.SUPPORT_DEFAULT_EXPORT_DB = check_cann_package_support_default_export_db()
+        return cls.SUPPORT_DEFAULT_EXPORT_DB
