@@ -763,3 +763,51 @@ def test_db_manager(tmp_path):
     DbManager.clear_table_data(conn, cur, "T")
     assert DbManager.fetch_one_data(cur, "SELECT count(*) FROM T") == (0,)
     DbManager.destroy_db_connect(conn, cur)
+
+
+def test_flops_ranges(monkeypatch):
+    """with_flops=True and mstx: each call of an operator with a FLOPs formula is an mstx range
+    "{flops}-{op}" in the domain mfu_flops (torch_npu's MFU data); the hooks go when the
+    profile stops; a user's formula replaces the default one."""
+    from torch_npu.profiler import _flops_formulas as formulas
+    from torch_npu.profiler._flops_hook import FlopsHookManager
+    from torch_npu.profiler._flops_registry import _npu_flop_registry, get_flop_func
+
+    mm = torch.mm
+    a, b = torch.ones(8, 16, device="npu"), torch.ones(16, 4, device="npu")
+    w = torch.ones(5, 16, device="npu")
+    config = torch_npu.profiler._ExperimentalConfig(mstx=True)
+    with torch_npu.profiler.profile(with_flops=True, experimental_config=config) as prof:
+        assert FlopsHookManager.is_installed() and torch.mm is not mm
+        torch.mm(a, b)
+        torch.nn.functional.linear(a, w)
+        torch.matmul(a.view(2, 4, 16), b)  # torch.matmul's own mm is not counted again
+    assert torch.mm is mm and not FlopsHookManager.is_installed()
+    ranges = [e for e in prof._finished_run()["trace"]["traceEvents"] if e.get("cat") == "mstx"]
+    assert [(e["name"], e["args"]["domain"]) for e in ranges] == [
+        (f"{2 * 8 * 16 * 4}-mm", "mfu_flops"), (f"{2 * 8 * 16 * 5}-linear", "mfu_flops"),
+        (f"{2 * 2 * 4 * 16 * 4}-matmul", "mfu_flops")]
+
+    # without mstx nothing is hooked
+    with torch_npu.profiler.profile(with_flops=True):
+        assert torch.mm is mm
+
+    # formulas of torch_npu's fused operators (shapes only)
+    q = torch.empty(2, 4, 8, 16)  # BNSD: batch 2, 4 heads, sequence 8, head dim 16
+    assert formulas.npu_fusion_attention_flops(q, q, q, 4, "BNSD") == 2 * 2 * 4 * 8 * 8 * 32
+    assert formulas.npu_fusion_attention_flops(q, q, q, 4, "BNSD", sparse_mode=2) == 2 * 2 * 4 * 32 * 32
+    bsh = torch.empty(2, 8, 64)
+    assert formulas.npu_fusion_attention_flops(bsh, bsh, bsh, 4, "BSH") == 2 * 2 * 4 * 64 * 32
+    with pytest.raises(ValueError, match="sparse_mode=5"):
+        formulas.npu_fusion_attention_flops(q, q, q, 4, "BNSD", sparse_mode=5)
+    tnd = torch.empty(10, 4, 16)
+    assert formulas.npu_fusion_attention_flops(tnd, tnd, tnd, 4, "TND", actual_seq_qlen=[4, 10],
+                                               actual_seq_kvlen=[4, 10]) == 2 * 4 * 32 * (16 + 36)
+    assert formulas.npu_grouped_matmul_flops(torch.empty(6, 3), [torch.empty(3, 7), torch.empty(3, 11)],
+                                             group_list=[2, 4]) == 2 * 2 * 3 * 7 + 2 * 4 * 3 * 11
+
+    monkeypatch.setitem(_npu_flop_registry, "mm", (lambda x, y, **kw: 1, "torch:mm"))
+    assert get_flop_func("mm")(a, b) == 1
+    with torch_npu.profiler.profile(with_flops=True, experimental_config=config) as prof:
+        torch.mm(a, b)
+    assert [e["name"] for e in prof._finished_run()["trace"]["traceEvents"] if e.get("cat") == "mstx"] == ["1-mm"]

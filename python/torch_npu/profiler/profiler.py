@@ -28,6 +28,7 @@ import torch.profiler as _tp
 from torch_npu import _mstx
 
 from . import _analysis
+from ._flops_hook import FlopsHookManager
 from ._profiler_path_creator import ProfPathCreator
 from .experimental_config import _ExperimentalConfig
 from .scheduler import ProfilerAction, Schedule
@@ -138,6 +139,10 @@ class profile(_tp.profile):
     def start_trace(self):
         super().start_trace()
         _mstx.start(self._npu_config)
+        if self.with_flops and self._npu_config.tx_enabled:
+            # As torch_npu: each call of an operator with a FLOPs formula becomes an mstx
+            # range "{flops}-{op}" in the domain mfu_flops (see _flops_hook.py).
+            FlopsHookManager.install()
         if self._npu:
             from torch_npu import _C
 
@@ -147,6 +152,8 @@ class profile(_tp.profile):
             _C._npu_profilerEnable(True)
 
     def stop_trace(self):
+        if self.with_flops and self._npu_config.tx_enabled:
+            FlopsHookManager.uninstall()
         if self._npu:
             from torch_npu import _C
 
