@@ -5,26 +5,19 @@ torch_npu asks ``msprof --help``: ``--type`` means it can export a database, and
 simulator's CANN has no ``msprof``; with the toolkit's ``msprof`` on ``PATH`` the answers
 are its, otherwise both are False. Answers are cached per process.
 """
-import os
 import shutil
-import stat
 import subprocess
+
+from ._path_manager import ProfilerPathManager
 
 __all__ = []
 
 
-def _trusted_executable(path: str) -> bool:
-    """A regular executable file that others cannot write (as torch_npu checks before running it)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and os.access(path, os.X_OK) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-
-
 def check_msprof_help_output(search_text: str) -> bool:
+    """Whether ``msprof --help`` (msprof found on PATH, owned by root or this user and not
+    writable by others) succeeds and mentions search_text."""
     msprof = shutil.which("msprof")
-    if not msprof or not _trusted_executable(msprof):
+    if not msprof or not ProfilerPathManager.check_path_permission(msprof):
         return False
     try:
         done = subprocess.run([msprof, "--help"], capture_output=True, shell=False, text=True, timeout=60)
