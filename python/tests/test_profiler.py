@@ -811,3 +811,23 @@ def test_flops_ranges(monkeypatch):
     with torch_npu.profiler.profile(with_flops=True, experimental_config=config) as prof:
         torch.mm(a, b)
     assert [e["name"] for e in prof._finished_run()["trace"]["traceEvents"] if e.get("cat") == "mstx"] == ["1-mm"]
+
+
+def test_analysis_messages_and_time_conversions(capsys):
+    """analysis.prof_common_func._constant: torch_npu's report lines and exact ns <-> µs text
+    (the views' timestamps are written with it)."""
+    from torch_npu.profiler.analysis.prof_common_func import _constant as c
+
+    c.print_warn_msg("look")
+    out = capsys.readouterr().out
+    assert out.endswith(f"[WARNING] [{os.getpid()}] profiler.py: look\n") and out.startswith("[20")
+    assert c.convert_ns2us_str(1459635878536856678) == "1459635878536856.678"
+    assert c.convert_ns2us_str(5, "\t") == "0.005\t" and c.convert_ns2us_str(float("inf")) == "inf"
+    assert c.convert_ns2us_float(1500) == 1.5
+    with pytest.raises(TypeError):
+        c.convert_ns2us_str(1.5)
+    assert c.convert_us2ns("1459635878536856.678\t") == 1459635878536856678
+    assert c.convert_us2ns(2) == 2000 and c.convert_us2ns("0.1234") == 123
+    with pytest.raises(RuntimeError):
+        c.convert_us2ns("1.2.3")
+    assert c.contact_2num(1, 2) == (1 << 32) + 2
