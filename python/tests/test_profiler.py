@@ -3,6 +3,7 @@ import csv
 import glob
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -94,6 +95,7 @@ def test_schedule_and_result_directory(tmp_path):
 
 def test_trace_links_host_ops_to_npu_tasks(tmp_path):
     x = torch.randn(1024, 1024, device="npu")
+    (x @ x).relu_()  # an operator's first call runs inline (it proves its dtype signature); later ones queue
     torch.npu.synchronize()
     with torch_npu.profiler.profile(activities=BOTH) as prof:
         y = x @ x  # large: queued on the stream, runs after the host op returned
@@ -460,6 +462,14 @@ def test_export_memory_timeline(tmp_path):
     assert len(times) == len(sizes) > 0
     peak = max(sum(s) for s in sizes)
     assert peak >= 2 * x.numel() * 4  # x and y alive together
+    prof.export_memory_timeline(output_path=str(tmp_path / "default.json"))  # torch_npu's keyword, npu:0
+    assert os.path.isfile(tmp_path / "default.json")
+
+    with torch_npu.profiler.profile(activities=BOTH, profile_memory=True) as prof:
+        (x * 2).sum()
+    with pytest.warns(UserWarning, match="record_shapes=True, with_stack=True or with_modules=True required"):
+        prof.export_memory_timeline(str(tmp_path / "none.json"))
+    assert not os.path.exists(tmp_path / "none.json")
 
 
 def test_metadata_with_quotes_and_backslashes(tmp_path):
@@ -498,3 +508,326 @@ def test_device_copy_is_named_aclnnInplaceCopy_in_profiles():
     with torch.autograd.profiler.profile(use_device="npu") as prof:
         x.npu().cpu()
     assert not check_operators_in_prof(["aclnnInplaceCopy"], prof)
+
+
+def test_legacy_profiler_use_device_npu():
+    """torch.autograd.profiler.profile(use_device="npu"): torch's legacy profiler times each
+    operator with npu events on the current stream (torch_npu's PrivateUse1 profiler methods)."""
+    a = torch.randn(64, 64, device="npu")
+    torch.npu.synchronize()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.autograd.profiler.profile(use_device="npu") as prof:
+            b = torch.mm(a, a)
+            torch.npu.synchronize()
+    assert b.device.type == "npu"
+    mm = [e for e in prof.function_events if e.name == "aten::mm"]
+    assert mm, [e.name for e in prof.function_events]
+    for e in prof.function_events:
+        # Host times on one clock: without the npu's methods every range was garbage.
+        assert 0 <= e.time_range.start <= e.time_range.end, (e.name, e.time_range)
+        assert 0 <= e.cpu_time_total < 60e6, (e.name, e.cpu_time_total)
+    # The operator's device time comes from its two npu events.
+    assert any(e.kernels for e in mm) and all(k.duration >= 0 for e in mm for k in e.kernels)
+    assert sum(e.device_time_total for e in mm) > 0
+
+
+def test_torch_profiler_metadata_is_sanitized(tmp_path):
+    """torch.profiler's add_metadata / add_metadata_json (Kineto writes them unescaped):
+    characters that would break the trace are replaced, with a warning; clean ones pass."""
+    from torch_npu.profiler._add_metadata_sanitizer_patch import _sanitize_json_value, _sanitize_value
+
+    assert _sanitize_value("plain") == ("plain", [])
+    safe, notes = _sanitize_value('a "b" C:\\x\t\x01')
+    assert safe == "a 'b' C:/x  " and sorted(notes) == sorted(
+        ["2 double quote", "1 backslash", "1 tab", "1 control character U+0001"])
+    safe, notes = _sanitize_json_value(json.dumps({'k"': ['say "hi"', 3]}))
+    assert json.loads(safe) == {"k'": ["say 'hi'", 3]} and "\\" not in safe and notes
+    assert _sanitize_json_value("not json") == ("not json", [])
+
+    path = str(tmp_path / "trace.json")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            prof.add_metadata('run"id', 'C:\\data "x"')
+            prof.add_metadata_json("doc", json.dumps({"note": 'a "q"'}))
+            prof.add_metadata("clean", "value")
+            torch.ones(4).sum()
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        trace = json.load(f)  # parses
+    assert trace["run'id"] == "C:/data 'x'" and trace["clean"] == "value"
+    assert trace["doc"] == {"note": "a 'q'"}
+    altered = [str(w.message) for w in caught if "altered" in str(w.message)]
+    assert len(altered) == 3 and any("key" in m for m in altered), altered
+
+
+def test_torch_profiler_privateuse1_records_npu_tasks(tmp_path):
+    """torch.profiler with ProfilerActivity.PrivateUse1: the npu's tasks in Kineto's trace (the
+    npu's activity profiler), on a device lane below the CPU process, each linked by an ac2g
+    flow to the operator that launched it; a CPU-only trace has none of them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    a = torch.randn(32, 32, device="npu")
+    torch.npu.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        b = torch.mm(a, a)
+        b.add_(1)
+        host = b.cpu()
+    path = str(tmp_path / "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert {"aten::mm", "aten::add"} <= {e["name"] for e in kernels}, [e["name"] for e in kernels]
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op"}
+    for k in kernels:
+        assert k["args"]["type"] == "KERNEL" and k["args"]["streamId"] == 0 and k["args"]["device"] == 0
+        op = ops[k["args"]["External id"]]  # the launching operator
+        assert k["ts"] >= op["ts"], (k, op)
+        if k["name"] == "aten::mm":
+            assert op["name"] == "aten::mm"
+    sort = {e["pid"]: e["args"]["sort_index"] for e in events if e.get("name") == "process_sort_index"}
+    cpu_pid = next(iter(ops.values()))["pid"]
+    assert {k["pid"] for k in kernels} == {0} and sort[0] > sort[cpu_pid]
+    starts = [e for e in events if e.get("cat") == "ac2g" and e["ph"] == "s"]
+    finishes = [e for e in events if e.get("cat") == "ac2g" and e["ph"] == "f"]
+    assert len(finishes) == len(kernels) and {e["id"] for e in starts} == {e["id"] for e in finishes}
+    assert len(starts) == len({e["id"] for e in starts}) and all(e["pid"] == cpu_pid for e in starts)
+    assert {e["id"] for e in starts} <= set(ops)
+    assert torch.allclose(host, (a.cpu() @ a.cpu()) + 1, atol=1e-4)
+    npu_total = sum(e.self_device_time_total for e in prof.key_averages())
+    assert npu_total > 0
+
+    # CPU only (what torch_npu.profiler.profile uses under the hood): no device events.
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.mm(a, a)
+        torch.npu.synchronize()
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        assert not [e for e in json.load(f)["traceEvents"] if e.get("cat") in ("kernel", "ac2g")]
+
+
+def test_result_directory_of_a_custom_handler(tmp_path, monkeypatch):
+    """As torch_npu: a run handed to a handler of the user's still gets its result directory
+    (raw data, parsed later by analyse) in the working directory, named by ProfPathCreator,
+    which is one object per process; without on_trace_ready nothing is written."""
+    from torch_npu.profiler._profiler_path_creator import ProfPathCreator
+
+    assert ProfPathCreator() is ProfPathCreator()
+    ProfPathCreator().init()  # forget an earlier tensorboard_trace_handler's folder
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ASCEND_WORK_PATH", raising=False)
+    seen = []
+    x = torch.randn(8, 8, device="npu")
+    with torch_npu.profiler.profile(activities=BOTH, on_trace_ready=lambda p: seen.append(p)) as prof:
+        x.sum()
+    path = ProfPathCreator().get_prof_dir()
+    assert seen == [prof] and os.path.dirname(path) == str(tmp_path) and path.endswith("_ascend_pt")
+    assert os.path.basename(path).startswith(f"{socket.gethostname()}_{os.getpid()}_")
+    assert os.path.isfile(os.path.join(path, "FRAMEWORK", "torch_npu_raw.json"))
+    torch_npu.profiler.analyse(path)
+    assert os.path.isfile(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "kernel_details.csv"))
+
+    before = set(os.listdir(tmp_path))
+    with torch_npu.profiler.profile(activities=BOTH):
+        x.sum()
+    assert set(os.listdir(tmp_path)) == before
+
+    # tensorboard_trace_handler names the folder and worker; a bad worker name is reset, with a warning.
+    with pytest.warns(UserWarning, match="worker_name"):
+        ProfPathCreator().init(worker_name="", dir_name=str(tmp_path / "out"))
+    handler = torch_npu.profiler.tensorboard_trace_handler(str(tmp_path / "tb"), worker_name="w0")
+    with torch_npu.profiler.profile(activities=BOTH, on_trace_ready=handler):
+        x.sum()
+    assert os.path.basename(ProfPathCreator().get_prof_dir()).startswith(f"w0_{os.getpid()}_")
+    assert os.path.dirname(ProfPathCreator().get_prof_dir()) == str(tmp_path / "tb")
+
+
+def test_dynamic_profile_parts(tmp_path, monkeypatch, capsys):
+    """dynamic_profile's parts under torch_npu's names: ConfigContext validates a config
+    (bad entries reset, with a warning), DynamicProfilerShareMemory creates and reads the file,
+    DynamicProfilerUtils logs (to stdout in the dynolog model); dp.step() marks each step
+    with an mstx range "step {n}"."""
+    import copy
+
+    from torch_npu.profiler._dynamic_profiler._dynamic_profiler_config_context import ConfigContext
+    from torch_npu.profiler._dynamic_profiler._dynamic_profiler_monitor_shm import DynamicProfilerShareMemory
+    from torch_npu.profiler._dynamic_profiler._dynamic_profiler_utils import DynamicProfilerUtils
+    from torch_npu.profiler.dynamic_profile import _DynamicProfile
+
+    monkeypatch.setenv("RANK", "1")
+    data = copy.deepcopy(DynamicProfilerShareMemory.JSON_DATA)
+    data.update(prof_dir=1, analyse="yes", active=0, warmup=-2, start_step=-1, record_shapes=True,
+                activities=["CPU", "GPU"], is_rank=True, rank_list=[0, "x"], metadata={"k": 1})
+    with pytest.warns(UserWarning) as caught:
+        ctx = ConfigContext(data)
+    text = " ".join(str(w.message) for w in caught)
+    for name in ("prof_dir", "analyse", "active", "warmup", "GPU", "rank_list"):
+        assert name in text, (name, text)
+    assert (ctx.prof_path, ctx.analyse(), ctx.active(), ctx.warmup()) == ("./", False, 1, 0)
+    assert ctx.start() and ctx.start_step() == -1 and ctx.record_shapes and not ctx.with_stack
+    assert ctx.activities() == [ProfilerActivity.CPU] and ctx.meta_data() == {"k": 1}
+    assert ctx.experimental_config.profiler_level == "Level0"
+    assert not ctx.valid()  # rank 1 is not in rank_list
+    monkeypatch.setenv("RANK", "0")
+    assert ConfigContext(data).valid()
+
+    cfg = str(tmp_path / "profiler_config.json")
+    shm = DynamicProfilerShareMemory(str(tmp_path), cfg, 0)
+    with open(cfg) as f:
+        assert json.load(f) == DynamicProfilerShareMemory.JSON_DATA
+    assert shm.shm_to_prof_conf_context() is None  # not edited since
+    with open(cfg, "w") as f:
+        json.dump(dict(DynamicProfilerShareMemory.JSON_DATA, active=3), f)
+    os.utime(cfg, ns=(1, 1))
+    assert shm.shm_to_prof_conf_context().active() == 3
+    assert shm.shm_to_prof_conf_context() is None
+    with open(cfg, "w") as f:
+        f.write("[1, 2]")
+    os.utime(cfg, ns=(2, 2))
+    with pytest.warns(UserWarning, match="JSON object"):
+        assert shm.shm_to_prof_conf_context() is None
+
+    monkeypatch.setattr(DynamicProfilerUtils, "DYNAMIC_PROFILER_MODEL",
+                        DynamicProfilerUtils.DynamicProfilerConfigModel.DYNO_CONFIG)
+    DynamicProfilerUtils.out_log("to stdout", DynamicProfilerUtils.LoggerLevelEnum.ERROR)
+    assert "[ERROR]" in capsys.readouterr().out
+    monkeypatch.undo()
+
+    dp = _DynamicProfile()
+    with torch_npu.profiler.profile(experimental_config=torch_npu.profiler._ExperimentalConfig(mstx=True)) as prof:
+        dp.step()
+        torch.ones(4, device="npu").sum()
+        dp.step()
+    steps = [e for e in prof._finished_run()["trace"]["traceEvents"] if e.get("cat") == "mstx"]
+    assert [e["name"] for e in steps] == [f"step {dp.cur_step - 1}"] and steps[0]["ph"] == "X"
+
+
+def test_cann_package_manager(tmp_path, monkeypatch):
+    """CannPackageManager asks the CANN toolkit's msprof (on PATH) what it can export, as
+    torch_npu: none here (the simulator ships no msprof), a toolkit's answers when there is
+    one; an msprof that others can write is not run."""
+    from torch_npu.profiler.analysis.prof_common_func import _cann_package_manager as cpm
+
+    def fresh():
+        monkeypatch.setattr(cpm.CannPackageManager, "SUPPORT_EXPORT_DB", None)
+        monkeypatch.setattr(cpm.CannPackageManager, "SUPPORT_DEFAULT_EXPORT_DB", None)
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    fresh()
+    assert not cpm.CannPackageManager.is_support_export_db()
+    assert not cpm.CannPackageManager.is_support_default_export_db()
+    msprof = tmp_path / "msprof"
+    msprof.write_text("#!/bin/sh\necho '  --type  text(which will also export the database), db'\n")
+    msprof.chmod(0o755)
+    fresh()
+    assert cpm.CannPackageManager.is_support_export_db()
+    assert cpm.CannPackageManager.is_support_default_export_db()
+    msprof.chmod(0o777)
+    fresh()
+    assert not cpm.CannPackageManager.is_support_export_db()
+
+
+def test_db_manager(tmp_path):
+    """DbManager (the SQLite access of export_type="db"): failures are reported and answered
+    with falsy results; rows go in and come out in batches."""
+    from torch_npu.profiler.analysis.prof_common_func._db_manager import DbManager, EmptyClass
+
+    with pytest.warns(UserWarning, match="cannot open"):
+        conn, cur = DbManager.create_connect_db(str(tmp_path / "missing" / "x.db"))
+    assert isinstance(conn, EmptyClass) and not conn and not cur
+    DbManager.destroy_db_connect(None, None)
+
+    path = tmp_path / "t.db"
+    conn, cur = DbManager.create_connect_db(str(path))
+    assert oct(path.stat().st_mode & 0o777) == oct(0o640)
+    DbManager.create_table_with_headers(conn, cur, "T", [("a", "INTEGER"), ("b", "TEXT")])
+    assert DbManager.judge_table_exist(cur, "T") and not DbManager.judge_table_exist(cur, "U")
+    DbManager.insert_data_into_table(conn, "T", [])
+    old = (DbManager.INSERT_SIZE, DbManager.FETCH_SIZE, DbManager.MAX_ROW_COUNT)
+    try:
+        DbManager.INSERT_SIZE = DbManager.FETCH_SIZE = 3
+        DbManager.insert_data_into_table(conn, "T", [(i, str(i)) for i in range(10)])
+        assert DbManager.fetch_all_data(cur, "SELECT a FROM T ORDER BY a") == [(i,) for i in range(10)]
+        DbManager.MAX_ROW_COUNT = 4
+        with pytest.warns(UserWarning, match="exceed the limit"):
+            assert len(DbManager.fetch_all_data(cur, "SELECT a FROM T")) == 6
+    finally:
+        DbManager.INSERT_SIZE, DbManager.FETCH_SIZE, DbManager.MAX_ROW_COUNT = old
+    assert DbManager.fetch_one_data(cur, "SELECT count(*) FROM T") == (10,)
+    with pytest.warns(UserWarning, match="SQLite Error"):
+        assert DbManager.fetch_all_data(cur, "SELECT * FROM nowhere") == []
+    with pytest.warns(UserWarning, match="SQLite Error"):
+        assert not DbManager.execute_sql(conn, "NOT SQL")
+    DbManager.clear_table_data(conn, cur, "T")
+    assert DbManager.fetch_one_data(cur, "SELECT count(*) FROM T") == (0,)
+    DbManager.destroy_db_connect(conn, cur)
+
+
+def test_flops_ranges(monkeypatch):
+    """with_flops=True and mstx: each call of an operator with a FLOPs formula is an mstx range
+    "{flops}-{op}" in the domain mfu_flops (torch_npu's MFU data); the hooks go when the
+    profile stops; a user's formula replaces the default one."""
+    from torch_npu.profiler import _flops_formulas as formulas
+    from torch_npu.profiler._flops_hook import FlopsHookManager
+    from torch_npu.profiler._flops_registry import _npu_flop_registry, get_flop_func
+
+    mm = torch.mm
+    a, b = torch.ones(8, 16, device="npu"), torch.ones(16, 4, device="npu")
+    w = torch.ones(5, 16, device="npu")
+    config = torch_npu.profiler._ExperimentalConfig(mstx=True)
+    with torch_npu.profiler.profile(with_flops=True, experimental_config=config) as prof:
+        assert FlopsHookManager.is_installed() and torch.mm is not mm
+        torch.mm(a, b)
+        torch.nn.functional.linear(a, w)
+        torch.matmul(a.view(2, 4, 16), b)  # torch.matmul's own mm is not counted again
+    assert torch.mm is mm and not FlopsHookManager.is_installed()
+    ranges = [e for e in prof._finished_run()["trace"]["traceEvents"] if e.get("cat") == "mstx"]
+    assert [(e["name"], e["args"]["domain"]) for e in ranges] == [
+        (f"{2 * 8 * 16 * 4}-mm", "mfu_flops"), (f"{2 * 8 * 16 * 5}-linear", "mfu_flops"),
+        (f"{2 * 2 * 4 * 16 * 4}-matmul", "mfu_flops")]
+
+    # without mstx nothing is hooked
+    with torch_npu.profiler.profile(with_flops=True):
+        assert torch.mm is mm
+
+    # formulas of torch_npu's fused operators (shapes only)
+    q = torch.empty(2, 4, 8, 16)  # BNSD: batch 2, 4 heads, sequence 8, head dim 16
+    assert formulas.npu_fusion_attention_flops(q, q, q, 4, "BNSD") == 2 * 2 * 4 * 8 * 8 * 32
+    assert formulas.npu_fusion_attention_flops(q, q, q, 4, "BNSD", sparse_mode=2) == 2 * 2 * 4 * 32 * 32
+    bsh = torch.empty(2, 8, 64)
+    assert formulas.npu_fusion_attention_flops(bsh, bsh, bsh, 4, "BSH") == 2 * 2 * 4 * 64 * 32
+    with pytest.raises(ValueError, match="sparse_mode=5"):
+        formulas.npu_fusion_attention_flops(q, q, q, 4, "BNSD", sparse_mode=5)
+    tnd = torch.empty(10, 4, 16)
+    assert formulas.npu_fusion_attention_flops(tnd, tnd, tnd, 4, "TND", actual_seq_qlen=[4, 10],
+                                               actual_seq_kvlen=[4, 10]) == 2 * 4 * 32 * (16 + 36)
+    assert formulas.npu_grouped_matmul_flops(torch.empty(6, 3), [torch.empty(3, 7), torch.empty(3, 11)],
+                                             group_list=[2, 4]) == 2 * 2 * 3 * 7 + 2 * 4 * 3 * 11
+
+    monkeypatch.setitem(_npu_flop_registry, "mm", (lambda x, y, **kw: 1, "torch:mm"))
+    assert get_flop_func("mm")(a, b) == 1
+    with torch_npu.profiler.profile(with_flops=True, experimental_config=config) as prof:
+        torch.mm(a, b)
+    assert [e["name"] for e in prof._finished_run()["trace"]["traceEvents"] if e.get("cat") == "mstx"] == ["1-mm"]
+
+
+def test_analysis_messages_and_time_conversions(capsys):
+    """analysis.prof_common_func._constant: torch_npu's report lines and exact ns <-> µs text
+    (the views' timestamps are written with it)."""
+    from torch_npu.profiler.analysis.prof_common_func import _constant as c
+
+    c.print_warn_msg("look")
+    out = capsys.readouterr().out
+    assert out.endswith(f"[WARNING] [{os.getpid()}] profiler.py: look\n") and out.startswith("[20")
+    assert c.convert_ns2us_str(1459635878536856678) == "1459635878536856.678"
+    assert c.convert_ns2us_str(5, "\t") == "0.005\t" and c.convert_ns2us_str(float("inf")) == "inf"
+    assert c.convert_ns2us_float(1500) == 1.5
+    with pytest.raises(TypeError):
+        c.convert_ns2us_str(1.5)
+    assert c.convert_us2ns("1459635878536856.678\t") == 1459635878536856678
+    assert c.convert_us2ns(2) == 2000 and c.convert_us2ns("0.1234") == 123
+    with pytest.raises(RuntimeError):
+        c.convert_us2ns("1.2.3")
+    assert c.contact_2num(1, 2) == (1 << 32) + 2

@@ -15,9 +15,11 @@ from .profiler import (ProfilerAction, ProfilerActivity, _KinetoProfile, analyse
                        supported_activities, tensorboard_trace_handler)
 from . import dynamic_profile  # noqa: E402  (torch_npu.profiler.dynamic_profile.init / step / start)
 from ._non_intrusive_profile import _NonIntrusiveProfile
+from ._add_metadata_sanitizer_patch import _apply_metadata_sanitizer_patch
 
 __all__ = ["profile", "ProfilerActivity", "supported_activities", "tensorboard_trace_handler", "schedule",
            "ProfilerAction", "_ExperimentalConfig", "supported_profiler_level", "supported_ai_core_metrics",
            "supported_export_type", "ProfilerLevel", "AiCMetrics", "ExportType", "HostSystem", "analyse"]
 
+_apply_metadata_sanitizer_patch()  # torch.profiler's add_metadata cannot break its trace
 _NonIntrusiveProfile.init()  # PROF_CONFIG_PATH: dynamic profiling driven by optimizer.step()

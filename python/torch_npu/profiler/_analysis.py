@@ -22,6 +22,8 @@ import json
 import os
 from collections import defaultdict
 
+from .analysis.prof_common_func._constant import convert_ns2us_str
+
 NPU_PID_BASE = 10_000_000  # chrome-trace pid of device d: NPU_PID_BASE + d
 _TASK_NAMES = {"memcpy": "MEMCPY_ASYNC", "memset": "MEMSET_ASYNC", "callback": "HOST_CALLBACK",
                "graph": "MODEL_EXECUTE"}
@@ -176,8 +178,7 @@ class _Stamp:
         self.base_ns = base_ns
 
     def __call__(self, us):
-        ns = self.base_ns + int(round(us * 1000))
-        return f"{ns // 1000}.{ns % 1000:03d}"
+        return convert_ns2us_str(self.base_ns + int(round(us * 1000)))
 
 
 def _write_csv(path, headers, rows):

@@ -12,10 +12,10 @@ import hashlib
 import json
 import os
 import socket
-import sqlite3
 from collections import defaultdict
 
 from . import _analysis
+from .analysis.prof_common_func._db_manager import DbManager
 
 _TORCH_OP, _TASK_QUEUE, _PYTHON_TRACE, _MSTX_OP = 50001, 50002, 50003, 50004  # ENUM_API_TYPE
 _INVALID = 4294967295  # torch_npu's "no value" in integer columns
@@ -142,14 +142,14 @@ def write_db(raw, tasks, host, steps, out, rank=None):
     path = os.path.join(out, db_name(rank))
     if os.path.exists(path):
         os.remove(path)
-    db = sqlite3.connect(path)
+    conn, cur = DbManager.create_connect_db(path)
+    if not conn:
+        raise RuntimeError(f"torch_npu.profiler: cannot create the profiler database {path}")
     try:
-        with db:
-            for table, columns in _TABLES.items():
-                db.execute(f"CREATE TABLE {table} ({columns})")
-                if rows[table]:
-                    marks = ",".join("?" * len(rows[table][0]))
-                    db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows[table])
+        for table, columns in _TABLES.items():
+            headers = [tuple(column.split(None, 1)) for column in columns.split(", ")]
+            DbManager.create_table_with_headers(conn, cur, table, headers)
+            DbManager.insert_data_into_table(conn, table, rows[table])
     finally:
-        db.close()
+        DbManager.destroy_db_connect(conn, cur)
     return path

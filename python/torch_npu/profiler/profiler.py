@@ -14,7 +14,6 @@ import glob
 import json
 import os
 import random
-import socket
 import string
 import tempfile
 import time
@@ -29,6 +28,8 @@ import torch.profiler as _tp
 from torch_npu import _mstx
 
 from . import _analysis
+from ._flops_hook import FlopsHookManager
+from ._profiler_path_creator import ProfPathCreator
 from .experimental_config import _ExperimentalConfig
 from .scheduler import ProfilerAction, Schedule
 
@@ -116,9 +117,6 @@ class profile(_tp.profile):
         super().__init__(**kwargs)
 
     # -- recording follows torch's (schedule, start/stop) ------------------------------------
-    def start(self):
-        super().start()
-
     def stop(self):
         super().stop()
 
@@ -133,9 +131,18 @@ class profile(_tp.profile):
         """Set the callback that makes the trace id of the next runs."""
         super().set_custom_trace_id_callback(callback)
 
+    def start(self):
+        if self._user_on_trace_ready is None:
+            ProfPathCreator().init(export_only_mode=True)  # as torch_npu: no result directory of its own
+        super().start()
+
     def start_trace(self):
         super().start_trace()
         _mstx.start(self._npu_config)
+        if self.with_flops and self._npu_config.tx_enabled:
+            # As torch_npu: each call of an operator with a FLOPs formula becomes an mstx
+            # range "{flops}-{op}" in the domain mfu_flops (see _flops_hook.py).
+            FlopsHookManager.install()
         if self._npu:
             from torch_npu import _C
 
@@ -145,6 +152,8 @@ class profile(_tp.profile):
             _C._npu_profilerEnable(True)
 
     def stop_trace(self):
+        if self.with_flops and self._npu_config.tx_enabled:
+            FlopsHookManager.uninstall()
         if self._npu:
             from torch_npu import _C
 
@@ -171,12 +180,17 @@ class profile(_tp.profile):
                      "epoch_minus_steady_ns": getattr(self, "_epoch_minus_steady", 0), "with_cpu": self._cpu,
                      "with_npu": self._npu, "config": self._npu_config._to_dict(), "rank": _rank(),
                      "metadata": dict(self._npu_metadata)}
-        if self._user_on_trace_ready is not None:
-            self._user_on_trace_ready(self)
-        elif os.getenv("ASCEND_WORK_PATH"):
+        handler = self._user_on_trace_ready
+        if handler is None and os.getenv("ASCEND_WORK_PATH"):
             # As torch_npu: without a handler the raw data is kept under
             # $ASCEND_WORK_PATH/profiling_data for a later ``analyse``.
             _save_raw(self._raw, _result_dir(None, None))
+        elif handler is not None and not getattr(handler, "_npu_trace_handler", False):
+            # A handler of the user's: as torch_npu, the run's raw data still gets its result
+            # directory (ProfPathCreator().get_prof_dir(); ``analyse`` parses it later).
+            _save_raw(self._raw, _result_dir(None, None))
+        if handler is not None:
+            handler(self)
 
     # -- results ------------------------------------------------------------------------------
     def _finished_run(self):
@@ -219,6 +233,25 @@ class profile(_tp.profile):
                     frames = [frame.translate(table) for frame in reversed(stack.split(";")) if frame]
                     f.write(";".join(frames) + f" {int(us)}\n")
         return path
+
+    def export_memory_timeline(self, output_path: str, device: Optional[str] = None) -> None:
+        """torch's memory timeline of the last run (``.html``, ``.json``, ``.json.gz``, ``.raw.json.gz``)
+        for ``device`` (default ``npu:0``, ``cpu`` without an npu). Needs record_shapes=True,
+        profile_memory=True and with_stack=True or with_modules=True; without them it warns
+        and writes nothing, as torch_npu."""
+        if device is None:
+            device = "npu:0" if torch.npu.is_available() else "cpu"
+        missing = []
+        if not self.record_shapes:
+            missing.append("record_shapes=True")
+        if not self.profile_memory:
+            missing.append("profile_memory=True")
+        if not (self.with_stack or self.with_modules):
+            missing.append("with_stack=True or with_modules=True")
+        if missing:
+            _warn(f"{', '.join(missing)} required for memory profiling.")
+            return
+        super().export_memory_timeline(output_path, device=device)
 
     # Metadata is kept here, not handed to Kineto: Kineto writes values into its trace
     # unescaped, so a quote or backslash would make the whole trace unreadable. It goes
@@ -295,14 +328,8 @@ def _rank():
 
 
 def _result_dir(dir_name: Optional[str], worker_name: Optional[str]) -> str:
-    if dir_name is None:
-        work = os.getenv("ASCEND_WORK_PATH")
-        dir_name = os.path.join(os.path.abspath(work), "profiling_data") if work else os.getcwd()
-    worker = f"{worker_name or socket.gethostname()}_{os.getpid()}"
-    stamp = datetime.now(tz=timezone.utc).astimezone().strftime("%Y%m%d%H%M%S%f")[:-3]
-    path = os.path.join(os.path.realpath(dir_name), f"{worker}_{stamp}_ascend_pt")
-    os.makedirs(path, exist_ok=True)
-    return path
+    """A new ``{dir}/{worker}_{pid}_{time}_ascend_pt`` (see ProfPathCreator)."""
+    return ProfPathCreator().create_prof_dir(dir_name, worker_name)
 
 
 def tensorboard_trace_handler(dir_name: Optional[str] = None, worker_name: Optional[str] = None,
@@ -321,6 +348,7 @@ def tensorboard_trace_handler(dir_name: Optional[str] = None, worker_name: Optio
         analyse_flag = True
     if not isinstance(async_mode, bool):
         _warn("async_mode is not bool, set by default.")
+    ProfPathCreator().init(worker_name=worker_name, dir_name=dir_name)
 
     def handler_fn(prof) -> None:
         raw = prof._finished_run()
@@ -329,6 +357,7 @@ def tensorboard_trace_handler(dir_name: Optional[str] = None, worker_name: Optio
         if analyse_flag:
             _analysis.write_results(raw, path, raw["with_cpu"], rank=raw.get("rank"))
 
+    handler_fn._npu_trace_handler = True  # writes the result directory itself
     return handler_fn
 
 

@@ -1,0 +1,1 @@
+"""Helpers of torch_npu's profiling analysis (see ``torch_npu.profiler.analysis``)."""

@@ -1,0 +1,68 @@
+"""Messages and time conversions of torch_npu's profiling analysis (its ``_constant``).
+
+* ``print_info_msg`` / ``print_warn_msg`` / ``print_error_msg``: a line on stdout,
+  ``[YYYY-mm-dd HH:MM:SS] [LEVEL] [pid] profiler.py: message``, as torch_npu's analysis
+  reports.
+* ``convert_ns2us_str(ns)``: integer nanoseconds as exact microseconds text
+  (``1459635878536856678`` -> ``"1459635878536856.678"``; a float would keep only ~0.25 µs
+  of an epoch time), ``convert_ns2us_float``, ``convert_us2ns`` (the way back, from text or
+  a number), ``contact_2num(high, low)`` (two 32-bit halves as one id).
+"""
+import os
+import time
+
+__all__ = []
+
+NS_PER_US = 1000
+
+
+def _print(level: str, message: str) -> None:
+    stamp = time.strftime("[%Y-%m-%d %H:%M:%S]", time.localtime())
+    print(f"{stamp} [{level}] [{os.getpid()}] profiler.py: {message}", flush=True)
+
+
+def print_info_msg(message: str) -> None:
+    _print("INFO", message)
+
+
+def print_warn_msg(message: str) -> None:
+    _print("WARNING", message)
+
+
+def print_error_msg(message: str) -> None:
+    _print("ERROR", message)
+
+
+def _check_ns(ns) -> None:
+    if isinstance(ns, bool) or not isinstance(ns, int):
+        raise TypeError(f"Input must be integer nanoseconds, got {ns!r}.")
+
+
+def convert_ns2us_float(ns) -> float:
+    if isinstance(ns, float) and abs(ns) == float("inf"):
+        return ns
+    _check_ns(ns)
+    return ns / NS_PER_US
+
+
+def convert_ns2us_str(ns, tail: str = "") -> str:
+    if isinstance(ns, float) and abs(ns) == float("inf"):
+        return str(ns)
+    _check_ns(ns)
+    sign, ns = ("-", -ns) if ns < 0 else ("", ns)
+    return f"{sign}{ns // NS_PER_US}.{ns % NS_PER_US:03d}{tail}"
+
+
+def convert_us2ns(us, tail: str = "\t") -> int:
+    """Microseconds (text such as ``"12.345\\t"``, or a number, through its str) -> integer ns;
+    digits past the third decimal are dropped."""
+    text = str(us).strip(tail)
+    whole, dot, frac = text.partition(".")
+    if "." in frac or not (whole.lstrip("-").isdigit() and (frac.isdigit() or not dot)):
+        raise RuntimeError(f"Invalid input us: {us!r}")
+    value = int(whole.lstrip("-")) * NS_PER_US + int((frac[:3] or "0").ljust(3, "0"))
+    return -value if whole.startswith("-") else value
+
+
+def contact_2num(high_num: int, low_num: int) -> int:
+    return high_num << 32 | low_num
