@@ -67,10 +67,11 @@ class DbManager:
                 except sqlite3.Error as err:
                     _report(f"SQLite Error: {' '.join(map(str, err.args))}")
 
-    @classmethod
-    def execute_sql(cls, conn, sql: str) -> bool:
+    @staticmethod
+    def _commit(conn, run) -> bool:
+        """Run ``run(cursor)`` and commit; a SQLite error is reported and gives False."""
         try:
-            conn.cursor().execute(sql)
+            run(conn.cursor())
             conn.commit()
             return True
         except sqlite3.Error as err:
@@ -78,14 +79,12 @@ class DbManager:
             return False
 
     @classmethod
+    def execute_sql(cls, conn, sql: str) -> bool:
+        return cls._commit(conn, lambda cur: cur.execute(sql))
+
+    @classmethod
     def executemany_sql(cls, conn, sql: str, params) -> bool:
-        try:
-            conn.cursor().executemany(sql, params)
-            conn.commit()
-            return True
-        except sqlite3.Error as err:
-            _report(f"SQLite Error: {' '.join(map(str, err.args))}")
-            return False
+        return cls._commit(conn, lambda cur: cur.executemany(sql, params))
 
     @classmethod
     def judge_table_exist(cls, cur, table_name: str) -> bool:
