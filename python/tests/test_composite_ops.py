@@ -867,6 +867,62 @@ def test_rotated_box_encode_decode():
     _close(torch_npu.npu_rotated_box_decode(anchors.npu(), deltas, weight.npu()), gt, rtol=1e-4, atol=1e-3)
 
 
+def _clip_area(box_a, box_b):
+    """Intersection area of two rotated boxes (x, y, w, h, degrees) by Sutherland-Hodgman clipping."""
+    def corners(box):
+        x, y, w, h, t = box
+        c, s = math.cos(math.radians(t)), math.sin(math.radians(t))
+        return [(x + c * px - s * py, y + s * px + c * py)
+                for px, py in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))]
+    poly, clip = corners(box_a), corners(box_b)
+    for i in range(4):
+        (ax, ay), (bx, by) = clip[i], clip[(i + 1) % 4]
+        side = [(bx - ax) * (py - ay) - (by - ay) * (px - ax) for px, py in poly]
+        kept = []
+        for j, p in enumerate(poly):
+            q, sp, sq = poly[(j + 1) % len(poly)], side[j], side[(j + 1) % len(poly)]
+            if sp >= 0:
+                kept.append(p)
+            if (sp >= 0) != (sq >= 0):
+                t = sp / (sp - sq)
+                kept.append((p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1])))
+        poly = kept
+        if not poly:
+            return 0.0
+    return 0.5 * abs(sum(poly[i][0] * poly[i - 1][1] - poly[i - 1][0] * poly[i][1] for i in range(len(poly))))
+
+
+def test_rotated_overlaps():
+    gen = torch.Generator().manual_seed(0)
+
+    def boxes(b, n):
+        return torch.cat([torch.rand(b, n, 2, generator=gen) * 10, torch.rand(b, n, 2, generator=gen) * 5 + 1,
+                          torch.rand(b, n, 1, generator=gen) * 360 - 180], -1)
+    a, q = boxes(2, 6), boxes(2, 4)
+    out = torch_npu.npu_rotated_overlaps(a.npu(), q.npu())
+    assert out.shape == (2, 6, 4) and out.dtype == torch.float32
+    expected = torch.tensor([[[_clip_area(x.tolist(), y.tolist()) for y in q[i]] for x in a[i]] for i in range(2)])
+    assert expected.count_nonzero() > 4  # the sample has overlapping and disjoint pairs
+    _close(out, expected, rtol=1e-4, atol=1e-4)
+    # a box overlaps itself fully; a unit square and the same square turned by 45 degrees share an octagon
+    square = torch.tensor([[[0., 0., 1., 1., 0.], [0., 0., 1., 1., 45.], [5., 5., 1., 1., 0.]]])
+    _close(torch_npu.npu_rotated_overlaps(square.npu(), square.npu()),
+           torch.tensor([[[1., 2 * (math.sqrt(2) - 1), 0.], [2 * (math.sqrt(2) - 1), 1., 0.], [0., 0., 1.]]]),
+           rtol=1e-5, atol=1e-5)
+    # trans: (x1, y1, x2, y2, angle); float16 in, float16 out
+    corner_form = torch.cat([a[..., :2] - a[..., 2:4] / 2, a[..., :2] + a[..., 2:4] / 2, a[..., 4:]], -1)
+    q_corner = torch.cat([q[..., :2] - q[..., 2:4] / 2, q[..., :2] + q[..., 2:4] / 2, q[..., 4:]], -1)
+    _close(torch_npu.npu_rotated_overlaps(corner_form.npu(), q_corner.npu(), trans=True), expected,
+           rtol=1e-4, atol=1e-4)
+    half = torch_npu.npu_rotated_overlaps(a.half().npu(), q.half().npu())
+    assert half.dtype == torch.float16
+    _close(half.float(), expected, rtol=1e-2, atol=5e-2)
+    with pytest.raises(RuntimeError, match="equal to 3"):
+        torch_npu.npu_rotated_overlaps(a[0].npu(), q[0].npu())
+    with pytest.raises(RuntimeError, match="query_boxes"):
+        torch_npu.npu_rotated_overlaps(a.npu(), q[..., :4].npu())
+
+
 def test_batch_nms():
     # one batch, two classes, boxes shared by the classes (q = 1)
     boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 11., 11.], [20., 20., 30., 30.], [0., 0., 10., 9.]])

@@ -1788,6 +1788,85 @@ def _npu_rotated_box_decode(self, deltas, weight):
     return torch.stack([cx - w * 0.5, cy - h * 0.5, cx + w * 0.5, cy + h * 0.5, angle], 1).to(self.dtype)
 
 
+def _rotated_corners(boxes, trans):
+    """Corners [..., 4, 2] (counter-clockwise) of rotated boxes [..., 5]: (x_centre, y_centre, w, h,
+    angle) or, with trans, (x1, y1, x2, y2, angle); angles in degrees."""
+    if trans:
+        x1, y1, x2, y2, angle = boxes.unbind(-1)
+        x, y, w, h = (x1 + x2) * 0.5, (y1 + y2) * 0.5, x2 - x1, y2 - y1
+    else:
+        x, y, w, h, angle = boxes.unbind(-1)
+    theta = torch.deg2rad(angle)
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    half = torch.tensor([[-0.5, -0.5], [0.5, -0.5], [0.5, 0.5], [-0.5, 0.5]], dtype=boxes.dtype, device=boxes.device)
+    dx, dy = half[:, 0] * w[..., None], half[:, 1] * h[..., None]
+    return torch.stack([x[..., None] + cos[..., None] * dx - sin[..., None] * dy,
+                        y[..., None] + sin[..., None] * dx + cos[..., None] * dy], -1)
+
+
+def _cross(a, b):
+    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+
+
+def _inside(points, corners, eps):
+    """Whether points [..., P, 2] lie in the convex quadrilaterals corners [..., 4, 2] (ccw)."""
+    edges = corners.roll(-1, -2) - corners
+    rel = points[..., :, None, :] - corners[..., None, :, :]
+    return (_cross(edges[..., None, :, :], rel) >= -eps).all(-1)
+
+
+def _convex_intersection_area(a, b):
+    """Areas of the intersections of convex quadrilaterals a and b [..., 4, 2] (ccw corners): the
+    intersection polygon's vertices are the corners of each inside the other and the crossings of
+    their edges; ordered by angle around their mean, the shoelace formula gives the area."""
+    scale = torch.maximum(a.abs().amax((-1, -2)), b.abs().amax((-1, -2))).clamp_min(1.0)
+    eps = 1e-6 * scale[..., None, None] ** 2
+    in_a = _inside(b, a, eps)  # b's corners inside a
+    in_b = _inside(a, b, eps)
+    # edge i of a (p + t r) against edge j of b (q + u s)
+    p, r = a[..., :, None, :], (a.roll(-1, -2) - a)[..., :, None, :]
+    q, s = b[..., None, :, :], (b.roll(-1, -2) - b)[..., None, :, :]
+    denom = _cross(r, s)
+    parallel = denom.abs() <= 1e-12 * scale[..., None, None] ** 2
+    safe = torch.where(parallel, torch.ones_like(denom), denom)
+    t = _cross(q - p, s) / safe
+    u = _cross(q - p, r) / safe
+    hit = ~parallel & (t >= 0) & (t <= 1) & (u >= 0) & (u <= 1)
+    crossings = (p + t[..., None] * r).flatten(-3, -2)
+    points = torch.cat([a, b, crossings], -2)
+    valid = torch.cat([in_b, in_a, hit.flatten(-2)], -1)
+    count = valid.sum(-1, keepdim=True)
+    weights = valid.to(points.dtype)[..., None]
+    centre = (points * weights).sum(-2) / count.clamp_min(1)
+    rel = points - centre[..., None, :]
+    angle = torch.atan2(rel[..., 1], rel[..., 0]).masked_fill(~valid, float("inf"))
+    order = angle.argsort(-1)
+    rel = rel.gather(-2, order[..., None].expand_as(rel))
+    ordered_valid = valid.gather(-1, order)
+    # invalid points (sorted last) collapse onto the first vertex and add no area
+    rel = torch.where(ordered_valid[..., None], rel, rel[..., :1, :])
+    area = 0.5 * _cross(rel, rel.roll(-1, -2)).sum(-1)
+    return torch.where(count.squeeze(-1) >= 3, area.abs(), torch.zeros_like(area))
+
+
+@_op("npu_rotated_overlaps(Tensor self, Tensor query_boxes, bool trans=False) -> Tensor")
+def _npu_rotated_overlaps(self, query_boxes, trans=False):
+    """Overlap (intersection) areas of rotated boxes: self [B, N, 5] and query_boxes [B, K, 5], each
+    box (x_centre, y_centre, w, h, angle) or, with trans, (x1, y1, x2, y2, angle), angles in degrees.
+    Returns [B, N, K] in self's dtype, computed in float32 as CANN's RotatedOverlaps."""
+    name = "npu_rotated_overlaps"
+    _check(self.dim() == 3 and query_boxes.dim() == 3,
+           f"{name}: boxes' dim should be equal to query_boxes' ndimension() and equal to 3! "
+           f"(got self {list(self.shape)} and query_boxes {list(query_boxes.shape)})")
+    _check(self.size(-1) == 5 and query_boxes.size(-1) == 5 and self.size(0) == query_boxes.size(0),
+           f"{name}: self [B, N, 5] and query_boxes [B, K, 5] must be rotated boxes of the same batch, "
+           f"got {list(self.shape)} and {list(query_boxes.shape)}")
+    a = _rotated_corners(self.float(), trans)[:, :, None]
+    b = _rotated_corners(query_boxes.float(), trans)[:, None, :]
+    a, b = torch.broadcast_tensors(a, b)
+    return _convex_intersection_area(a, b).to(self.dtype)
+
+
 def _greedy_nms(boxes, scores, iou_threshold, limit):
     """Indices (by descending score, ties to the lower index) of the boxes [n, 4] greedy NMS keeps:
     each box survives unless its IoU with a kept, higher-scored box exceeds iou_threshold."""
@@ -1861,16 +1940,20 @@ def _npu_bert_apply_adam_functional(lr, beta1, beta2, epsilon, grad, max_grad_no
 
 
 @_op("npu_bert_apply_adam.out(Scalar lr, Scalar beta1, Scalar beta2, Scalar epsilon, Tensor grad, Scalar max_grad_norm, "
-     "Scalar global_grad_norm, Scalar weight_decay, Scalar? step_size=None, int adam_mode=0, *, Tensor(a!) var, "
-     "Tensor(b!) m, Tensor(c!) v) -> (Tensor(a!), Tensor(b!), Tensor(c!))")
+     "Scalar global_grad_norm, Scalar weight_decay, Scalar? step_size=None, int adam_mode=0, *, Tensor(a!)[] out) "
+     "-> (Tensor, Tensor, Tensor)")
 def _npu_bert_apply_adam_out(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm, weight_decay,
-                             step_size=None, adam_mode=0, *, var, m, v):
-    """One BERT Adam step in place (CANN's ApplyAdamV2), in var's dtype:
+                             step_size=None, adam_mode=0, *, out):
+    """One BERT Adam step in place on the state out=(var, m, v) (CANN's ApplyAdamV2), in var's dtype.
+    The state is one ``Tensor[] out`` argument, as torch_npu registers operators with several
+    outputs, so ``out=(var, m, v)`` works from Python and from torch.jit.script.
     adam_mode 0 ("adam"): grad /= global_grad_norm when max_grad_norm > 0 and global_grad_norm > 1;
     m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; u = m / (sqrt(v) + epsilon)
     (+ weight_decay * var when weight_decay > 0); var -= lr * u.
     adam_mode 1 ("mbart_adam"): no clipping; u = step_size * m / (sqrt(v) + epsilon)
     (+ weight_decay * lr * var when weight_decay > 0); var -= u."""
+    _check(len(out) == 3, f"npu_bert_apply_adam: out must hold the state (var, m, v), got {len(out)} tensors")
+    var, m, v = out
     name = "npu_bert_apply_adam"
     _check(adam_mode in (0, 1), f"{name}: adam_mode must be 0 (adam) or 1 (mbart_adam), got {adam_mode}")
     _check(adam_mode == 0 or step_size is not None, f"{name}: adam_mode 1 (mbart_adam) needs step_size")
@@ -1897,16 +1980,3 @@ def _npu_bert_apply_adam_out(lr, beta1, beta2, epsilon, grad, max_grad_norm, glo
             update = update + weight_decay * lr * var
         var.sub_(update)
     return var, m, v
-
-
-def npu_bert_apply_adam(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm, weight_decay,
-                        step_size=None, adam_mode=0, *, out=None):
-    """torch_npu.npu_bert_apply_adam: the state is passed and updated as out=(var, m, v)."""
-    if out is None:
-        return torch.ops.npu.npu_bert_apply_adam(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm,
-                                                 weight_decay, step_size, adam_mode)
-    if not (isinstance(out, (tuple, list)) and len(out) == 3):
-        raise TypeError(f"npu_bert_apply_adam: out must be a tuple (var, m, v), got {type(out).__name__}")
-    var, m, v = out
-    return torch.ops.npu.npu_bert_apply_adam.out(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm,
-                                                 weight_decay, step_size, adam_mode, var=var, m=m, v=v)
