@@ -867,6 +867,57 @@ def test_rotated_box_encode_decode():
     _close(torch_npu.npu_rotated_box_decode(anchors.npu(), deltas, weight.npu()), gt, rtol=1e-4, atol=1e-3)
 
 
+def test_multi_head_attention_matches_fairseq_attention():
+    torch.manual_seed(0)
+    bsz, tgt, src, heads, dim = 2, 16, 32, 16, 16
+    embed = heads * dim
+    q, k, v = torch.randn(bsz * tgt, embed), torch.randn(bsz * src, embed), torch.randn(bsz * src, embed)
+    weights = [torch.randn(embed, embed) * embed ** -0.5 for _ in range(4)]
+    biases = [torch.randn(embed) * 0.1 for _ in range(4)]
+    mask = torch.zeros(bsz, 1, 1, src)
+    mask[1, ..., -5:] = -10000.0
+    ref = torch.nn.MultiheadAttention(embed, heads, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat(weights[:3]))
+        ref.in_proj_bias.copy_(torch.cat(biases[:3]))
+        ref.out_proj.weight.copy_(weights[3])
+        ref.out_proj.bias.copy_(biases[3])
+    padding = mask.view(bsz, src) != 0
+    expected, expected_probs = ref(q.view(bsz, tgt, embed), k.view(bsz, src, embed), v.view(bsz, src, embed),
+                                   key_padding_mask=padding, average_attn_weights=False)
+    npu = [t.npu() for t in (q, k, v, *weights[:3], mask, weights[3], *biases)]
+    out = torch_npu.npu_multi_head_attention(*npu, None, heads, dim, src, tgt, 0.0, True)
+    y, drop_mask, q_res, k_res, v_res, scores, attn, context = out
+    _close(y, expected.detach().reshape(bsz * tgt, embed), rtol=1e-4, atol=1e-4)
+    _close(scores, expected_probs.detach(), rtol=1e-4, atol=1e-5)
+    assert scores.dtype == torch.float32 and torch.equal(attn.cpu(), scores.cpu())
+    assert drop_mask.dtype == torch.uint8 and drop_mask.shape == (bsz * heads * tgt * src // 8,)
+    assert q_res.shape == (bsz, heads, tgt, dim) and k_res.shape == v_res.shape == (bsz, heads, src, dim)
+    _close(q_res, (q @ weights[0].t() + biases[0]).view(bsz, tgt, heads, dim).transpose(1, 2) * dim ** -0.5,
+           rtol=1e-4, atol=1e-5)
+    assert context.shape == (bsz * tgt, embed)
+    # dropout with a given keep mask (npu_dropout_gen_mask's bits): dropped scores are 0, kept ones scaled
+    keep_mask = torch_npu.npu_dropout_gen_mask([bsz, heads, tgt, src], 0.5, device="npu")
+    out = torch_npu.npu_multi_head_attention(*npu, keep_mask, heads, dim, src, tgt, 0.5, True)
+    keep = keep_mask.cpu()[:, None].bitwise_and(torch.tensor([1 << i for i in range(8)], dtype=torch.uint8)).ne(0)
+    keep = keep.reshape(-1)[:scores.numel()].view(scores.shape)
+    _close(out[6], scores.cpu() * keep * 2, rtol=1e-5, atol=1e-6)
+    # float16 activations with float32 weights (contrib's MultiheadAttention after set_fussion()), and autograd
+    half = [t.half() if i < 3 else t for i, t in enumerate(npu)]
+    y16 = torch_npu.npu_multi_head_attention(*half, None, heads, dim, src, tgt, 0.0, False)
+    assert y16[0].dtype == torch.float16 and y16[5].dtype == torch.float16
+    _close(y16[0].float(), expected.detach().reshape(bsz * tgt, embed), rtol=2e-2, atol=2e-2)
+    wq = npu[3].clone().requires_grad_()
+    y = torch_npu.npu_multi_head_attention(npu[0], npu[1], npu[2], wq, *npu[4:], None, heads, dim, src, tgt,
+                                           0.0, True)[0]
+    y.sum().backward()
+    assert wq.grad is not None and wq.grad.shape == (embed, embed) and wq.grad.abs().sum() > 0
+    with pytest.raises(RuntimeError, match="should align to 16"):
+        torch_npu.npu_multi_head_attention(*npu, None, 4, 64, src, tgt, 0.0, True)
+    with pytest.raises(RuntimeError, match="query must be"):
+        torch_npu.npu_multi_head_attention(*npu, None, heads, dim, src, 48, 0.0, True)
+
+
 def _clip_area(box_a, box_b):
     """Intersection area of two rotated boxes (x, y, w, h, degrees) by Sutherland-Hodgman clipping."""
     def corners(box):

@@ -544,6 +544,75 @@ def _dropout_with_byte_mask(self, p, train):
     return _dropout_with_byte_mask_op(self, p)[0]
 
 
+# ---- multi-head attention --------------------------------------------------------------------
+
+@_op("npu_multi_head_attention(Tensor query, Tensor key, Tensor value, Tensor query_weight, Tensor key_weight, "
+     "Tensor value_weight, Tensor attn_mask, Tensor out_proj_weight, Tensor? query_bias, Tensor? key_bias, "
+     "Tensor? value_bias, Tensor? out_proj_bias, Tensor? dropout_mask, int attn_head_num, int attn_dim_per_head, "
+     "int src_len, int tgt_len, float dropout_prob, bool softmax_use_float) "
+     "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _npu_multi_head_attention(query, key, value, query_weight, key_weight, value_weight, attn_mask, out_proj_weight,
+                              query_bias, key_bias, value_bias, out_proj_bias, dropout_mask, attn_head_num,
+                              attn_dim_per_head, src_len, tgt_len, dropout_prob, softmax_use_float):
+    """fairseq's multi-head attention in one operator (CANN's MultiHeadAttention). query [B * tgt_len, E],
+    key and value [B * src_len, E] (rows batch-major), E = attn_head_num * attn_dim_per_head; the weights
+    [E, E] (nn.Linear's layout, any float dtype: the projections accumulate in float32); attn_mask is
+    added to the scores and broadcasts to [B, heads, tgt_len, src_len]. dropout_mask: a keep mask of one
+    bit per score (npu_dropout_gen_mask's); without it one is drawn when dropout_prob > 0. Returns, in
+    query's dtype: y [B * tgt_len, E] (the output projection), the dropout mask (uint8
+    [B * heads * tgt_len * src_len / 8]), query_res (the projected queries times attn_dim_per_head ** -0.5),
+    key_res, value_res [B, heads, len, attn_dim_per_head], attn_scores (the softmax, float32 with
+    softmax_use_float), attn_res (after dropout) [B, heads, tgt_len, src_len] and context [B * tgt_len, E].
+    Only y is meant to be differentiated (autograd runs through the composition)."""
+    name = "npu_multi_head_attention"
+    _check(tgt_len > 0 and src_len > 0 and attn_head_num > 0 and attn_dim_per_head > 0,
+           f"{name}: tgt_len, src_len, attn_head_num, attn_dim_per_head should not equal zero.")
+    _check(tgt_len % 16 == 0 and src_len % 16 == 0 and attn_head_num % 16 == 0 and attn_dim_per_head % 16 == 0,
+           f"{name}: tgt_len, src_len, attn_head_num, attn_dim_per_head should align to 16.")
+    _check(query.dim() >= 1 and key.dim() >= 1 and value.dim() >= 1,
+           f"{name}: query, key, value should be at least 1d.")
+    _check(0.0 <= dropout_prob <= 1.0, f"{name}: dropout_prob must be in [0, 1], got {dropout_prob}")
+    heads, dim, embed = attn_head_num, attn_dim_per_head, attn_head_num * attn_dim_per_head
+    _check(query.dim() == 2 and query.size(0) % tgt_len == 0 and query.size(1) == embed,
+           f"{name}: query must be [batch * tgt_len, attn_head_num * attn_dim_per_head] = [B * {tgt_len}, {embed}], "
+           f"got {list(query.shape)}")
+    batch = query.size(0) // tgt_len
+    for arg, t in (("key", key), ("value", value)):
+        _check(t.dim() == 2 and t.size(0) == batch * src_len,
+               f"{name}: {arg} must be [batch * src_len, features] = [{batch * src_len}, *], got {list(t.shape)}")
+    dtype = query.dtype
+
+    def project(x, weight, bias):
+        return F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+
+    def heads_of(x, length):
+        return x.view(batch, length, heads, dim).transpose(1, 2)
+
+    q = heads_of(project(query, query_weight, query_bias) * dim ** -0.5, tgt_len)
+    k = heads_of(project(key, key_weight, key_bias), src_len)
+    v = heads_of(project(value, value_weight, value_bias), src_len)
+    scores = torch.matmul(q, k.transpose(-2, -1)) + attn_mask.float()
+    probs = torch.softmax(scores, -1)
+    count = batch * heads * tgt_len * src_len
+    if dropout_mask is None:
+        if dropout_prob > 0:
+            dropout_mask = _npu_dropout_gen_mask([count], dropout_prob, device=query.device)[:count // 8]
+        else:
+            dropout_mask = torch.full((count // 8,), 255, dtype=torch.uint8, device=query.device)
+    _check(dropout_mask.dtype == torch.uint8 and dropout_mask.numel() * 8 >= count,
+           f"{name}: dropout_mask must be uint8 with a bit per attention score ({count}), "
+           f"got {dropout_mask.dtype} with {dropout_mask.numel() * 8} bits")
+    attn = probs
+    if dropout_prob > 0:
+        keep = dropout_mask.reshape(-1)[:count // 8, None].bitwise_and(_bits(query.device)).ne(0)
+        scale = 0.0 if dropout_prob >= 1.0 else 1.0 / (1.0 - dropout_prob)
+        attn = probs * keep.view(probs.shape).to(probs.dtype) * scale
+    context = torch.matmul(attn, v).transpose(1, 2).reshape(batch * tgt_len, embed)
+    y = project(context, out_proj_weight, out_proj_bias)
+    return (y.to(dtype), dropout_mask, q.to(dtype), k.to(dtype), v.to(dtype),
+            probs if softmax_use_float else probs.to(dtype), attn.to(dtype), context.to(dtype))
+
+
 # ---- recurrent cells -------------------------------------------------------------------------
 
 @_op("npu_lstm_cell(Tensor input, Tensor w_ih, Tensor w_hh, Tensor h, Tensor c, Tensor? b_ih=None, "
