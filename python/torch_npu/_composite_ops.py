@@ -1997,6 +1997,67 @@ def _npu_batch_nms(self, scores, score_threshold, iou_threshold, max_size_per_cl
     return out_boxes, out_scores, out_classes, counts
 
 
+# ---- MC2: collective communication fused with a matmul ----------------------------------------
+
+def _hccl_group(name: str, hcom: str):
+    """The process group whose hccl communicator is named hcom (get_hccl_comm_name's value)."""
+    import torch.distributed as dist
+    from torch_npu._C._distributed_c10d import ProcessGroupHCCL
+    _check(dist.is_initialized(), f"{name}: no process group is initialized (hcom {hcom!r})")
+    for pg in list(dist.distributed_c10d._world.pg_map):
+        try:
+            backend = pg._get_backend(torch.device("npu"))
+        except RuntimeError:
+            continue
+        if isinstance(backend, ProcessGroupHCCL) and backend.get_hccl_comm_name(pg.rank(), init_comm=False) == hcom:
+            return pg
+    raise RuntimeError(f"{name}: no hccl process group has the communicator name {hcom!r} "
+                       f"(see ProcessGroupHCCL.get_hccl_comm_name)")
+
+
+@_op("npu_all_gather_base_mm(Tensor self, Tensor x2, str hcom, int world_size, *, Tensor? bias=None, "
+     "Tensor? x1_scale=None, Tensor? x2_scale=None, int gather_index=0, bool gather_output=True, int comm_turn=0, "
+     "ScalarType? output_dtype=None, str? comm_mode=None) -> (Tensor, Tensor)")
+def _npu_all_gather_base_mm(self, x2, hcom, world_size, *, bias=None, x1_scale=None, x2_scale=None, gather_index=0,
+                            gather_output=True, comm_turn=0, output_dtype=None, comm_mode=None):
+    """All-gather of self [m, k] over the hccl group named hcom (rows of rank 0 first), then the
+    matmul with x2 [k, n] (+ bias): returns (output [m * world_size, n], the gathered self, or an
+    empty tensor without gather_output). With x2_scale the matmul is npu_quant_matmul's (int8
+    inputs; x2_scale per column, x1_scale per row, gathered with self), in output_dtype
+    (default bfloat16; float16 for int64 scales)."""
+    import torch.distributed as dist
+    name = "npu_all_gather_base_mm"
+    _check(world_size in (2, 4, 8, 16, 32),
+           f"world_size should be in [2, 4, 8, 16, 32], but the actual value is {world_size}.")
+    _check(self.dim() == 2 and x2.dim() == 2, f"Both inputs of mm are required to be 2D, but the actual inputs are "
+                                              f"{self.dim()}D and {x2.dim()}D.")
+    _check(self.size(1) == x2.size(0), f"The K-axis in the two inputs of Matmul must be equal, but in reality, the "
+                                       f"K-axis of x1 is {self.size(1)} and the K-axis of x2 is {x2.size(0)}.")
+    _check(gather_index == 0, f"{name}: gather_index must be 0 (self is gathered), got {gather_index}")
+    mode = "ai_cpu" if comm_mode is None else comm_mode
+    _check(mode in ("aiv", "ai_cpu"), f"{name}: comm_mode must be 'aiv' or 'ai_cpu', got {comm_mode!r}")
+    _check(x2_scale is None or mode != "ai_cpu", "When comm_mode is ai_cpu, quantization not supported.")
+    group = _hccl_group(name, hcom)
+    _check(dist.get_world_size(group) == world_size,
+           f"{name}: world_size is {world_size} but the group {hcom!r} has {dist.get_world_size(group)} ranks")
+    gathered = self.new_empty(self.size(0) * world_size, self.size(1))
+    dist.all_gather_into_tensor(gathered, self.contiguous(), group=group)
+    if x2_scale is None:
+        out = torch.matmul(gathered, x2)
+        if bias is not None:
+            out = out + bias
+    else:
+        pertoken = None
+        if x1_scale is not None:
+            pertoken = x1_scale.new_empty(x1_scale.size(0) * world_size, *x1_scale.shape[1:])
+            dist.all_gather_into_tensor(pertoken, x1_scale.contiguous(), group=group)
+            pertoken = pertoken.reshape(-1)
+        dtype = torch.float16 if x2_scale.dtype == torch.int64 else (output_dtype or torch.bfloat16)
+        out = torch.ops.npu.npu_quant_matmul(gathered, x2, x2_scale.reshape(-1), pertoken_scale=pertoken, bias=bias,
+                                             output_dtype=dtype)
+    return out, (gathered if gather_output else self.new_empty(0))
+
+
 # ---- optimizers ------------------------------------------------------------------------------
 
 @_op("npu_bert_apply_adam(Scalar lr, Scalar beta1, Scalar beta2, Scalar epsilon, Tensor grad, Scalar max_grad_norm, "
