@@ -867,6 +867,113 @@ def test_rotated_box_encode_decode():
     _close(torch_npu.npu_rotated_box_decode(anchors.npu(), deltas, weight.npu()), gt, rtol=1e-4, atol=1e-3)
 
 
+def test_multi_head_attention_matches_fairseq_attention():
+    torch.manual_seed(0)
+    bsz, tgt, src, heads, dim = 2, 16, 32, 16, 16
+    embed = heads * dim
+    q, k, v = torch.randn(bsz * tgt, embed), torch.randn(bsz * src, embed), torch.randn(bsz * src, embed)
+    weights = [torch.randn(embed, embed) * embed ** -0.5 for _ in range(4)]
+    biases = [torch.randn(embed) * 0.1 for _ in range(4)]
+    mask = torch.zeros(bsz, 1, 1, src)
+    mask[1, ..., -5:] = -10000.0
+    ref = torch.nn.MultiheadAttention(embed, heads, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat(weights[:3]))
+        ref.in_proj_bias.copy_(torch.cat(biases[:3]))
+        ref.out_proj.weight.copy_(weights[3])
+        ref.out_proj.bias.copy_(biases[3])
+    padding = mask.view(bsz, src) != 0
+    expected, expected_probs = ref(q.view(bsz, tgt, embed), k.view(bsz, src, embed), v.view(bsz, src, embed),
+                                   key_padding_mask=padding, average_attn_weights=False)
+    npu = [t.npu() for t in (q, k, v, *weights[:3], mask, weights[3], *biases)]
+    out = torch_npu.npu_multi_head_attention(*npu, None, heads, dim, src, tgt, 0.0, True)
+    y, drop_mask, q_res, k_res, v_res, scores, attn, context = out
+    _close(y, expected.detach().reshape(bsz * tgt, embed), rtol=1e-4, atol=1e-4)
+    _close(scores, expected_probs.detach(), rtol=1e-4, atol=1e-5)
+    assert scores.dtype == torch.float32 and torch.equal(attn.cpu(), scores.cpu())
+    assert drop_mask.dtype == torch.uint8 and drop_mask.shape == (bsz * heads * tgt * src // 8,)
+    assert q_res.shape == (bsz, heads, tgt, dim) and k_res.shape == v_res.shape == (bsz, heads, src, dim)
+    _close(q_res, (q @ weights[0].t() + biases[0]).view(bsz, tgt, heads, dim).transpose(1, 2) * dim ** -0.5,
+           rtol=1e-4, atol=1e-5)
+    assert context.shape == (bsz * tgt, embed)
+    # dropout with a given keep mask (npu_dropout_gen_mask's bits): dropped scores are 0, kept ones scaled
+    keep_mask = torch_npu.npu_dropout_gen_mask([bsz, heads, tgt, src], 0.5, device="npu")
+    out = torch_npu.npu_multi_head_attention(*npu, keep_mask, heads, dim, src, tgt, 0.5, True)
+    keep = keep_mask.cpu()[:, None].bitwise_and(torch.tensor([1 << i for i in range(8)], dtype=torch.uint8)).ne(0)
+    keep = keep.reshape(-1)[:scores.numel()].view(scores.shape)
+    _close(out[6], scores.cpu() * keep * 2, rtol=1e-5, atol=1e-6)
+    # float16 activations with float32 weights (contrib's MultiheadAttention after set_fussion()), and autograd
+    half = [t.half() if i < 3 else t for i, t in enumerate(npu)]
+    y16 = torch_npu.npu_multi_head_attention(*half, None, heads, dim, src, tgt, 0.0, False)
+    assert y16[0].dtype == torch.float16 and y16[5].dtype == torch.float16
+    _close(y16[0].float(), expected.detach().reshape(bsz * tgt, embed), rtol=2e-2, atol=2e-2)
+    wq = npu[3].clone().requires_grad_()
+    y = torch_npu.npu_multi_head_attention(npu[0], npu[1], npu[2], wq, *npu[4:], None, heads, dim, src, tgt,
+                                           0.0, True)[0]
+    y.sum().backward()
+    assert wq.grad is not None and wq.grad.shape == (embed, embed) and wq.grad.abs().sum() > 0
+    with pytest.raises(RuntimeError, match="should align to 16"):
+        torch_npu.npu_multi_head_attention(*npu, None, 4, 64, src, tgt, 0.0, True)
+    with pytest.raises(RuntimeError, match="query must be"):
+        torch_npu.npu_multi_head_attention(*npu, None, heads, dim, src, 48, 0.0, True)
+
+
+def _clip_area(box_a, box_b):
+    """Intersection area of two rotated boxes (x, y, w, h, degrees) by Sutherland-Hodgman clipping."""
+    def corners(box):
+        x, y, w, h, t = box
+        c, s = math.cos(math.radians(t)), math.sin(math.radians(t))
+        return [(x + c * px - s * py, y + s * px + c * py)
+                for px, py in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))]
+    poly, clip = corners(box_a), corners(box_b)
+    for i in range(4):
+        (ax, ay), (bx, by) = clip[i], clip[(i + 1) % 4]
+        side = [(bx - ax) * (py - ay) - (by - ay) * (px - ax) for px, py in poly]
+        kept = []
+        for j, p in enumerate(poly):
+            q, sp, sq = poly[(j + 1) % len(poly)], side[j], side[(j + 1) % len(poly)]
+            if sp >= 0:
+                kept.append(p)
+            if (sp >= 0) != (sq >= 0):
+                t = sp / (sp - sq)
+                kept.append((p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1])))
+        poly = kept
+        if not poly:
+            return 0.0
+    return 0.5 * abs(sum(poly[i][0] * poly[i - 1][1] - poly[i - 1][0] * poly[i][1] for i in range(len(poly))))
+
+
+def test_rotated_overlaps():
+    gen = torch.Generator().manual_seed(0)
+
+    def boxes(b, n):
+        return torch.cat([torch.rand(b, n, 2, generator=gen) * 10, torch.rand(b, n, 2, generator=gen) * 5 + 1,
+                          torch.rand(b, n, 1, generator=gen) * 360 - 180], -1)
+    a, q = boxes(2, 6), boxes(2, 4)
+    out = torch_npu.npu_rotated_overlaps(a.npu(), q.npu())
+    assert out.shape == (2, 6, 4) and out.dtype == torch.float32
+    expected = torch.tensor([[[_clip_area(x.tolist(), y.tolist()) for y in q[i]] for x in a[i]] for i in range(2)])
+    assert expected.count_nonzero() > 4  # the sample has overlapping and disjoint pairs
+    _close(out, expected, rtol=1e-4, atol=1e-4)
+    # a box overlaps itself fully; a unit square and the same square turned by 45 degrees share an octagon
+    square = torch.tensor([[[0., 0., 1., 1., 0.], [0., 0., 1., 1., 45.], [5., 5., 1., 1., 0.]]])
+    _close(torch_npu.npu_rotated_overlaps(square.npu(), square.npu()),
+           torch.tensor([[[1., 2 * (math.sqrt(2) - 1), 0.], [2 * (math.sqrt(2) - 1), 1., 0.], [0., 0., 1.]]]),
+           rtol=1e-5, atol=1e-5)
+    # trans: (x1, y1, x2, y2, angle); float16 in, float16 out
+    corner_form = torch.cat([a[..., :2] - a[..., 2:4] / 2, a[..., :2] + a[..., 2:4] / 2, a[..., 4:]], -1)
+    q_corner = torch.cat([q[..., :2] - q[..., 2:4] / 2, q[..., :2] + q[..., 2:4] / 2, q[..., 4:]], -1)
+    _close(torch_npu.npu_rotated_overlaps(corner_form.npu(), q_corner.npu(), trans=True), expected,
+           rtol=1e-4, atol=1e-4)
+    half = torch_npu.npu_rotated_overlaps(a.half().npu(), q.half().npu())
+    assert half.dtype == torch.float16
+    _close(half.float(), expected, rtol=1e-2, atol=5e-2)
+    with pytest.raises(RuntimeError, match="equal to 3"):
+        torch_npu.npu_rotated_overlaps(a[0].npu(), q[0].npu())
+    with pytest.raises(RuntimeError, match="query_boxes"):
+        torch_npu.npu_rotated_overlaps(a.npu(), q[..., :4].npu())
+
+
 def test_batch_nms():
     # one batch, two classes, boxes shared by the classes (q = 1)
     boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 11., 11.], [20., 20., 30., 30.], [0., 0., 10., 9.]])

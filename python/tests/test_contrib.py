@@ -436,8 +436,30 @@ def test_channel_shuffle_takes_more_channels_than_in_channels():
         cm.ChannelShuffle(8)(x.npu(), x.npu())
 
 
-def test_multihead_attention_private_helpers():
+def test_multihead_attention_fused_path(monkeypatch):
+    # after set_fussion(): torch_npu.npu_multi_head_attention, which takes float16 activations with the
+    # module's float32 weights and gives what the composed path gives in float32
+    from torch_npu.contrib.module.multihead_attention import _MHAConfig
+    torch.manual_seed(0)
+    bsz, tgt, src, E, H = 2, 16, 32, 256, 16
+    m = cm.MultiheadAttention(E, H, dropout=0.1, self_attention=False).npu().eval()
+    q, k, v = torch.randn(bsz * tgt, E).npu(), torch.randn(bsz * src, E).npu(), torch.randn(bsz * src, E).npu()
+    mask = torch.zeros(bsz, H, tgt, src)
+    mask[0, ..., :3] = -10000.0
+    composed, _ = m(q, k, v, bsz, tgt, src, key_padding_mask=mask.npu())
+    monkeypatch.setattr(_MHAConfig, "use_fussion_mha", False)
+    _MHAConfig.set_fussion()
+    fused, none = m(q, k, v, bsz, tgt, src, key_padding_mask=mask.npu())
+    assert none is None
+    torch.testing.assert_close(fused.cpu(), composed.cpu(), rtol=1e-4, atol=1e-4)
+    half, _ = m(q.half(), k.half(), v.half(), bsz, tgt, src, key_padding_mask=mask.half().npu())
+    assert half.dtype == torch.float16
+    torch.testing.assert_close(half.float().cpu(), composed.cpu(), rtol=2e-2, atol=2e-2)
+
+
+def test_multihead_attention_private_helpers(monkeypatch):
     from torch_npu.contrib.module.multihead_attention import _MHAConfig, _NpuLinear
+    monkeypatch.setattr(_MHAConfig, "use_fussion_mha", _MHAConfig.use_fussion_mha)  # restored afterwards
     _MHAConfig.set_fussion()
     assert _MHAConfig.use_fussion_mha
     lin = _NpuLinear(10, 20)

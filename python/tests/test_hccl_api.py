@@ -263,3 +263,44 @@ def _w_uneven(rank, world, port):
 @pytest.mark.parametrize("world", [2, 3])
 def test_uneven_all_gather_and_reduce_scatter(world):
     _spawn(_w_uneven, world)
+
+
+def _mc2_inputs(rank):
+    g = torch.Generator().manual_seed(100 + rank)
+    return (torch.randn(4, 32, generator=g).half(), torch.randint(-8, 8, (4, 32), generator=g, dtype=torch.int8),
+            torch.rand(4, 1, generator=g) + 0.5)
+
+
+def _w_all_gather_base_mm(rank, world, port):
+    dev = _init(rank, world, port)
+    hcom = dist.distributed_c10d._get_default_group()._get_backend(dev).get_hccl_comm_name(rank)
+    x, xq, xs = (t.to(dev) for t in _mc2_inputs(rank))
+    w = torch.randn(32, 8, generator=torch.Generator().manual_seed(7)).half()
+    all_x = torch.cat([_mc2_inputs(r)[0] for r in range(world)])
+    out, gathered = torch_npu.npu_all_gather_base_mm(x, w.to(dev), hcom, world, bias=torch.ones(8).half().to(dev),
+                                                     comm_mode="aiv")
+    assert torch.equal(gathered.cpu(), all_x)
+    torch.testing.assert_close(out.cpu().float(), all_x.float() @ w.float() + 1, rtol=1e-2, atol=1e-2)
+    out, gathered = torch_npu.npu_all_gather_base_mm(x, w.to(dev), hcom, world, gather_output=False)
+    assert out.shape == (4 * world, 8) and gathered.numel() == 0
+    # quantized: int8 rows gathered with their per-token scales, x2's per-column scales
+    wq = torch.randint(-8, 8, (32, 8), generator=torch.Generator().manual_seed(8), dtype=torch.int8)
+    ws = torch.rand(1, 8, generator=torch.Generator().manual_seed(9)) + 0.5
+    out, gathered = torch_npu.npu_all_gather_base_mm(xq, wq.to(dev), hcom, world, x1_scale=xs, x2_scale=ws.to(dev),
+                                                     output_dtype=torch.float16, comm_mode="aiv")
+    all_q = torch.cat([_mc2_inputs(r)[1] for r in range(world)])
+    all_s = torch.cat([_mc2_inputs(r)[2] for r in range(world)])
+    assert out.dtype == torch.float16 and torch.equal(gathered.cpu(), all_q)
+    want = (all_q.float() @ wq.float()) * ws * all_s
+    torch.testing.assert_close(out.cpu().float(), want, rtol=1e-2, atol=1e-1)
+    with pytest.raises(RuntimeError, match="quantization not supported"):
+        torch_npu.npu_all_gather_base_mm(xq, wq.to(dev), hcom, world, x1_scale=xs, x2_scale=ws.to(dev))
+    with pytest.raises(RuntimeError, match="no hccl process group"):
+        torch_npu.npu_all_gather_base_mm(x, w.to(dev), "nonexistent", world)
+    with pytest.raises(RuntimeError, match="world_size should be in"):
+        torch_npu.npu_all_gather_base_mm(x, w.to(dev), hcom, 3)
+    dist.destroy_process_group()
+
+
+def test_all_gather_base_mm():
+    _spawn(_w_all_gather_base_mm, 2)

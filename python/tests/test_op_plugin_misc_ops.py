@@ -108,6 +108,31 @@ def test_bert_apply_adam_needs_out():
         torch_npu.npu_bert_apply_adam(0.1, 0.9, 0.99, 1e-6, torch.ones(3).npu(), -1., 0., 0., adam_mode=1, out=state)
 
 
+def test_bert_apply_adam_is_the_operator_with_a_tensor_list_out():
+    # torch_npu registers the state as one Tensor[] out: torch.ops.npu's packet takes out=(var, m, v)
+    assert torch_npu.npu_bert_apply_adam is torch.ops.npu.npu_bert_apply_adam
+    out_arg = torch.ops.npu.npu_bert_apply_adam.out._schema.arguments[-1]
+    assert out_arg.name == "out" and out_arg.kwarg_only and str(out_arg.type) == "List[Tensor]"
+    with pytest.raises(RuntimeError, match="out must hold the state"):
+        torch_npu.npu_bert_apply_adam(0.1, 0.9, 0.99, 1e-6, torch.ones(3).npu(), -1., 0., 0.,
+                                      out=(torch.zeros(3).npu(), torch.zeros(3).npu()))
+
+
+def test_bert_apply_adam_out_under_torch_jit_script():
+    def step(grad, var, m, v):
+        return torch_npu.npu_bert_apply_adam(1e-2, 0.9, 0.99, 1e-6, grad, -1., 0., 0.01, out=(var, m, v))
+
+    scripted = torch.jit.script(step)
+    assert "npu::npu_bert_apply_adam" in str(scripted.graph)
+    var, m, v, grad = torch.randn(32), torch.randn(32) * 0.1, torch.rand(32) * 0.1, torch.randn(32)
+    expected = _bert_adam_reference(var, m, v, grad, 1e-2, 0.9, 0.99, 1e-6, -1., 0., 0.01, None, 0)
+    state = (var.npu(), m.npu(), v.npu())
+    out = scripted(grad.npu(), *state)
+    for o, s, e in zip(out, state, expected):
+        assert o.data_ptr() == s.data_ptr()
+        _close(s, e, rtol=1e-5, atol=1e-6)
+
+
 # ---- torch.ops.atb ---------------------------------------------------------------------------
 
 def test_atb_ops_are_exposed_as_in_torch_npu():

@@ -140,7 +140,6 @@ from torch_npu import _fused_ops  # noqa: E402
 # torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name.
 __all__ = ["npu", "utils", "__version__", "get_storage_size", "npu_change_data_ptr",
            "erase_stream"] + _fused_ops.export(__import__(__name__))
-npu_bert_apply_adam = _composite_ops.npu_bert_apply_adam  # its Python binding's out=(var, m, v)
 from torch_npu import _atb_ops  # noqa: E402  (op-plugin's ATB operators, torch.ops.atb)
 
 # torch_npu._npu_paged_attention, ...; the others are torch_npu.atb.<name>

@@ -544,6 +544,75 @@ def _dropout_with_byte_mask(self, p, train):
     return _dropout_with_byte_mask_op(self, p)[0]
 
 
+# ---- multi-head attention --------------------------------------------------------------------
+
+@_op("npu_multi_head_attention(Tensor query, Tensor key, Tensor value, Tensor query_weight, Tensor key_weight, "
+     "Tensor value_weight, Tensor attn_mask, Tensor out_proj_weight, Tensor? query_bias, Tensor? key_bias, "
+     "Tensor? value_bias, Tensor? out_proj_bias, Tensor? dropout_mask, int attn_head_num, int attn_dim_per_head, "
+     "int src_len, int tgt_len, float dropout_prob, bool softmax_use_float) "
+     "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _npu_multi_head_attention(query, key, value, query_weight, key_weight, value_weight, attn_mask, out_proj_weight,
+                              query_bias, key_bias, value_bias, out_proj_bias, dropout_mask, attn_head_num,
+                              attn_dim_per_head, src_len, tgt_len, dropout_prob, softmax_use_float):
+    """fairseq's multi-head attention in one operator (CANN's MultiHeadAttention). query [B * tgt_len, E],
+    key and value [B * src_len, E] (rows batch-major), E = attn_head_num * attn_dim_per_head; the weights
+    [E, E] (nn.Linear's layout, any float dtype: the projections accumulate in float32); attn_mask is
+    added to the scores and broadcasts to [B, heads, tgt_len, src_len]. dropout_mask: a keep mask of one
+    bit per score (npu_dropout_gen_mask's); without it one is drawn when dropout_prob > 0. Returns, in
+    query's dtype: y [B * tgt_len, E] (the output projection), the dropout mask (uint8
+    [B * heads * tgt_len * src_len / 8]), query_res (the projected queries times attn_dim_per_head ** -0.5),
+    key_res, value_res [B, heads, len, attn_dim_per_head], attn_scores (the softmax, float32 with
+    softmax_use_float), attn_res (after dropout) [B, heads, tgt_len, src_len] and context [B * tgt_len, E].
+    Only y is meant to be differentiated (autograd runs through the composition)."""
+    name = "npu_multi_head_attention"
+    _check(tgt_len > 0 and src_len > 0 and attn_head_num > 0 and attn_dim_per_head > 0,
+           f"{name}: tgt_len, src_len, attn_head_num, attn_dim_per_head should not equal zero.")
+    _check(tgt_len % 16 == 0 and src_len % 16 == 0 and attn_head_num % 16 == 0 and attn_dim_per_head % 16 == 0,
+           f"{name}: tgt_len, src_len, attn_head_num, attn_dim_per_head should align to 16.")
+    _check(query.dim() >= 1 and key.dim() >= 1 and value.dim() >= 1,
+           f"{name}: query, key, value should be at least 1d.")
+    _check(0.0 <= dropout_prob <= 1.0, f"{name}: dropout_prob must be in [0, 1], got {dropout_prob}")
+    heads, dim, embed = attn_head_num, attn_dim_per_head, attn_head_num * attn_dim_per_head
+    _check(query.dim() == 2 and query.size(0) % tgt_len == 0 and query.size(1) == embed,
+           f"{name}: query must be [batch * tgt_len, attn_head_num * attn_dim_per_head] = [B * {tgt_len}, {embed}], "
+           f"got {list(query.shape)}")
+    batch = query.size(0) // tgt_len
+    for arg, t in (("key", key), ("value", value)):
+        _check(t.dim() == 2 and t.size(0) == batch * src_len,
+               f"{name}: {arg} must be [batch * src_len, features] = [{batch * src_len}, *], got {list(t.shape)}")
+    dtype = query.dtype
+
+    def project(x, weight, bias):
+        return F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+
+    def heads_of(x, length):
+        return x.view(batch, length, heads, dim).transpose(1, 2)
+
+    q = heads_of(project(query, query_weight, query_bias) * dim ** -0.5, tgt_len)
+    k = heads_of(project(key, key_weight, key_bias), src_len)
+    v = heads_of(project(value, value_weight, value_bias), src_len)
+    scores = torch.matmul(q, k.transpose(-2, -1)) + attn_mask.float()
+    probs = torch.softmax(scores, -1)
+    count = batch * heads * tgt_len * src_len
+    if dropout_mask is None:
+        if dropout_prob > 0:
+            dropout_mask = _npu_dropout_gen_mask([count], dropout_prob, device=query.device)[:count // 8]
+        else:
+            dropout_mask = torch.full((count // 8,), 255, dtype=torch.uint8, device=query.device)
+    _check(dropout_mask.dtype == torch.uint8 and dropout_mask.numel() * 8 >= count,
+           f"{name}: dropout_mask must be uint8 with a bit per attention score ({count}), "
+           f"got {dropout_mask.dtype} with {dropout_mask.numel() * 8} bits")
+    attn = probs
+    if dropout_prob > 0:
+        keep = dropout_mask.reshape(-1)[:count // 8, None].bitwise_and(_bits(query.device)).ne(0)
+        scale = 0.0 if dropout_prob >= 1.0 else 1.0 / (1.0 - dropout_prob)
+        attn = probs * keep.view(probs.shape).to(probs.dtype) * scale
+    context = torch.matmul(attn, v).transpose(1, 2).reshape(batch * tgt_len, embed)
+    y = project(context, out_proj_weight, out_proj_bias)
+    return (y.to(dtype), dropout_mask, q.to(dtype), k.to(dtype), v.to(dtype),
+            probs if softmax_use_float else probs.to(dtype), attn.to(dtype), context.to(dtype))
+
+
 # ---- recurrent cells -------------------------------------------------------------------------
 
 @_op("npu_lstm_cell(Tensor input, Tensor w_ih, Tensor w_hh, Tensor h, Tensor c, Tensor? b_ih=None, "
@@ -1788,6 +1857,85 @@ def _npu_rotated_box_decode(self, deltas, weight):
     return torch.stack([cx - w * 0.5, cy - h * 0.5, cx + w * 0.5, cy + h * 0.5, angle], 1).to(self.dtype)
 
 
+def _rotated_corners(boxes, trans):
+    """Corners [..., 4, 2] (counter-clockwise) of rotated boxes [..., 5]: (x_centre, y_centre, w, h,
+    angle) or, with trans, (x1, y1, x2, y2, angle); angles in degrees."""
+    if trans:
+        x1, y1, x2, y2, angle = boxes.unbind(-1)
+        x, y, w, h = (x1 + x2) * 0.5, (y1 + y2) * 0.5, x2 - x1, y2 - y1
+    else:
+        x, y, w, h, angle = boxes.unbind(-1)
+    theta = torch.deg2rad(angle)
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    half = torch.tensor([[-0.5, -0.5], [0.5, -0.5], [0.5, 0.5], [-0.5, 0.5]], dtype=boxes.dtype, device=boxes.device)
+    dx, dy = half[:, 0] * w[..., None], half[:, 1] * h[..., None]
+    return torch.stack([x[..., None] + cos[..., None] * dx - sin[..., None] * dy,
+                        y[..., None] + sin[..., None] * dx + cos[..., None] * dy], -1)
+
+
+def _cross(a, b):
+    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+
+
+def _inside(points, corners, eps):
+    """Whether points [..., P, 2] lie in the convex quadrilaterals corners [..., 4, 2] (ccw)."""
+    edges = corners.roll(-1, -2) - corners
+    rel = points[..., :, None, :] - corners[..., None, :, :]
+    return (_cross(edges[..., None, :, :], rel) >= -eps).all(-1)
+
+
+def _convex_intersection_area(a, b):
+    """Areas of the intersections of convex quadrilaterals a and b [..., 4, 2] (ccw corners): the
+    intersection polygon's vertices are the corners of each inside the other and the crossings of
+    their edges; ordered by angle around their mean, the shoelace formula gives the area."""
+    scale = torch.maximum(a.abs().amax((-1, -2)), b.abs().amax((-1, -2))).clamp_min(1.0)
+    eps = 1e-6 * scale[..., None, None] ** 2
+    in_a = _inside(b, a, eps)  # b's corners inside a
+    in_b = _inside(a, b, eps)
+    # edge i of a (p + t r) against edge j of b (q + u s)
+    p, r = a[..., :, None, :], (a.roll(-1, -2) - a)[..., :, None, :]
+    q, s = b[..., None, :, :], (b.roll(-1, -2) - b)[..., None, :, :]
+    denom = _cross(r, s)
+    parallel = denom.abs() <= 1e-12 * scale[..., None, None] ** 2
+    safe = torch.where(parallel, torch.ones_like(denom), denom)
+    t = _cross(q - p, s) / safe
+    u = _cross(q - p, r) / safe
+    hit = ~parallel & (t >= 0) & (t <= 1) & (u >= 0) & (u <= 1)
+    crossings = (p + t[..., None] * r).flatten(-3, -2)
+    points = torch.cat([a, b, crossings], -2)
+    valid = torch.cat([in_b, in_a, hit.flatten(-2)], -1)
+    count = valid.sum(-1, keepdim=True)
+    weights = valid.to(points.dtype)[..., None]
+    centre = (points * weights).sum(-2) / count.clamp_min(1)
+    rel = points - centre[..., None, :]
+    angle = torch.atan2(rel[..., 1], rel[..., 0]).masked_fill(~valid, float("inf"))
+    order = angle.argsort(-1)
+    rel = rel.gather(-2, order[..., None].expand_as(rel))
+    ordered_valid = valid.gather(-1, order)
+    # invalid points (sorted last) collapse onto the first vertex and add no area
+    rel = torch.where(ordered_valid[..., None], rel, rel[..., :1, :])
+    area = 0.5 * _cross(rel, rel.roll(-1, -2)).sum(-1)
+    return torch.where(count.squeeze(-1) >= 3, area.abs(), torch.zeros_like(area))
+
+
+@_op("npu_rotated_overlaps(Tensor self, Tensor query_boxes, bool trans=False) -> Tensor")
+def _npu_rotated_overlaps(self, query_boxes, trans=False):
+    """Overlap (intersection) areas of rotated boxes: self [B, N, 5] and query_boxes [B, K, 5], each
+    box (x_centre, y_centre, w, h, angle) or, with trans, (x1, y1, x2, y2, angle), angles in degrees.
+    Returns [B, N, K] in self's dtype, computed in float32 as CANN's RotatedOverlaps."""
+    name = "npu_rotated_overlaps"
+    _check(self.dim() == 3 and query_boxes.dim() == 3,
+           f"{name}: boxes' dim should be equal to query_boxes' ndimension() and equal to 3! "
+           f"(got self {list(self.shape)} and query_boxes {list(query_boxes.shape)})")
+    _check(self.size(-1) == 5 and query_boxes.size(-1) == 5 and self.size(0) == query_boxes.size(0),
+           f"{name}: self [B, N, 5] and query_boxes [B, K, 5] must be rotated boxes of the same batch, "
+           f"got {list(self.shape)} and {list(query_boxes.shape)}")
+    a = _rotated_corners(self.float(), trans)[:, :, None]
+    b = _rotated_corners(query_boxes.float(), trans)[:, None, :]
+    a, b = torch.broadcast_tensors(a, b)
+    return _convex_intersection_area(a, b).to(self.dtype)
+
+
 def _greedy_nms(boxes, scores, iou_threshold, limit):
     """Indices (by descending score, ties to the lower index) of the boxes [n, 4] greedy NMS keeps:
     each box survives unless its IoU with a kept, higher-scored box exceeds iou_threshold."""
@@ -1849,6 +1997,67 @@ def _npu_batch_nms(self, scores, score_threshold, iou_threshold, max_size_per_cl
     return out_boxes, out_scores, out_classes, counts
 
 
+# ---- MC2: collective communication fused with a matmul ----------------------------------------
+
+def _hccl_group(name: str, hcom: str):
+    """The process group whose hccl communicator is named hcom (get_hccl_comm_name's value)."""
+    import torch.distributed as dist
+    from torch_npu._C._distributed_c10d import ProcessGroupHCCL
+    _check(dist.is_initialized(), f"{name}: no process group is initialized (hcom {hcom!r})")
+    for pg in list(dist.distributed_c10d._world.pg_map):
+        try:
+            backend = pg._get_backend(torch.device("npu"))
+        except RuntimeError:
+            continue
+        if isinstance(backend, ProcessGroupHCCL) and backend.get_hccl_comm_name(pg.rank(), init_comm=False) == hcom:
+            return pg
+    raise RuntimeError(f"{name}: no hccl process group has the communicator name {hcom!r} "
+                       f"(see ProcessGroupHCCL.get_hccl_comm_name)")
+
+
+@_op("npu_all_gather_base_mm(Tensor self, Tensor x2, str hcom, int world_size, *, Tensor? bias=None, "
+     "Tensor? x1_scale=None, Tensor? x2_scale=None, int gather_index=0, bool gather_output=True, int comm_turn=0, "
+     "ScalarType? output_dtype=None, str? comm_mode=None) -> (Tensor, Tensor)")
+def _npu_all_gather_base_mm(self, x2, hcom, world_size, *, bias=None, x1_scale=None, x2_scale=None, gather_index=0,
+                            gather_output=True, comm_turn=0, output_dtype=None, comm_mode=None):
+    """All-gather of self [m, k] over the hccl group named hcom (rows of rank 0 first), then the
+    matmul with x2 [k, n] (+ bias): returns (output [m * world_size, n], the gathered self, or an
+    empty tensor without gather_output). With x2_scale the matmul is npu_quant_matmul's (int8
+    inputs; x2_scale per column, x1_scale per row, gathered with self), in output_dtype
+    (default bfloat16; float16 for int64 scales)."""
+    import torch.distributed as dist
+    name = "npu_all_gather_base_mm"
+    _check(world_size in (2, 4, 8, 16, 32),
+           f"world_size should be in [2, 4, 8, 16, 32], but the actual value is {world_size}.")
+    _check(self.dim() == 2 and x2.dim() == 2, f"Both inputs of mm are required to be 2D, but the actual inputs are "
+                                              f"{self.dim()}D and {x2.dim()}D.")
+    _check(self.size(1) == x2.size(0), f"The K-axis in the two inputs of Matmul must be equal, but in reality, the "
+                                       f"K-axis of x1 is {self.size(1)} and the K-axis of x2 is {x2.size(0)}.")
+    _check(gather_index == 0, f"{name}: gather_index must be 0 (self is gathered), got {gather_index}")
+    mode = "ai_cpu" if comm_mode is None else comm_mode
+    _check(mode in ("aiv", "ai_cpu"), f"{name}: comm_mode must be 'aiv' or 'ai_cpu', got {comm_mode!r}")
+    _check(x2_scale is None or mode != "ai_cpu", "When comm_mode is ai_cpu, quantization not supported.")
+    group = _hccl_group(name, hcom)
+    _check(dist.get_world_size(group) == world_size,
+           f"{name}: world_size is {world_size} but the group {hcom!r} has {dist.get_world_size(group)} ranks")
+    gathered = self.new_empty(self.size(0) * world_size, self.size(1))
+    dist.all_gather_into_tensor(gathered, self.contiguous(), group=group)
+    if x2_scale is None:
+        out = torch.matmul(gathered, x2)
+        if bias is not None:
+            out = out + bias
+    else:
+        pertoken = None
+        if x1_scale is not None:
+            pertoken = x1_scale.new_empty(x1_scale.size(0) * world_size, *x1_scale.shape[1:])
+            dist.all_gather_into_tensor(pertoken, x1_scale.contiguous(), group=group)
+            pertoken = pertoken.reshape(-1)
+        dtype = torch.float16 if x2_scale.dtype == torch.int64 else (output_dtype or torch.bfloat16)
+        out = torch.ops.npu.npu_quant_matmul(gathered, x2, x2_scale.reshape(-1), pertoken_scale=pertoken, bias=bias,
+                                             output_dtype=dtype)
+    return out, (gathered if gather_output else self.new_empty(0))
+
+
 # ---- optimizers ------------------------------------------------------------------------------
 
 @_op("npu_bert_apply_adam(Scalar lr, Scalar beta1, Scalar beta2, Scalar epsilon, Tensor grad, Scalar max_grad_norm, "
@@ -1861,16 +2070,20 @@ def _npu_bert_apply_adam_functional(lr, beta1, beta2, epsilon, grad, max_grad_no
 
 
 @_op("npu_bert_apply_adam.out(Scalar lr, Scalar beta1, Scalar beta2, Scalar epsilon, Tensor grad, Scalar max_grad_norm, "
-     "Scalar global_grad_norm, Scalar weight_decay, Scalar? step_size=None, int adam_mode=0, *, Tensor(a!) var, "
-     "Tensor(b!) m, Tensor(c!) v) -> (Tensor(a!), Tensor(b!), Tensor(c!))")
+     "Scalar global_grad_norm, Scalar weight_decay, Scalar? step_size=None, int adam_mode=0, *, Tensor(a!)[] out) "
+     "-> (Tensor, Tensor, Tensor)")
 def _npu_bert_apply_adam_out(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm, weight_decay,
-                             step_size=None, adam_mode=0, *, var, m, v):
-    """One BERT Adam step in place (CANN's ApplyAdamV2), in var's dtype:
+                             step_size=None, adam_mode=0, *, out):
+    """One BERT Adam step in place on the state out=(var, m, v) (CANN's ApplyAdamV2), in var's dtype.
+    The state is one ``Tensor[] out`` argument, as torch_npu registers operators with several
+    outputs, so ``out=(var, m, v)`` works from Python and from torch.jit.script.
     adam_mode 0 ("adam"): grad /= global_grad_norm when max_grad_norm > 0 and global_grad_norm > 1;
     m = beta1 m + (1 - beta1) grad; v = beta2 v + (1 - beta2) grad^2; u = m / (sqrt(v) + epsilon)
     (+ weight_decay * var when weight_decay > 0); var -= lr * u.
     adam_mode 1 ("mbart_adam"): no clipping; u = step_size * m / (sqrt(v) + epsilon)
     (+ weight_decay * lr * var when weight_decay > 0); var -= u."""
+    _check(len(out) == 3, f"npu_bert_apply_adam: out must hold the state (var, m, v), got {len(out)} tensors")
+    var, m, v = out
     name = "npu_bert_apply_adam"
     _check(adam_mode in (0, 1), f"{name}: adam_mode must be 0 (adam) or 1 (mbart_adam), got {adam_mode}")
     _check(adam_mode == 0 or step_size is not None, f"{name}: adam_mode 1 (mbart_adam) needs step_size")
@@ -1897,16 +2110,3 @@ def _npu_bert_apply_adam_out(lr, beta1, beta2, epsilon, grad, max_grad_norm, glo
             update = update + weight_decay * lr * var
         var.sub_(update)
     return var, m, v
-
-
-def npu_bert_apply_adam(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm, weight_decay,
-                        step_size=None, adam_mode=0, *, out=None):
-    """torch_npu.npu_bert_apply_adam: the state is passed and updated as out=(var, m, v)."""
-    if out is None:
-        return torch.ops.npu.npu_bert_apply_adam(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm,
-                                                 weight_decay, step_size, adam_mode)
-    if not (isinstance(out, (tuple, list)) and len(out) == 3):
-        raise TypeError(f"npu_bert_apply_adam: out must be a tuple (var, m, v), got {type(out).__name__}")
-    var, m, v = out
-    return torch.ops.npu.npu_bert_apply_adam.out(lr, beta1, beta2, epsilon, grad, max_grad_norm, global_grad_norm,
-                                                 weight_decay, step_size, adam_mode, var=var, m=m, v=v)

@@ -72,8 +72,9 @@ class _NpuLinear(nn.Linear):
 
 
 class _MHAConfig:
-    """torch_npu's switch to the fused attention (``_MHAConfig.set_fussion()``). Here
-    MultiheadAttention always computes it, so the flag is informational."""
+    """torch_npu's switch to the fused attention (``_MHAConfig.set_fussion()``): MultiheadAttention
+    then runs torch_npu.npu_multi_head_attention (its lengths, heads and head size multiples of 16;
+    float16 inputs with float32 weights), otherwise the same attention composed of ATen operators."""
     use_fussion_mha = False
 
     @classmethod
@@ -88,8 +89,9 @@ def Matmul_transpose(tensor1, tensor2):
 
 
 class MultiheadAttention(nn.Module):
-    """fairseq-style multi-head attention with torch_npu's interface (its fused path,
-    torch_npu.npu_multi_head_attention, composed here from ATen ops).
+    """fairseq-style multi-head attention with torch_npu's interface: after
+    ``_MHAConfig.set_fussion()`` torch_npu.npu_multi_head_attention, otherwise the same
+    computation composed of ATen operators.
 
     forward(query [bsz * tgt_len, E], key [bsz * s_len, kdim], value [bsz * s_len, vdim],
     bsz, tgt_len, s_len, key_padding_mask=None, ...) -> (attn [bsz * tgt_len, E], None);
@@ -199,6 +201,13 @@ class MultiheadAttention(nn.Module):
 
     def multi_attn(self, query, key, value, key_padding_mask, bsz, tgt_len):
         src_len = key.size(0) // bsz
+        if _MHAConfig.use_fussion_mha:
+            mask = key_padding_mask if key_padding_mask is not None else query.new_zeros(())
+            dropout_prob = self.dropout_prob if self.training else 0.0
+            return torch.ops.npu.npu_multi_head_attention(
+                query, key, value, self.q_proj.weight, self.k_proj.weight, self.v_proj.weight, mask,
+                self.out_proj.weight, self.q_proj.bias, self.k_proj.bias, self.v_proj.bias, self.out_proj.bias,
+                None, self.num_heads, self.head_dim, src_len, tgt_len, dropout_prob, True)[0]
         h, d = self.num_heads, self.head_dim
         q = (self.q_proj(query) * self.scaling).view(bsz, tgt_len, h, d).transpose(1, 2)
         k = self.k_proj(key).view(bsz, src_len, h, d).transpose(1, 2)
