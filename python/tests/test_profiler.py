@@ -366,21 +366,25 @@ def test_profiler_in_child_thread():
 
 
 _DP_PRELUDE = """
-import json, os, torch, torch_npu
+import json, os, time, torch, torch_npu
 from torch_npu.profiler import dynamic_profile as dp
 cfg_dir, out = {cfg_dir!r}, {out!r}
 model = torch.nn.Linear(32, 32).npu()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(8, 32, device="npu")
 def edit(**changes):
+    shm = dp._DynamicProfile()._dynamic_monitor._shm_obj
+    published = shm.read_bytes(read_time=True)
     path = os.path.join(cfg_dir, "profiler_config.json")
     with open(path) as f:
         cfg = json.load(f)
     cfg.update(changes)
     with open(path, "w") as f:
         json.dump(cfg, f)
-    st = os.stat(path)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new mtime even within one clock tick
+    deadline = time.time() + 20
+    while shm.read_bytes(read_time=True) == published:  # the monitor publishes within its poll interval
+        assert time.time() < deadline, "the monitor did not publish the edit"
+        time.sleep(0.05)
 """
 
 
@@ -646,7 +650,7 @@ def test_result_directory_of_a_custom_handler(tmp_path, monkeypatch):
 
 def test_dynamic_profile_parts(tmp_path, monkeypatch, capsys):
     """dynamic_profile's parts under torch_npu's names: ConfigContext validates a config
-    (bad entries reset, with a warning), DynamicProfilerShareMemory creates and reads the file,
+    (bad entries reset, with a warning), DynamicProfilerShareMemory is the job's shared memory,
     DynamicProfilerUtils logs (to stdout in the dynolog model); dp.step() marks each step
     with an mstx range "step {n}"."""
     import copy
@@ -674,20 +678,23 @@ def test_dynamic_profile_parts(tmp_path, monkeypatch, capsys):
     assert ConfigContext(data).valid()
 
     cfg = str(tmp_path / "profiler_config.json")
-    shm = DynamicProfilerShareMemory(str(tmp_path), cfg, 0)
-    with open(cfg) as f:
-        assert json.load(f) == DynamicProfilerShareMemory.JSON_DATA
-    assert shm.shm_to_prof_conf_context() is None  # not edited since
-    with open(cfg, "w") as f:
-        json.dump(dict(DynamicProfilerShareMemory.JSON_DATA, active=3), f)
-    os.utime(cfg, ns=(1, 1))
-    assert shm.shm_to_prof_conf_context().active() == 3
-    assert shm.shm_to_prof_conf_context() is None
-    with open(cfg, "w") as f:
-        f.write("[1, 2]")
-    os.utime(cfg, ns=(2, 2))
-    with pytest.warns(UserWarning, match="JSON object"):
-        assert shm.shm_to_prof_conf_context() is None
+    shm = DynamicProfilerShareMemory(str(tmp_path), cfg, 0)  # the first: creates the segment and the file
+    other = DynamicProfilerShareMemory(str(tmp_path), cfg, 1)  # attaches
+    try:
+        assert shm.is_create_process and not other.is_create_process
+        with open(cfg) as f:
+            assert json.load(f) == DynamicProfilerShareMemory.JSON_DATA
+        assert json.loads(other.read_bytes()) == DynamicProfilerShareMemory.JSON_DATA
+        stamp = other.read_bytes(read_time=True)
+        shm.write_config(b'{"active": 3}', 123)
+        assert other.read_bytes(read_time=True) != stamp and other.read_snapshot()[1:] == (123, b'{"active": 3}')
+        with pytest.raises(ValueError, match="more than"):
+            shm.write_config(b" " * DynamicProfilerUtils.CFG_BUFFER_SIZE, 1)
+    finally:
+        other.clean_resource()  # detaches only
+        assert os.path.exists(os.path.join("/dev/shm", shm.shm_path))
+        shm.clean_resource()  # the creator removes the segment
+    assert not os.path.exists(os.path.join("/dev/shm", shm.shm_path))
 
     monkeypatch.setattr(DynamicProfilerUtils, "DYNAMIC_PROFILER_MODEL",
                         DynamicProfilerUtils.DynamicProfilerConfigModel.DYNO_CONFIG)
