@@ -139,7 +139,7 @@ class ConfigContext:
         """Whether this process profiles: every rank, or with is_rank only those in rank_list."""
         if not self.is_rank or self._rank_id in self._rank_set:
             return True
-        DynamicProfilerUtils.out_log(f"Rank {self._rank_id} not in valid rank_list {sorted(self._rank_set)}!")
+        DynamicProfilerUtils.out_log(f"Rank {self._rank_id} not in valid rank_list {sorted(self._rank_set)}!", _WARN)
         return False
 
     def is_dyno_monitor(self) -> bool:

@@ -50,6 +50,16 @@ def _shared_memory(name: str, create: bool, size: int = 0):
             resource_tracker.register = register
 
 
+def _unlink(shm) -> None:
+    """Remove the segment (without the resource tracker, which never owned it)."""
+    if sys.version_info >= (3, 13):
+        shm.unlink()
+    else:
+        import _posixshmem
+
+        _posixshmem.shm_unlink(shm._name)
+
+
 class DynamicProfilerShareMemory:
     # profiler_config.json as torch_npu creates it.
     JSON_DATA = {
@@ -255,7 +265,7 @@ class DynamicProfilerShareMemory:
             return
         if self.is_create_process:
             try:
-                self.shm.unlink()
+                _unlink(self.shm)
                 _LOG(f"Rank {self._rank_id} unlink shm")
             except Exception as ex:  # noqa: BLE001
                 _LOG(f"Rank {self._rank_id} unlink shm failed, may be removed, {ex} has occur", _LEVEL.WARNING)
