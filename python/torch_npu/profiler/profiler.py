@@ -9,7 +9,6 @@ writes torch_npu's result directory ``{worker}_{pid}_{time}_ascend_pt/`` with
 ``ASCEND_PROFILER_OUTPUT/`` (trace_view.json and the CSV views, see _analysis.py).
 """
 import collections.abc
-import enum
 import glob
 import json
 import os
@@ -28,6 +27,7 @@ import torch.profiler as _tp
 from torch_npu import _mstx
 
 from . import _analysis
+from ._c_profiler import ProfilerActivity, _supported_npu_activities  # (torch_npu._C._profiler)
 from ._flops_hook import FlopsHookManager
 from ._profiler_path_creator import ProfPathCreator
 from .experimental_config import _ExperimentalConfig
@@ -42,15 +42,8 @@ _RAW = os.path.join("FRAMEWORK", "torch_npu_raw.json")  # host side of a run
 _TASKS = "sim_task_records.json"  # device side, per device, under PROF_*/device_{d}/data/
 
 
-class ProfilerActivity(enum.Enum):
-    """What to record: host operators (``CPU``) and/or device tasks (``NPU``)."""
-
-    CPU = "CPU"
-    NPU = "NPU"
-
-
 def supported_activities():
-    return {ProfilerActivity.CPU, ProfilerActivity.NPU}
+    return _supported_npu_activities()
 
 
 def _activity(a):

@@ -7,6 +7,7 @@
   (``1459635878536856678`` -> ``"1459635878536856.678"``; a float would keep only ~0.25 µs
   of an epoch time), ``convert_ns2us_float``, ``convert_us2ns`` (the way back, from text or
   a number), ``contact_2num(high, low)`` (two 32-bit halves as one id).
+* ``Constant``: the names of torch_npu's profiling files and keys that this build writes.
 """
 import os
 import time
@@ -14,6 +15,36 @@ import time
 __all__ = []
 
 NS_PER_US = 1000
+
+
+class Constant:
+    DEFAULT_PROCESS_NUMBER = max(1, (os.cpu_count() or 2) // 2)
+    PROFILER_META_DATA = "profiler_metadata.json"
+    # how a run is parsed
+    TENSORBOARD_TRACE_HANDLER = "tensorboard_trace_handler"
+    EXPORT_CHROME_TRACE = "export_chrome_trace"
+    EXPORT_STACK = "export_stack"
+    EXPORT_MEMORY_TIMELINE = "export_memory_timeline"
+    # profiler_info.json
+    CONFIG = "config"
+    COMMON_CONFIG = "common_config"
+    EXPERIMENTAL_CONFIG = "experimental_config"
+    START_INFO = "start_info"
+    SysCntFreq = "freq"
+    StartCnt = "start_cnt"
+    StartMonotonic = "start_monotonic"
+    SyscntEable = "syscnt_enable"
+    END_INFO = "end_info"
+    FWK_END_TIME = "collectionTimeEnd"
+    FWK_END_MONOTONIC = "MonotonicTimeEnd"
+    TORCH_NPU_VERSION = "torch_npu_version"
+    CANN_VERSION = "cann_version"
+    # export types
+    Db = "db"
+    Text = "text"
+    # environment variables of the msprof command line tool
+    MSPROF_STATIC_ENV = "PROFILER_SAMPLECONFIG"
+    MSPROF_DYNAMIC_ENV = "PROFILING_MODE"
 
 
 def _print(level: str, message: str) -> None:
