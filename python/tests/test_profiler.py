@@ -838,3 +838,78 @@ def test_analysis_messages_and_time_conversions(capsys):
     with pytest.raises(RuntimeError):
         c.convert_us2ns("1.2.3")
     assert c.contact_2num(1, 2) == (1 << 32) + 2
+
+
+def test_prof_interface_driven_by_action_controller(tmp_path):
+    """torch_npu's lower layers: ProfActionController turns schedule actions into calls of a
+    _ProfInterface session over torch_npu._C._profiler; the result directory parses as one
+    of tensorboard_trace_handler(analyse_flag=False)."""
+    from torch_npu._C._profiler import ProfilerActivity as NativeActivity
+    from torch_npu.profiler import ProfilerAction
+    from torch_npu.profiler._profiler_action_controller import ProfActionController
+    from torch_npu.profiler._profiler_path_creator import ProfPathCreator
+    from torch_npu.profiler.profiler_interface import _ProfInterface
+
+    assert NativeActivity is ProfilerActivity
+    ProfPathCreator().init(dir_name=str(tmp_path))
+    prof_if = _ProfInterface(activities=BOTH, record_shapes=True, metadata={"job": "t1"},
+                             custom_trace_id_callback=lambda: "trace-7")
+    ready = []
+    controller = ProfActionController("the profile", prof_if, on_trace_ready=ready.append)
+    schedule = torch_npu.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
+    x = torch.randn(16, 16, device="npu")
+    prev = schedule(0)
+    controller.transit_action(ProfilerAction.NONE, prev)
+    for step in range(1, 5):
+        torch.mm(x, x)
+        event = torch.npu.Event(enable_timing=True)
+        event.record()
+        current = schedule(step)
+        controller.transit_action(prev, current)
+        prev = current
+    assert ready == ["the profile"]  # after RECORD_AND_SAVE
+    path = prof_if.prof_path
+    assert os.path.dirname(path) == str(tmp_path) and path.endswith("_ascend_pt")
+    with open(os.path.join(path, "profiler_info.json")) as f:
+        info = json.load(f)
+    assert info["start_info"]["freq"] == 1000 and info["start_info"]["syscnt_enable"]
+    assert info["config"]["common_config"]["record_shapes"] is True
+    with open(os.path.join(path, "profiler_metadata.json")) as f:
+        meta = json.load(f)
+    assert meta["job"] == "t1" and meta["trace_id"] == "trace-7" and "ENV_VARIABLES" in meta
+    prof_if.analyse()
+    kernels = _rows(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "kernel_details.csv"))
+    assert sum(k["Type"] == "Mm" for k in kernels) == 2  # the two recorded steps
+    with open(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "trace_view.json")) as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert "Event::record" in names and "aten::mm" in names  # npu events are timed while recording
+    assert not hasattr(torch.npu.Event.record, "origin_func")  # and no longer after
+
+
+def test_native_profiler_api_checks(tmp_path):
+    from torch_npu._C import _profiler as native
+    from torch_npu.profiler.profiler_interface import _ProfInterface
+
+    cfg = torch_npu.profiler._ExperimentalConfig(mstx=True, mstx_domain_include=["d1"])()
+    assert isinstance(cfg, native._ExperimentalConfig) and cfg.msprof_tx and cfg.mstx_domain_include == ["d1"]
+    with pytest.raises(TypeError, match="l2_cache"):
+        native._ExperimentalConfig(l2_cache="yes")
+    with pytest.raises(TypeError, match="with_stack"):
+        native.NpuProfilerConfig(str(tmp_path), False, False, 1, False, False, cfg)
+    with pytest.raises(TypeError, match="experimental_config"):
+        native.NpuProfilerConfig(str(tmp_path), False, False, False, False, False, None)
+    config = native.NpuProfilerConfig(str(tmp_path), False, False, False, False, False, cfg)
+    with pytest.raises(RuntimeError, match="_init_profiler first"):
+        native._start_profiler(config, {native.ProfilerActivity.NPU})
+    with pytest.raises(ValueError, match="path"):
+        native._init_profiler("", set())
+    assert native._supported_npu_activities() == {native.ProfilerActivity.CPU, native.ProfilerActivity.NPU}
+    assert native._get_syscnt() < native._get_syscnt()
+
+    prof_if = _ProfInterface(custom_trace_id_callback=lambda: 12345)
+    assert len(prof_if.create_trace_id()) == 32  # not a str: the default id
+    prof_if.custom_trace_id_callback = lambda: "x" * (_ProfInterface.MAX_TRACE_ID_LEN + 1)
+    assert len(prof_if.create_trace_id()) == 32
+    bad = _ProfInterface(activities=["GPU"], record_shapes="yes")
+    assert bad.activities == {native.ProfilerActivity.CPU, native.ProfilerActivity.NPU}
+    assert bad.record_shapes is False

@@ -184,11 +184,16 @@ def _check_config(config) -> None:
 
 
 def _warmup_profiler(config: NpuProfilerConfig, activities) -> None:
-    """Prepare the recorders (Kineto's warm-up) without recording."""
+    """Prepare the recorders (Kineto's warm-up) without recording. Outside a session just
+    begun by _init_profiler there is nothing to prepare: a warning, as torch_npu logs it."""
     _check_config(config)
     with _session.lock:
         if _session.state != "inited":
-            raise RuntimeError(f"_warmup_profiler: call _init_profiler first (the session is {_session.state})")
+            import warnings
+
+            warnings.warn(f"[torch_npu.profiler] _warmup_profiler: no profiling session was initialized "
+                          f"(the session is {_session.state}); nothing to warm up.")
+            return
         _session.activities = _activities(activities) or _session.activities
         _session.config = config
         if ProfilerActivity.CPU in _session.activities:

@@ -19,6 +19,30 @@ NS_PER_US = 1000
 
 class Constant:
     DEFAULT_PROCESS_NUMBER = max(1, (os.cpu_count() or 2) // 2)
+    NS_TO_US = 1000
+    US_TO_MS = 1000
+    NS_TO_MS = 1000 * 1000
+    # profiler levels and AI Core metrics (torch_npu.profiler.ProfilerLevel / AiCMetrics)
+    LEVEL0 = "Level0"
+    LEVEL1 = "Level1"
+    LEVEL2 = "Level2"
+    LEVEL_NONE = "Level_none"
+    AicPipeUtilization = "ACL_AICORE_PIPE_UTILIZATION"
+    AicArithmeticUtilization = "ACL_AICORE_ARITHMETIC_UTILIZATION"
+    AicMemory = "ACL_AICORE_MEMORY_BANDWIDTH"
+    AicMemoryL0 = "ACL_AICORE_L0B_AND_WIDTH"
+    AicMemoryUB = "ACL_AICORE_MEMORY_UB"
+    AicResourceConflictRatio = "ACL_AICORE_RESOURCE_CONFLICT_RATIO"
+    AicL2Cache = "ACL_AICORE_L2_CACHE"
+    AicMemoryAccess = "ACL_AICORE_MEMORY_ACCESS"
+    AicMetricsNone = "ACL_AICORE_NONE"
+    # host_sys (torch_npu.profiler.HostSystem)
+    CPU = "cpu"
+    MEM = "mem"
+    DISK = "disk"
+    NETWORK = "network"
+    OSRT = "osrt"
+    NUMA = "numa"
     PROFILER_META_DATA = "profiler_metadata.json"
     # how a run is parsed
     TENSORBOARD_TRACE_HANDLER = "tensorboard_trace_handler"
