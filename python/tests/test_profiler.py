@@ -913,3 +913,41 @@ def test_native_profiler_api_checks(tmp_path):
     bad = _ProfInterface(activities=["GPU"], record_shapes="yes")
     assert bad.activities == {native.ProfilerActivity.CPU, native.ProfilerActivity.NPU}
     assert bad.record_shapes is False
+
+
+def test_gc_detect(tmp_path):
+    """_ExperimentalConfig(gc_detect_threshold=ms): Python garbage collections of at least that
+    long are "GC" ranges of the trace view, kept in FRAMEWORK/torch.gc_record (ProfGCDetector)."""
+    import gc
+
+    from torch_npu.profiler._profiler_gc_detect import ProfGCDetector
+
+    cfg = torch_npu.profiler._ExperimentalConfig(gc_detect_threshold=0)
+    with torch_npu.profiler.profile(activities=BOTH, experimental_config=cfg,
+                                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(
+                                        str(tmp_path / "a"))):
+        torch.ones(8, device="npu").sum()
+        gc.collect()
+        gc.collect()
+    path = _result_dir(str(tmp_path / "a"))
+    assert os.path.getsize(os.path.join(path, "FRAMEWORK", "torch.gc_record")) >= 2 * 24
+    with open(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "trace_view.json")) as f:
+        events = json.load(f)["traceEvents"]
+    gcs = [e for e in events if e.get("name") == "GC"]
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert len(gcs) >= 2 and all(e["pid"] == os.getpid() and e["dur"] >= 0 for e in gcs)
+    lo, hi = min(e["ts"] for e in ops), max(e["ts"] + e["dur"] for e in ops)
+    assert all(lo - 1e6 < e["ts"] < hi + 1e6 for e in gcs)  # on the host operators' clock
+    assert not any(getattr(cb, "__self__", None).__class__ is ProfGCDetector
+                                                     for cb in gc.callbacks)
+    with torch_npu.profiler.profile(activities=BOTH, experimental_config=torch_npu.profiler._ExperimentalConfig(
+            gc_detect_threshold=10_000), on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(
+            str(tmp_path / "b"))):
+        gc.collect()  # shorter than 10 s
+    assert not os.path.exists(os.path.join(_result_dir(str(tmp_path / "b")), "FRAMEWORK", "torch.gc_record"))
+
+    detector = ProfGCDetector(1000.0)
+    assert detector.threshold == 10**9
+    detector.gc_callback("start", {})
+    detector.gc_callback("stop", {})
+    assert detector.save_info == []  # well under 1 s

@@ -218,8 +218,8 @@ def _start_profiler(config: NpuProfilerConfig, activities, scopes=None) -> None:
                 _session.kineto.prepare_trace()
             _session.kineto.start_trace()
         _mstx.start(config.experimental_config)
+        _session.epoch_minus_steady = time.time_ns() - _C._npu_profilerNowNs()  # (npu tasks, GC records)
         if ProfilerActivity.NPU in _session.activities:
-            _session.epoch_minus_steady = time.time_ns() - _C._npu_profilerNowNs()
             _C._npu_profilerDrain()  # nothing from before this run
             _C._npu_profilerEnable(True)
         _session.state = "running"
@@ -271,7 +271,8 @@ def _finalize_profiler() -> None:
                 with tempfile.TemporaryDirectory() as tmp:
                     trace = os.path.join(tmp, "host.json")
                     session.kineto.export_chrome_trace(trace)
-                    with open(trace) as f:
+                    # (Kineto can write a name that is not UTF-8: kept, with U+FFFD for the bad bytes)
+                    with open(trace, encoding="utf-8", errors="replace") as f:
                         host = json.load(f)
             host["traceEvents"] = host.get("traceEvents", []) + _mstx.trace_events(
                 session.mstx_markers, int(host.get("baseTimeNanoseconds", 0)), os.getpid())

@@ -12,7 +12,8 @@
 
 ``ProfActionController`` (``_profiler_action_controller``) drives it from schedule actions.
 ``start_trace`` also times ``torch_npu.npu.Event``'s methods as host ranges ``Event::record``,
-... (``_enable_event_record``) until ``stop_trace``.
+... (``_enable_event_record``) and, with ``gc_detect_threshold``, Python's garbage collections
+(``ProfGCDetector``) until ``stop_trace``.
 """
 import functools
 import os
@@ -28,6 +29,7 @@ from torch_npu._C._profiler import (NpuProfilerConfig, ProfilerActivity, _finali
                                     _start_profiler, _stop_profiler, _supported_npu_activities, _warmup_profiler)
 
 from ._flops_hook import FlopsHookManager
+from ._profiler_gc_detect import ProfGCDetector
 from ._profiler_path_creator import ProfPathCreator
 from .analysis._npu_profiler import NpuProfiler
 from .analysis.prof_common_func._constant import Constant, print_warn_msg
@@ -95,6 +97,7 @@ class _ProfInterface:
         self.metadata = {} if metadata is None else metadata
         self.custom_trace_id_callback = custom_trace_id_callback
         self.trace_id = ""
+        self.gc_detector = None
         self._check_params()
 
     def _npu_config(self) -> NpuProfilerConfig:
@@ -126,6 +129,7 @@ class _ProfInterface:
         _start_profiler(npu_prof_config, self.activities)
         if self.with_flops and self.experimental_config.tx_enabled:
             FlopsHookManager.install()
+        self.start_gc_detect()
 
     def stop_trace(self) -> None:
         if not self._is_env_valid:
@@ -135,6 +139,7 @@ class _ProfInterface:
         if self.with_flops and self.experimental_config.tx_enabled:
             FlopsHookManager.uninstall()
         _stop_profiler()
+        self.stop_gc_detect()
         _disable_event_record()
 
     def finalize_trace(self) -> None:
@@ -159,6 +164,21 @@ class _ProfInterface:
             NpuProfiler.analyse(self.prof_path, analysis_type, output_path, **kwargs)
         except Exception as e:  # noqa: BLE001  (as torch_npu: a parse failure does not stop training)
             print_warn_msg(f"Profiling data parsing failed, error: {e}")
+
+    def check_gc_detect_enable(self) -> bool:
+        return ProfilerActivity.CPU in self.activities and self.experimental_config.with_gc
+
+    def start_gc_detect(self) -> None:
+        """Record Python garbage collections of at least gc_detect_threshold ms (ProfGCDetector)."""
+        if self.check_gc_detect_enable():
+            self.gc_detector = ProfGCDetector(self.experimental_config.gc_detect_threshold)
+            self.gc_detector.start()
+
+    def stop_gc_detect(self) -> None:
+        """Into the result directory's FRAMEWORK/torch.gc_record."""
+        if self.gc_detector is not None:
+            self.gc_detector.stop()
+            self.gc_detector = None
 
     @staticmethod
     def default_trace_id() -> str:

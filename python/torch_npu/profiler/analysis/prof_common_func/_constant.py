@@ -22,6 +22,7 @@ class Constant:
     NS_TO_US = 1000
     US_TO_MS = 1000
     NS_TO_MS = 1000 * 1000
+    GC_RECORD_FORMAT = "<3Q"  # FRAMEWORK/torch.gc_record: pid, start and end (system counter) of a collection
     # profiler levels and AI Core metrics (torch_npu.profiler.ProfilerLevel / AiCMetrics)
     LEVEL0 = "Level0"
     LEVEL1 = "Level1"

@@ -2,7 +2,7 @@
 
 ``check_path_permission(path)``: may torch_npu run or read what is at ``path`` (a tool such
 as ``msprof``): it must belong to root or to this user, and others must not be able to
-write it.
+write it. ``get_fwk_path(profiler_path)``: the run's ``FRAMEWORK`` folder (host-side data).
 """
 import os
 import stat
@@ -18,3 +18,12 @@ class ProfilerPathManager:
         except OSError:
             return False
         return st.st_uid in (0, os.getuid()) and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+    @classmethod
+    def get_fwk_path(cls, profiler_path: str) -> str:
+        """``{profiler_path}/FRAMEWORK`` (created if missing)."""
+        if not isinstance(profiler_path, str) or not profiler_path:
+            raise ValueError(f"get_fwk_path: profiler_path must be a result directory, got {profiler_path!r}")
+        path = os.path.join(os.path.realpath(profiler_path), "FRAMEWORK")
+        os.makedirs(path, exist_ok=True)
+        return path
