@@ -3,6 +3,9 @@
 The simulator has no AI Core counters, L2 cache or host-system samplers: the levels and
 metrics are accepted (and validated, with torch_npu's warnings) so that profiling code
 written for Ascend runs; what the simulator can record is recorded at every level.
+``gc_detect_threshold`` (ms) records Python's garbage collections at least that long as "GC"
+ranges (with ProfilerActivity.CPU; see _profiler_gc_detect.py). Calling a config returns
+its native form, ``torch_npu._C._profiler._ExperimentalConfig``.
 """
 import warnings
 from typing import Optional, Union
