@@ -50,8 +50,9 @@ class ProfGCDetector:
             return
         output_path = None
         try:
-            output_path = os.path.join(ProfilerPathManager.get_fwk_path(ProfPathCreator().get_prof_dir()),
-                                       self.SAVE_FILE)
+            prof_dir = ProfPathCreator().get_prof_dir()
+            fwk_path = ProfilerPathManager.get_fwk_path(prof_dir) or os.path.join(prof_dir, Constant.FRAMEWORK_DIR)
+            output_path = os.path.join(fwk_path, self.SAVE_FILE)
             FileManager.create_bin_file_by_path(output_path, self.to_bytes(self.save_info))
         except Exception as ex:  # noqa: BLE001  (profiling must not stop the job)
             print_error_msg(f"Can't create file: {output_path} ({ex})")

@@ -45,6 +45,7 @@ class Constant:
     OSRT = "osrt"
     NUMA = "numa"
     PROFILER_META_DATA = "profiler_metadata.json"
+    FRAMEWORK_DIR = "FRAMEWORK"
     # how a run is parsed
     TENSORBOARD_TRACE_HANDLER = "tensorboard_trace_handler"
     EXPORT_CHROME_TRACE = "export_chrome_trace"

@@ -2,7 +2,8 @@
 
 ``check_path_permission(path)``: may torch_npu run or read what is at ``path`` (a tool such
 as ``msprof``): it must belong to root or to this user, and others must not be able to
-write it. ``get_fwk_path(profiler_path)``: the run's ``FRAMEWORK`` folder (host-side data).
+write it. ``get_fwk_path(profiler_path)``: the run's ``FRAMEWORK`` folder (host-side data), ``""`` if it
+has none.
 """
 import os
 import stat
@@ -21,9 +22,8 @@ class ProfilerPathManager:
 
     @classmethod
     def get_fwk_path(cls, profiler_path: str) -> str:
-        """``{profiler_path}/FRAMEWORK`` (created if missing)."""
-        if not isinstance(profiler_path, str) or not profiler_path:
-            raise ValueError(f"get_fwk_path: profiler_path must be a result directory, got {profiler_path!r}")
-        path = os.path.join(os.path.realpath(profiler_path), "FRAMEWORK")
-        os.makedirs(path, exist_ok=True)
-        return path
+        """``{profiler_path}/FRAMEWORK`` if that folder exists, else ``""``."""
+        from ._constant import Constant
+
+        fwk_path = os.path.join(profiler_path, Constant.FRAMEWORK_DIR)
+        return fwk_path if os.path.isdir(fwk_path) else ""
