@@ -366,21 +366,25 @@ def test_profiler_in_child_thread():
 
 
 _DP_PRELUDE = """
-import json, os, torch, torch_npu
+import json, os, time, torch, torch_npu
 from torch_npu.profiler import dynamic_profile as dp
 cfg_dir, out = {cfg_dir!r}, {out!r}
 model = torch.nn.Linear(32, 32).npu()
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 x = torch.randn(8, 32, device="npu")
 def edit(**changes):
+    shm = dp._DynamicProfile()._dynamic_monitor._shm_obj
+    published = shm.read_bytes(read_time=True)
     path = os.path.join(cfg_dir, "profiler_config.json")
     with open(path) as f:
         cfg = json.load(f)
     cfg.update(changes)
     with open(path, "w") as f:
         json.dump(cfg, f)
-    st = os.stat(path)
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new mtime even within one clock tick
+    deadline = time.time() + 20
+    while shm.read_bytes(read_time=True) == published:  # the monitor publishes within its poll interval
+        assert time.time() < deadline, "the monitor did not publish the edit"
+        time.sleep(0.05)
 """
 
 
@@ -646,7 +650,7 @@ def test_result_directory_of_a_custom_handler(tmp_path, monkeypatch):
 
 def test_dynamic_profile_parts(tmp_path, monkeypatch, capsys):
     """dynamic_profile's parts under torch_npu's names: ConfigContext validates a config
-    (bad entries reset, with a warning), DynamicProfilerShareMemory creates and reads the file,
+    (bad entries reset, with a warning), DynamicProfilerShareMemory is the job's shared memory,
     DynamicProfilerUtils logs (to stdout in the dynolog model); dp.step() marks each step
     with an mstx range "step {n}"."""
     import copy
@@ -674,20 +678,23 @@ def test_dynamic_profile_parts(tmp_path, monkeypatch, capsys):
     assert ConfigContext(data).valid()
 
     cfg = str(tmp_path / "profiler_config.json")
-    shm = DynamicProfilerShareMemory(str(tmp_path), cfg, 0)
-    with open(cfg) as f:
-        assert json.load(f) == DynamicProfilerShareMemory.JSON_DATA
-    assert shm.shm_to_prof_conf_context() is None  # not edited since
-    with open(cfg, "w") as f:
-        json.dump(dict(DynamicProfilerShareMemory.JSON_DATA, active=3), f)
-    os.utime(cfg, ns=(1, 1))
-    assert shm.shm_to_prof_conf_context().active() == 3
-    assert shm.shm_to_prof_conf_context() is None
-    with open(cfg, "w") as f:
-        f.write("[1, 2]")
-    os.utime(cfg, ns=(2, 2))
-    with pytest.warns(UserWarning, match="JSON object"):
-        assert shm.shm_to_prof_conf_context() is None
+    shm = DynamicProfilerShareMemory(str(tmp_path), cfg, 0)  # the first: creates the segment and the file
+    other = DynamicProfilerShareMemory(str(tmp_path), cfg, 1)  # attaches
+    try:
+        assert shm.is_create_process and not other.is_create_process
+        with open(cfg) as f:
+            assert json.load(f) == DynamicProfilerShareMemory.JSON_DATA
+        assert json.loads(other.read_bytes()) == DynamicProfilerShareMemory.JSON_DATA
+        stamp = other.read_bytes(read_time=True)
+        shm.write_config(b'{"active": 3}', 123)
+        assert other.read_bytes(read_time=True) != stamp and other.read_snapshot()[1:] == (123, b'{"active": 3}')
+        with pytest.raises(ValueError, match="more than"):
+            shm.write_config(b" " * DynamicProfilerUtils.CFG_BUFFER_SIZE, 1)
+    finally:
+        other.clean_resource()  # detaches only
+        assert os.path.exists(os.path.join("/dev/shm", shm.shm_path))
+        shm.clean_resource()  # the creator removes the segment
+    assert not os.path.exists(os.path.join("/dev/shm", shm.shm_path))
 
     monkeypatch.setattr(DynamicProfilerUtils, "DYNAMIC_PROFILER_MODEL",
                         DynamicProfilerUtils.DynamicProfilerConfigModel.DYNO_CONFIG)
@@ -831,3 +838,116 @@ def test_analysis_messages_and_time_conversions(capsys):
     with pytest.raises(RuntimeError):
         c.convert_us2ns("1.2.3")
     assert c.contact_2num(1, 2) == (1 << 32) + 2
+
+
+def test_prof_interface_driven_by_action_controller(tmp_path):
+    """torch_npu's lower layers: ProfActionController turns schedule actions into calls of a
+    _ProfInterface session over torch_npu._C._profiler; the result directory parses as one
+    of tensorboard_trace_handler(analyse_flag=False)."""
+    from torch_npu._C._profiler import ProfilerActivity as NativeActivity
+    from torch_npu.profiler import ProfilerAction
+    from torch_npu.profiler._profiler_action_controller import ProfActionController
+    from torch_npu.profiler._profiler_path_creator import ProfPathCreator
+    from torch_npu.profiler.profiler_interface import _ProfInterface
+
+    assert NativeActivity is ProfilerActivity
+    ProfPathCreator().init(dir_name=str(tmp_path))
+    prof_if = _ProfInterface(activities=BOTH, record_shapes=True, metadata={"job": "t1"},
+                             custom_trace_id_callback=lambda: "trace-7")
+    ready = []
+    controller = ProfActionController("the profile", prof_if, on_trace_ready=ready.append)
+    schedule = torch_npu.profiler.schedule(wait=1, warmup=1, active=2, repeat=1)
+    x = torch.randn(16, 16, device="npu")
+    prev = schedule(0)
+    controller.transit_action(ProfilerAction.NONE, prev)
+    for step in range(1, 5):
+        torch.mm(x, x)
+        event = torch.npu.Event(enable_timing=True)
+        event.record()
+        current = schedule(step)
+        controller.transit_action(prev, current)
+        prev = current
+    assert ready == ["the profile"]  # after RECORD_AND_SAVE
+    path = prof_if.prof_path
+    assert os.path.dirname(path) == str(tmp_path) and path.endswith("_ascend_pt")
+    with open(os.path.join(path, "profiler_info.json")) as f:
+        info = json.load(f)
+    assert info["start_info"]["freq"] == 1000 and info["start_info"]["syscnt_enable"]
+    assert info["config"]["common_config"]["record_shapes"] is True
+    with open(os.path.join(path, "profiler_metadata.json")) as f:
+        meta = json.load(f)
+    assert meta["job"] == "t1" and meta["trace_id"] == "trace-7" and "ENV_VARIABLES" in meta
+    prof_if.analyse()
+    kernels = _rows(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "kernel_details.csv"))
+    assert sum(k["Type"] == "Mm" for k in kernels) == 2  # the two recorded steps
+    with open(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "trace_view.json")) as f:
+        names = {e.get("name") for e in json.load(f)["traceEvents"]}
+    assert "Event::record" in names and "aten::mm" in names  # npu events are timed while recording
+    assert not hasattr(torch.npu.Event.record, "origin_func")  # and no longer after
+
+
+def test_native_profiler_api_checks(tmp_path):
+    from torch_npu._C import _profiler as native
+    from torch_npu.profiler.profiler_interface import _ProfInterface
+
+    cfg = torch_npu.profiler._ExperimentalConfig(mstx=True, mstx_domain_include=["d1"])()
+    assert isinstance(cfg, native._ExperimentalConfig) and cfg.msprof_tx and cfg.mstx_domain_include == ["d1"]
+    with pytest.raises(TypeError, match="l2_cache"):
+        native._ExperimentalConfig(l2_cache="yes")
+    with pytest.raises(TypeError, match="with_stack"):
+        native.NpuProfilerConfig(str(tmp_path), False, False, 1, False, False, cfg)
+    with pytest.raises(TypeError, match="experimental_config"):
+        native.NpuProfilerConfig(str(tmp_path), False, False, False, False, False, None)
+    config = native.NpuProfilerConfig(str(tmp_path), False, False, False, False, False, cfg)
+    with pytest.raises(RuntimeError, match="_init_profiler first"):
+        native._start_profiler(config, {native.ProfilerActivity.NPU})
+    with pytest.raises(ValueError, match="path"):
+        native._init_profiler("", set())
+    assert native._supported_npu_activities() == {native.ProfilerActivity.CPU, native.ProfilerActivity.NPU}
+    assert native._get_syscnt() < native._get_syscnt()
+
+    prof_if = _ProfInterface(custom_trace_id_callback=lambda: 12345)
+    assert len(prof_if.create_trace_id()) == 32  # not a str: the default id
+    prof_if.custom_trace_id_callback = lambda: "x" * (_ProfInterface.MAX_TRACE_ID_LEN + 1)
+    assert len(prof_if.create_trace_id()) == 32
+    bad = _ProfInterface(activities=["GPU"], record_shapes="yes")
+    assert bad.activities == {native.ProfilerActivity.CPU, native.ProfilerActivity.NPU}
+    assert bad.record_shapes is False
+
+
+def test_gc_detect(tmp_path):
+    """_ExperimentalConfig(gc_detect_threshold=ms): Python garbage collections of at least that
+    long are "GC" ranges of the trace view, kept in FRAMEWORK/torch.gc_record (ProfGCDetector)."""
+    import gc
+
+    from torch_npu.profiler._profiler_gc_detect import ProfGCDetector
+
+    cfg = torch_npu.profiler._ExperimentalConfig(gc_detect_threshold=0)
+    with torch_npu.profiler.profile(activities=BOTH, experimental_config=cfg,
+                                    on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(
+                                        str(tmp_path / "a"))):
+        torch.ones(8, device="npu").sum()
+        gc.collect()
+        gc.collect()
+    path = _result_dir(str(tmp_path / "a"))
+    assert os.path.getsize(os.path.join(path, "FRAMEWORK", "torch.gc_record")) >= 2 * 24
+    with open(os.path.join(path, "ASCEND_PROFILER_OUTPUT", "trace_view.json")) as f:
+        events = json.load(f)["traceEvents"]
+    gcs = [e for e in events if e.get("name") == "GC"]
+    ops = [e for e in events if e.get("cat") == "cpu_op"]
+    assert len(gcs) >= 2 and all(e["pid"] == os.getpid() and e["dur"] >= 0 for e in gcs)
+    lo, hi = min(e["ts"] for e in ops), max(e["ts"] + e["dur"] for e in ops)
+    assert all(lo - 1e6 < e["ts"] < hi + 1e6 for e in gcs)  # on the host operators' clock
+    assert not any(getattr(cb, "__self__", None).__class__ is ProfGCDetector
+                                                     for cb in gc.callbacks)
+    with torch_npu.profiler.profile(activities=BOTH, experimental_config=torch_npu.profiler._ExperimentalConfig(
+            gc_detect_threshold=10_000), on_trace_ready=torch_npu.profiler.tensorboard_trace_handler(
+            str(tmp_path / "b"))):
+        gc.collect()  # shorter than 10 s
+    assert not os.path.exists(os.path.join(_result_dir(str(tmp_path / "b")), "FRAMEWORK", "torch.gc_record"))
+
+    detector = ProfGCDetector(1000.0)
+    assert detector.threshold == 10**9
+    detector.gc_callback("start", {})
+    detector.gc_callback("stop", {})
+    assert detector.save_info == []  # well under 1 s

@@ -9,6 +9,16 @@
             train_step()
             prof.step()
 """
+import sys as _sys
+
+import torch_npu._C as _native
+
+from . import _c_profiler
+
+# torch_npu binds its profiler as torch_npu._C._profiler (ProfilerActivity, NpuProfilerConfig,
+# _init_profiler, ...): the same names, see _c_profiler.py.
+_native._profiler = _c_profiler
+_sys.modules.setdefault("torch_npu._C._profiler", _c_profiler)
 from .experimental_config import (AiCMetrics, ExportType, HostSystem, ProfilerLevel, _ExperimentalConfig,
                                   supported_ai_core_metrics, supported_export_type, supported_profiler_level)
 from .profiler import (ProfilerAction, ProfilerActivity, _KinetoProfile, analyse, profile, schedule,

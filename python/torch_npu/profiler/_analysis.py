@@ -135,6 +135,14 @@ def trace_view(raw, tasks, with_cpu=True):
             flow = {"id": t.correlation, "cat": "async_npu", "name": "async_npu"}
             events.append(dict(flow, ph="s", pid=host_pid, tid=t.launch_tid, ts=t.launch))
             events.append(dict(flow, ph="f", bp="e", pid=pid, tid=t.stream, ts=t.start))
+    if with_cpu and raw.get("gc"):
+        # Python garbage collections longer than gc_detect_threshold (see _profiler_gc_detect.py),
+        # in the system counter's clock (the npu tasks' steady clock).
+        base_ns = int(trace.get("baseTimeNanoseconds", 0))
+        offset = int(raw.get("epoch_minus_steady_ns", 0))
+        for pid, start, end in raw["gc"]:
+            events.append({"ph": "X", "cat": "GC", "name": "GC", "pid": pid, "tid": pid,
+                           "ts": (start + offset - base_ns) / 1000.0, "dur": (end - start) / 1000.0, "args": {}})
     trace["traceEvents"] = events
     return trace
 

@@ -15,18 +15,24 @@ Editing ``profiler_config.json`` while the job runs (``start_step``, ``active``,
 given file. As in torch_npu, problems are logged (``{path}/log/``) and warned about, never
 raised, so profiling cannot stop a training job.
 
-torch_npu watches the file from a monitor process and passes changes through shared
-memory; here each process checks the file's modification time in ``step()`` (one
-``stat``), which has the same effect without the extra process. The parts carry torch_npu's
-names: ``_dynamic_profiler.ConfigContext`` (the parsed file), ``DynamicProfilerShareMemory``
-(the file's reader) and ``DynamicProfilerUtils`` (logging, rank).
+As in torch_npu, one process of the job (the first to call ``init`` with the folder) runs the
+monitor ``DynMonitorProc`` (a thread here), which looks at the file every poll interval
+(2 s; from step ``RECORD_TIME_STEP + 1`` on, the step time measured between steps
+``RECORD_TIME_STEP`` and ``RECORD_TIME_STEP + 1``, 1 to 50 s) and publishes a changed file
+into the job's shared memory; each process's ``step()`` reads the shared memory (a few bytes
+unless there is a new config). An edit thus takes effect within a poll interval. The parts
+carry torch_npu's names: ``_dynamic_profiler.ConfigContext`` (the parsed file),
+``DynamicProfilerShareMemory`` (the shared memory), ``DynamicProfilerMonitor`` (the monitor)
+and ``DynamicProfilerUtils`` (logging, rank).
 """
 import atexit
 import functools
 import json
 import os
+import time
 
 from ._dynamic_profiler._dynamic_profiler_config_context import ConfigContext
+from ._dynamic_profiler._dynamic_profiler_monitor import DynamicProfilerMonitor
 from ._dynamic_profiler._dynamic_profiler_monitor_shm import DynamicProfilerShareMemory
 from ._dynamic_profiler._dynamic_profiler_utils import DynamicProfilerUtils
 from .profiler import profile, tensorboard_trace_handler
@@ -69,6 +75,7 @@ class _DynamicProfile:
     """The process's dynamic profiler: the config it watches and the run in progress.
     One per process: ``_DynamicProfile()`` returns it (as torch_npu's singleton)."""
 
+    RECORD_TIME_STEP = 10  # the step time measured between this step and the next sets the poll interval
     _the = None
 
     def __new__(cls):
@@ -79,45 +86,72 @@ class _DynamicProfile:
 
     def _setup(self):
         self.config_path = None
-        self._dynamic_monitor = None  # the DynamicProfilerShareMemory of init's file
+        self._dynamic_monitor = None  # the DynamicProfilerMonitor of init's folder
         self.prof = None  # the profile of the run in progress
         self.pending = None  # a config waiting for its start_step
         self.cur_step = 0
         self.steps_left = 0
         self.repeat_init = False
         self._step_mstx_range_id = 0  # the mstx range "step {n}" of the step running
+        self._step_record_time = None  # time.time() at step RECORD_TIME_STEP
+        self._step_time = 0  # seconds of one step (0: not measured yet)
+        self._min_poll_interval = 1
+        self._max_poll_interval = 50
 
-    def init(self, path: str) -> None:
+    def init(self, path: str = None) -> None:
         if self.repeat_init:
             _problem("init was called again; the first call's config stays in use.")
             return
-        if not isinstance(path, str) or not path:
-            _problem(f"init: path must be a directory path, got {path!r}; dynamic profiling is off.")
-            return
-        path = os.path.abspath(path)
-        try:
-            os.makedirs(path, exist_ok=True)
-            DynamicProfilerUtils.init_logger(path)
+        if DynamicProfilerUtils.is_dyno_model():
+            self._dynamic_monitor = DynamicProfilerMonitor()
+        else:
+            if not isinstance(path, str) or not path:
+                _problem(f"init: path must be a directory path, got {path!r}; dynamic profiling is off.")
+                return
+            path = os.path.abspath(path)
+            try:
+                os.makedirs(path, exist_ok=True)
+                DynamicProfilerUtils.CFG_CONFIG_PATH = path
+                DynamicProfilerUtils.init_logger(log_path=path)
+                # creates profiler_config.json if missing; only later edits start a run
+                self._dynamic_monitor = DynamicProfilerMonitor()
+            except (OSError, RuntimeError) as err:
+                _problem(f"init: cannot use {path!r} ({err}); dynamic profiling is off.")
+                return
             self.config_path = os.path.join(path, CONFIG_NAME)
-            # Only later edits start a run.
-            self._dynamic_monitor = DynamicProfilerShareMemory(path, self.config_path, _rank())
-        except OSError as err:
-            _problem(f"init: cannot use {path!r} ({err}); dynamic profiling is off.")
-            self.config_path = None
-            return
         self.repeat_init = True
+        atexit.register(self._dynamic_monitor.clean_resource)  # (atexit runs the last registered first)
         atexit.register(self._at_exit)
-        _LOG.info("watching %s", self.config_path)
+        _LOG.info("watching %s", self.config_path or "dynolog")
 
     def _poll(self):
-        """A config edited since the last look (for this rank), or None."""
+        """A config published since the last look (for this rank), or None."""
         if self._dynamic_monitor is None:
             return None
         cfg = self._dynamic_monitor.shm_to_prof_conf_context()
         if cfg is not None:
             _LOG.info("config changed: start_step=%s warmup=%s active=%s", cfg.start_step(), cfg.warmup(),
                       cfg.active())
-        return cfg if cfg is not None and cfg.valid() else None
+        return cfg
+
+    def _measure_step_time(self) -> None:
+        """The monitor polls once per step time (1 to 50 s), measured once, after RECORD_TIME_STEP."""
+        if self.cur_step == self.RECORD_TIME_STEP:
+            self._step_record_time = time.time()
+        elif self.cur_step == self.RECORD_TIME_STEP + 1 and self._step_record_time is not None:
+            self._step_time = min(self._max_poll_interval,
+                                  max(self._min_poll_interval, int(time.time() - self._step_record_time)))
+            if self._dynamic_monitor is not None:
+                self._dynamic_monitor.modify_step_time(self._step_time)
+
+    def _status(self, status=None, **steps) -> None:
+        """What the monitor reports to dynolog: the profiler's status and steps."""
+        if self._dynamic_monitor is None:
+            return
+        for flag, value in steps.items():
+            self._dynamic_monitor.update_step_info(value, getattr(DynamicProfilerUtils, flag.upper()))
+        if status is not None:
+            self._dynamic_monitor.update_profiler_status(status)
 
     def set_state(self, state_step) -> None:
         """Resumed training: continue the step count from ``state_step["cur_step"]``."""
@@ -142,23 +176,34 @@ class _DynamicProfile:
 
     def step(self) -> None:
         self.cur_step += 1
+        self._measure_step_time()
         self._mark_step()
         cfg = self._poll()
         if cfg is not None:
             self.pending = cfg  # (applied once a run in progress has ended)
+        status = DynamicProfilerUtils.ProfilerStatus
         if self.prof is not None:
             self.prof.step()
             self.steps_left -= 1
             if self.steps_left == 0:
                 self._stop()
+                self._status(status.IDLE)
         elif self.pending is not None:
             start = self.pending.start_step()
+            steps = self.pending.warmup() + self.pending.active()
             if self.pending.start() or self.cur_step == start:
+                self._status(status.RUNNING, start_step=self.cur_step, stop_step=self.cur_step + steps)
                 self._start(self.pending)
                 self.pending = None
             elif self.cur_step > start:
                 _problem(f"start_step={start} has passed (current step {self.cur_step}); the config is ignored.")
+                self._status(status.IDLE)
                 self.pending = None
+            else:
+                self._status(status.READY, start_step=start, stop_step=start + steps)
+        self._status(current_step=self.cur_step)
+        if self._dynamic_monitor is not None:
+            self._dynamic_monitor.report_profiler_status()
 
     def start(self, config_path=None) -> None:
         if self.prof is not None:

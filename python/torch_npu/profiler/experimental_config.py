@@ -3,6 +3,9 @@
 The simulator has no AI Core counters, L2 cache or host-system samplers: the levels and
 metrics are accepted (and validated, with torch_npu's warnings) so that profiling code
 written for Ascend runs; what the simulator can record is recorded at every level.
+``gc_detect_threshold`` (ms) records Python's garbage collections at least that long as "GC"
+ranges (with ProfilerActivity.CPU; see _profiler_gc_detect.py). Calling a config returns
+its native form, ``torch_npu._C._profiler._ExperimentalConfig``.
 """
 import warnings
 from typing import Optional, Union
@@ -191,6 +194,17 @@ class _ExperimentalConfig:
     @property
     def tx_enabled(self) -> bool:
         return self._msprof_tx or self._mstx
+
+    def __call__(self):
+        """The native form (``torch_npu._C._profiler._ExperimentalConfig``) of this config."""
+        from ._c_profiler import _ExperimentalConfig as _Native
+
+        return _Native(trace_level=self._profiler_level, metrics=self._aic_metrics, l2_cache=self._l2_cache,
+                       record_op_args=self.record_op_args, msprof_tx=self._msprof_tx or self._mstx,
+                       op_attr=self._op_attr, host_sys=list(self._host_sys),
+                       mstx_domain_include=list(self._mstx_domain_include),
+                       mstx_domain_exclude=list(self._mstx_domain_exclude), sys_io=self._sys_io,
+                       sys_interconnection=self._sys_interconnection)
 
     def _to_dict(self) -> dict:
         return {"profiler_level": self._profiler_level, "aic_metrics": self._aic_metrics, "l2_cache": self._l2_cache,

@@ -9,7 +9,6 @@ writes torch_npu's result directory ``{worker}_{pid}_{time}_ascend_pt/`` with
 ``ASCEND_PROFILER_OUTPUT/`` (trace_view.json and the CSV views, see _analysis.py).
 """
 import collections.abc
-import enum
 import glob
 import json
 import os
@@ -28,6 +27,7 @@ import torch.profiler as _tp
 from torch_npu import _mstx
 
 from . import _analysis
+from ._c_profiler import ProfilerActivity, _supported_npu_activities  # (torch_npu._C._profiler)
 from ._flops_hook import FlopsHookManager
 from ._profiler_path_creator import ProfPathCreator
 from .experimental_config import _ExperimentalConfig
@@ -42,15 +42,8 @@ _RAW = os.path.join("FRAMEWORK", "torch_npu_raw.json")  # host side of a run
 _TASKS = "sim_task_records.json"  # device side, per device, under PROF_*/device_{d}/data/
 
 
-class ProfilerActivity(enum.Enum):
-    """What to record: host operators (``CPU``) and/or device tasks (``NPU``)."""
-
-    CPU = "CPU"
-    NPU = "NPU"
-
-
 def supported_activities():
-    return {ProfilerActivity.CPU, ProfilerActivity.NPU}
+    return _supported_npu_activities()
 
 
 def _activity(a):
@@ -143,17 +136,28 @@ class profile(_tp.profile):
             # As torch_npu: each call of an operator with a FLOPs formula becomes an mstx
             # range "{flops}-{op}" in the domain mfu_flops (see _flops_hook.py).
             FlopsHookManager.install()
-        if self._npu:
-            from torch_npu import _C
+        self._gc_records = []
+        self._gc_detector = None
+        if self._cpu and self._npu_config.with_gc:
+            from ._profiler_gc_detect import ProfGCDetector
 
+            self._gc_detector = ProfGCDetector(self._npu_config.gc_detect_threshold)
+            self._gc_detector.start()
+        from torch_npu import _C
+
+        self._epoch_minus_steady = time.time_ns() - _C._npu_profilerNowNs()  # (npu tasks and GC records)
+        if self._npu:
             self._records = []
-            self._epoch_minus_steady = time.time_ns() - _C._npu_profilerNowNs()
             _C._npu_profilerDrain()  # nothing from before this run
             _C._npu_profilerEnable(True)
 
     def stop_trace(self):
         if self.with_flops and self._npu_config.tx_enabled:
             FlopsHookManager.uninstall()
+        if getattr(self, "_gc_detector", None) is not None:
+            self._gc_records, self._gc_detector.save_info = self._gc_detector.save_info, []
+            self._gc_detector.stop()
+            self._gc_detector = None
         if self._npu:
             from torch_npu import _C
 
@@ -170,7 +174,8 @@ class profile(_tp.profile):
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "host.json")
             super().export_chrome_trace(path)
-            with open(path) as f:
+            # (Kineto can write a name that is not UTF-8: kept, with U+FFFD for the bad bytes)
+            with open(path, encoding="utf-8", errors="replace") as f:
                 host = json.load(f)
         for key, value in self._npu_metadata.items():
             host.setdefault(key, value)
@@ -179,7 +184,7 @@ class profile(_tp.profile):
         self._raw = {"trace": host, "records": [list(r) for r in self._records],
                      "epoch_minus_steady_ns": getattr(self, "_epoch_minus_steady", 0), "with_cpu": self._cpu,
                      "with_npu": self._npu, "config": self._npu_config._to_dict(), "rank": _rank(),
-                     "metadata": dict(self._npu_metadata)}
+                     "metadata": dict(self._npu_metadata), "gc": [list(g) for g in getattr(self, "_gc_records", [])]}
         handler = self._user_on_trace_ready
         if handler is None and os.getenv("ASCEND_WORK_PATH"):
             # As torch_npu: without a handler the raw data is kept under
@@ -367,7 +372,12 @@ def _save_raw(raw: dict, path: str) -> None:
     records), ``profiler_info.json`` and ``profiler_metadata.json``."""
     os.makedirs(os.path.join(path, "FRAMEWORK"), exist_ok=True)
     with open(os.path.join(path, _RAW), "w") as f:
-        json.dump({k: v for k, v in raw.items() if k != "records"}, f)
+        json.dump({k: v for k, v in raw.items() if k not in ("records", "gc")}, f)
+    if raw.get("gc"):
+        from ._profiler_gc_detect import ProfGCDetector
+
+        with open(os.path.join(path, "FRAMEWORK", ProfGCDetector.SAVE_FILE), "wb") as f:
+            f.write(ProfGCDetector.to_bytes(raw["gc"]))
     if raw.get("with_npu", True):
         stamp = datetime.now(tz=timezone.utc).astimezone().strftime("%Y%m%d%H%M%S%f")[:-3]
         prof_dir = os.path.join(path, f"PROF_000001_{stamp}_{''.join(random.choices(string.ascii_uppercase, k=16))}")
@@ -388,6 +398,14 @@ def _save_raw(raw: dict, path: str) -> None:
 def _load_raw(path: str) -> dict:
     with open(os.path.join(path, _RAW)) as f:
         raw = json.load(f)
+    gc_file = os.path.join(path, "FRAMEWORK", "torch.gc_record")  # (ProfGCDetector.SAVE_FILE)
+    if os.path.isfile(gc_file):
+        import struct
+
+        from .analysis.prof_common_func._constant import Constant
+
+        with open(gc_file, "rb") as f:
+            raw["gc"] = [list(r) for r in struct.iter_unpack(Constant.GC_RECORD_FORMAT, f.read())]
     if "records" not in raw:
         raw["records"] = []
         for name in sorted(glob.glob(os.path.join(path, "PROF_*", "device_*", "data", _TASKS))):

@@ -5,7 +5,7 @@ raised: a typo in the file must not stop training. The flags are attributes
 (``record_shapes``, ``profile_memory``, ``with_stack``, ``with_flops``, ``with_modules``,
 ``experimental_config``, ``prof_path``, ``is_rank``), the rest methods (``activities()``,
 ``analyse()``, ``async_mode()``, ``active()``, ``warmup()``, ``start_step()``, ``start()``,
-``meta_data()``, ``valid()``), as in torch_npu.
+``meta_data()``, ``valid()``, ``is_dyno_monitor()``), as in torch_npu.
 """
 import json
 
@@ -35,6 +35,8 @@ class ConfigContext:
 
     # -- parsing -------------------------------------------------------------------------
     def parse(self, data: dict) -> None:
+        # dynolog's request to start its npu monitor, not a profiling run
+        self._is_dyno_monitor = "NPU_MONITOR_START" in data
         names = data.get("activities", ["CPU", "NPU"])
         self.activity_set = []
         for name in names if isinstance(names, list) else []:
@@ -137,8 +139,12 @@ class ConfigContext:
         """Whether this process profiles: every rank, or with is_rank only those in rank_list."""
         if not self.is_rank or self._rank_id in self._rank_set:
             return True
-        DynamicProfilerUtils.out_log(f"Rank {self._rank_id} not in valid rank_list {sorted(self._rank_set)}!")
+        DynamicProfilerUtils.out_log(f"Rank {self._rank_id} not in valid rank_list {sorted(self._rank_set)}!", _WARN)
         return False
+
+    def is_dyno_monitor(self) -> bool:
+        """Whether the config is dynolog's NPU_MONITOR_START request (passed on to dynolog)."""
+        return self._is_dyno_monitor
 
     @staticmethod
     def profiler_cfg_json_to_bytes(json_dict: dict) -> bytes:

@@ -7,6 +7,7 @@
   (``1459635878536856678`` -> ``"1459635878536856.678"``; a float would keep only ~0.25 µs
   of an epoch time), ``convert_ns2us_float``, ``convert_us2ns`` (the way back, from text or
   a number), ``contact_2num(high, low)`` (two 32-bit halves as one id).
+* ``Constant``: the names of torch_npu's profiling files and keys that this build writes.
 """
 import os
 import time
@@ -14,6 +15,62 @@ import time
 __all__ = []
 
 NS_PER_US = 1000
+
+
+class Constant:
+    DEFAULT_PROCESS_NUMBER = max(1, (os.cpu_count() or 2) // 2)
+    NS_TO_US = 1000
+    US_TO_MS = 1000
+    NS_TO_MS = 1000 * 1000
+    GC_RECORD_FORMAT = "<3Q"  # FRAMEWORK/torch.gc_record: pid, start and end (system counter) of a collection
+    # profiler levels and AI Core metrics (torch_npu.profiler.ProfilerLevel / AiCMetrics)
+    LEVEL0 = "Level0"
+    LEVEL1 = "Level1"
+    LEVEL2 = "Level2"
+    LEVEL_NONE = "Level_none"
+    AicPipeUtilization = "ACL_AICORE_PIPE_UTILIZATION"
+    AicArithmeticUtilization = "ACL_AICORE_ARITHMETIC_UTILIZATION"
+    AicMemory = "ACL_AICORE_MEMORY_BANDWIDTH"
+    AicMemoryL0 = "ACL_AICORE_L0B_AND_WIDTH"
+    AicMemoryUB = "ACL_AICORE_MEMORY_UB"
+    AicResourceConflictRatio = "ACL_AICORE_RESOURCE_CONFLICT_RATIO"
+    AicL2Cache = "ACL_AICORE_L2_CACHE"
+    AicMemoryAccess = "ACL_AICORE_MEMORY_ACCESS"
+    AicMetricsNone = "ACL_AICORE_NONE"
+    # host_sys (torch_npu.profiler.HostSystem)
+    CPU = "cpu"
+    MEM = "mem"
+    DISK = "disk"
+    NETWORK = "network"
+    OSRT = "osrt"
+    NUMA = "numa"
+    PROFILER_META_DATA = "profiler_metadata.json"
+    FRAMEWORK_DIR = "FRAMEWORK"
+    # how a run is parsed
+    TENSORBOARD_TRACE_HANDLER = "tensorboard_trace_handler"
+    EXPORT_CHROME_TRACE = "export_chrome_trace"
+    EXPORT_STACK = "export_stack"
+    EXPORT_MEMORY_TIMELINE = "export_memory_timeline"
+    # profiler_info.json
+    CONFIG = "config"
+    COMMON_CONFIG = "common_config"
+    EXPERIMENTAL_CONFIG = "experimental_config"
+    START_INFO = "start_info"
+    SysCntFreq = "freq"
+    StartCnt = "start_cnt"
+    StartMonotonic = "start_monotonic"
+    SyscntEable = "syscnt_enable"
+    END_INFO = "end_info"
+    FWK_END_TIME = "collectionTimeEnd"
+    FWK_END_MONOTONIC = "MonotonicTimeEnd"
+    TORCH_NPU_VERSION = "torch_npu_version"
+    CANN_VERSION = "cann_version"
+    # export types
+    Db = "db"
+    Text = "text"
+    # environment variables of the msprof command line tool
+    MSPROF_STATIC_ENV = "PROFILER_SAMPLECONFIG"
+    MSPROF_DYNAMIC_ENV = "PROFILING_MODE"
 
 
 def _print(level: str, message: str) -> None:
