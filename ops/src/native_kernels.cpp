@@ -275,6 +275,7 @@ at::Tensor& set_storage(at::Tensor& self, c10::Storage source, c10::SymInt offse
   }
   ensure_storage_bytes(self, at::detail::computeStorageNbytes(sizes, impl->strides(), self.itemsize(),
                                                               impl->storage_offset()));
+  note_set_storage(self);
   return self;
 }
 
