@@ -162,6 +162,9 @@ struct Config {
   // requests up to both limits are rounded up to a power of two (more reuse).
   size_t pinned_max_cached_size = std::numeric_limits<size_t>::max();
   size_t pinned_max_round_threshold = std::numeric_limits<size_t>::max();
+  // pin_memory_expandable_segments: torch_npu's expandable pinned-host pool. The pinned
+  // allocator here is the same either way; as in torch_npu, NPUGraph capture refuses it.
+  bool pin_memory_expandable_segments = false;
 
   size_t roundup_divisions(size_t size) const {
     const size_t log = floor_log2(size);
@@ -387,8 +390,11 @@ Config parse_config(const std::string& conf, const Config* prev = nullptr) {
       } else {
         conf_error(key, value, "True or False");
       }
+    } else if (key == "pin_memory_expandable_segments") {
+      if (value != "True" && value != "False") conf_error(key, value, "True or False");
+      c.pin_memory_expandable_segments = value == "True";
     } else if (key == "multi_stream_lazy_reclaim" || key == "release_lock_on_npumalloc" ||
-               key == "pinned_mem_register" || key == "pin_memory_expandable_segments") {
+               key == "pinned_mem_register") {
       // Real torch_npu keys that only tune locking, event reclaim and host pinning, which the
       // simulator does not model: validated and accepted, no effect.
       if (value != "True" && value != "False") conf_error(key, value, "True or False");
@@ -2074,7 +2080,8 @@ class State {
   PinnedConfig pinned_config() {
     ensure_init();
     return {pinned_max_cached_size_.load(std::memory_order_relaxed),
-            pinned_max_round_threshold_.load(std::memory_order_relaxed)};
+            pinned_max_round_threshold_.load(std::memory_order_relaxed),
+            pin_memory_expandable_segments_.load(std::memory_order_relaxed)};
   }
 
   void set_settings(const std::string& conf) {
@@ -2160,12 +2167,14 @@ class State {
   void install_config(Config c) {
     pinned_max_cached_size_.store(c.pinned_max_cached_size, std::memory_order_relaxed);
     pinned_max_round_threshold_.store(c.pinned_max_round_threshold, std::memory_order_relaxed);
+    pin_memory_expandable_segments_.store(c.pin_memory_expandable_segments, std::memory_order_relaxed);
     config_ = std::move(c);
   }
 
   // Copies of config_'s pinned keys that the pinned-host allocator reads without the
   // devices' locks (which guard config_).
   std::atomic<size_t> pinned_max_cached_size_{0}, pinned_max_round_threshold_{0};
+  std::atomic<bool> pin_memory_expandable_segments_{false};
   void apply_memory_fraction() {
     if (config_.memory_fraction < 0) return;
     for (auto& d : devices_) d->set_memory_fraction(config_.memory_fraction);

@@ -66,6 +66,11 @@ NPUGraph::~NPUGraph() {
 }
 
 void NPUGraph::capture_begin(MempoolId_t pool, aclmdlRICaptureMode mode) {
+  TORCH_CHECK(!NPUCachingAllocator::pinnedConfig().expandable_segments,
+              "ACLGraph capture is not supported when pin_memory_expandable_segments=True: the expandable "
+              "pinned-host pool has no private pool for the pinned blocks a capture allocates, which could be "
+              "recycled while the graph still uses them. Unset pin_memory_expandable_segments in "
+              "PYTORCH_NPU_ALLOC_CONF to capture graphs, or avoid pin_memory calls inside capture regions.");
   TORCH_CHECK(!has_graph_exec_ && !capturing_,
               "This NPUGraph instance already owns a captured graph. To capture a new graph, create a new "
               "instance or call reset() first.");

@@ -176,6 +176,37 @@ void FormattedStorage::become_nd() {
   base_sizes = {static_cast<int64_t>(nbytes() / c10::elementSize(dtype))};
 }
 
+namespace {
+
+c10::intrusive_ptr<c10::StorageImpl> make_byte_storage(c10::StorageImpl::use_byte_size_t, c10::SymInt size_bytes,
+                                                       c10::DataPtr data_ptr, c10::Allocator* allocator,
+                                                       bool resizable) {
+  if (data_ptr == nullptr) data_ptr = allocator->allocate(size_bytes.expect_int());
+  return c10::make_intrusive<ByteStorage>(c10::StorageImpl::use_byte_size_t(), std::move(size_bytes),
+                                          std::move(data_ptr), allocator, resizable);
+}
+
+const bool kByteStorageRegistered = [] {
+  c10::SetStorageImplCreate(c10::DeviceType::PrivateUse1, &make_byte_storage);
+  return true;
+}();
+
+}  // namespace
+
+void note_set_storage(const at::Tensor& self) {
+  auto* storage = self.storage().unsafeGetStorageImpl();
+  if (storage == nullptr || typeid(*storage) != typeid(ByteStorage)) return;
+  auto* bytes = static_cast<ByteStorage*>(storage);
+  if (bytes->desc_set) return;
+  bytes->desc_set = true;
+  const auto n = static_cast<int64_t>(storage->nbytes()) / static_cast<int64_t>(self.itemsize());
+  if (self.storage_offset() == 0 && self.is_contiguous() && self.numel() == n) {
+    bytes->desc_sizes.assign(self.sizes().begin(), self.sizes().end());
+  } else {
+    bytes->desc_sizes = {n};
+  }
+}
+
 const FormattedStorage* formatted(const c10::StorageImpl* storage) {
   return storage != nullptr && typeid(*storage) == typeid(FormattedStorage)
              ? static_cast<const FormattedStorage*>(storage)
@@ -330,6 +361,13 @@ at::Tensor format_cast(const at::Tensor& self, int64_t acl_format, std::optional
   // customize_dtype sets FRACTAL_NZ's block (32 bytes of that dtype), as on Ascend.
   const int64_t c0 = nz_c0(dtype, customize_dtype);
   if (npu_format_of(self) == format && (format != kFormatFractalNZ || src->c0 == c0)) return self;
+  if (format == kFormatFractalNZ && !geometry_of_base) {
+    const auto* storage = self.storage().unsafeGetStorageImpl();
+    if (typeid(*storage) == typeid(ByteStorage)) {
+      const auto* bytes = static_cast<const ByteStorage*>(storage);
+      if (bytes->desc_set && bytes->desc_sizes.size() < 2) return self;  // torch_npu keeps ND
+    }
+  }
   at::Tensor dst = format == kFormatND ? at::empty(base, self.options().dtype(dtype))
                                        : empty_formatted(base, dtype, self.device().index(), format, c0);
   if (geometry_of_base) {
@@ -439,6 +477,13 @@ void load_format(const at::Tensor& t, std::unordered_map<std::string, bool>& met
     if (!value || key.rfind(kFormatKey, 0) != 0) continue;
     const int64_t format = std::stoll(key.substr(std::string(kFormatKey).size()));
     c10::DeviceGuard guard(t.device());
+    // The saved format is restored whatever shape a byte storage took from the load's set_.
+    auto* storage = t.storage().unsafeGetStorageImpl();
+    if (storage != nullptr && typeid(*storage) == typeid(ByteStorage)) {
+      auto* bytes = static_cast<ByteStorage*>(storage);
+      bytes->desc_set = true;
+      bytes->desc_sizes.assign(t.sizes().begin(), t.sizes().end());
+    }
     at::Tensor cast = format_cast(t, format);
     // In place, below autograd: the tensor may already require grad.
     t.unsafeGetTensorImpl()->set_storage_keep_dtype(cast.storage());

@@ -19,6 +19,7 @@
 #include <ATen/ops/bernoulli.h>
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
+#include <ATen/ops/contiguous_native.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/mul.h>
 #include <ATen/ops/ones_like.h>
@@ -28,6 +29,7 @@
 #include <torch/library.h>
 
 #include "torch_npu/core/npu_caching_allocator.h"
+#include "torch_npu/core/npu_error.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/core/npu_task_queue.h"
 #include "torch_npu/ops/formats.h"
@@ -273,6 +275,7 @@ at::Tensor& set_storage(at::Tensor& self, c10::Storage source, c10::SymInt offse
   }
   ensure_storage_bytes(self, at::detail::computeStorageNbytes(sizes, impl->strides(), self.itemsize(),
                                                               impl->storage_offset()));
+  note_set_storage(self);
   return self;
 }
 
@@ -301,34 +304,34 @@ at::Tensor& set_empty(at::Tensor& self) {
 // results into them. Arguments were checked by at::convolution / convolution_backward
 // (check_shape_forward/backward) before they chose this backend.
 
-// A CPU tensor with t's sizes, strides and dtype over no memory: ATen's choice of a
-// convolution backend and of its memory format looks at geometry only, and this is what
-// the CPU alias the kernel will run on looks like (an alias of a tiled storage is ND).
-at::Tensor geometry_only(const at::Tensor& t) {
-  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)), nullptr,
-                       false);
-  auto cpu = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                      t.dtype());
-  cpu.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), t.strides(), 0);
-  return cpu;
+// Tensor.contiguous(memory_format), as torch_npu's: a tensor not already contiguous in the
+// requested format is copied into the contiguous format only; channels_last and
+// channels_last_3d raise (ERR01007). Registered for AutogradPrivateUse1 (the clone records
+// autograd, as the composite kernel's does) and PrivateUse1 (below autograd). Quantized
+// tensors keep ATen's behaviour.
+at::Tensor contiguous(const at::Tensor& self, at::MemoryFormat memory_format) {
+  if (self.is_quantized()) return at::native::contiguous(self, memory_format);
+  if (self.is_contiguous(memory_format)) return self;
+  TORCH_CHECK(memory_format == at::MemoryFormat::Contiguous,
+              "NPU contiguous operator only supported contiguous memory format (got ", memory_format,
+              " for a tensor of sizes ", self.sizes(), " and strides ", self.strides(), ").",
+              ops_error(ErrCode::NOT_SUPPORT));
+  return self.clone(memory_format);
 }
 
-// The memory format ATen's CPU convolution gives its outputs for these operands (e.g.
-// channels_last for channels_last operands on the oneDNN path), so that results keep
-// the layout they had when the CPU kernel allocated them.
-at::MemoryFormat cpu_conv_memory_format(const at::Tensor& input, const at::Tensor& weight,
-                                        const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
-                                        c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
-                                        c10::IntArrayRef output_padding, int64_t groups,
-                                        at::OptionalIntArrayRef bias_sizes) {
-  const at::Tensor in = geometry_only(input), w = geometry_only(weight);
-  std::optional<at::Tensor> b;
-  if (bias.has_value() && bias->defined()) b = geometry_only(*bias);
-  const auto backend = at::native::select_conv_backend(
-      in, w, b, c10::fromIntArrayRefSlow(stride), c10::fromIntArrayRefSlow(padding),
-      c10::fromIntArrayRefSlow(dilation), transposed, c10::fromIntArrayRefSlow(output_padding), c10::SymInt(groups),
-      bias_sizes.has_value() ? at::OptionalSymIntArrayRef(c10::fromIntArrayRefSlow(*bias_sizes)) : std::nullopt);
-  return at::native::_determine_backend_memory_format(in, w, backend);
+// The memory format of a convolution's results (output; grad_input and grad_weight), as
+// torch_npu's and cuDNN's: channels_last (channels_last_3d for 5-d operands) when the input or
+// the weight suggests it, else contiguous. ATen's CPU kernels may choose otherwise (a
+// channels_last_3d Conv3d on its slow path gives a contiguous output).
+at::MemoryFormat conv_memory_format(const at::Tensor& input, const at::Tensor& weight) {
+  const auto in = input.suggest_memory_format(), w = weight.suggest_memory_format();
+  if (input.dim() == 4 && (in == at::MemoryFormat::ChannelsLast || w == at::MemoryFormat::ChannelsLast)) {
+    return at::MemoryFormat::ChannelsLast;
+  }
+  if (input.dim() == 5 && (in == at::MemoryFormat::ChannelsLast3d || w == at::MemoryFormat::ChannelsLast3d)) {
+    return at::MemoryFormat::ChannelsLast3d;
+  }
+  return at::MemoryFormat::Contiguous;
 }
 
 void check_conv_params(const char* op, const at::Tensor& input, const at::Tensor& weight, c10::IntArrayRef stride,
@@ -368,9 +371,7 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                 input.sizes(), ", weight ", weight.sizes(), ", stride ", stride, ", padding ", padding, ", dilation ",
                 dilation, ")");
   }
-  const auto format =
-      cpu_conv_memory_format(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups,
-                             std::nullopt);
+  const auto format = conv_memory_format(input, weight);
   at::Tensor out = at::empty(sizes, input.options().memory_format(format));
   at::Tensor b = bias.has_value() ? *bias : at::Tensor();
   launch_kernel(kName, input.device().index(), {input, weight, b, out}, std::max(input.numel(), weight.numel()),
@@ -391,8 +392,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   constexpr const char* kName = "aten::convolution_backward_overrideable";
   check_conv_params(kName, input, weight, stride, padding, dilation, output_padding, transposed);
   const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
-  const auto format = cpu_conv_memory_format(input, weight, std::nullopt, stride, padding, dilation, transposed,
-                                             output_padding, groups, std::nullopt);
+  const auto format = conv_memory_format(input, weight);
   at::Tensor gi, gw, gb;
   if (output_mask[0]) gi = at::empty(input.sizes(), input.options().memory_format(format));
   if (output_mask[1]) gw = at::empty(weight.sizes(), weight.options().memory_format(format));
@@ -495,6 +495,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", TORCH_FN(set_source_tensor));
   m.impl("set_", TORCH_FN(set_empty));
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
+  m.impl("contiguous", TORCH_FN(contiguous));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
   m.impl("_nnpack_spatial_convolution", TORCH_FN(nnpack_spatial_convolution));
   m.impl("native_dropout", TORCH_FN(native_dropout));
@@ -502,6 +503,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("silu_backward", TORCH_FN(silu_backward));
   m.impl("one_hot", TORCH_FN(one_hot));
 }
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) { m.impl("contiguous", TORCH_FN(contiguous)); }
 
 // Without these, _copy_from on a conjugated/negated view recurses forever.
 TORCH_LIBRARY_IMPL(aten, Conjugate, m) {

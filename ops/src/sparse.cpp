@@ -18,7 +18,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/_coalesced_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <ATen/ops/add.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/_indices_native.h>
 #include <ATen/ops/_nnz_native.h>
 #include <ATen/ops/_values_native.h>
@@ -243,8 +245,11 @@ c10::DispatchKey cpu_key(c10::DispatchKeySet ks) {
 
 // PyTorch's sparse CPU add (sparse + sparse) has no Half / BFloat16 kernel, CUDA's and
 // torch_npu's have: nn.Embedding(sparse=True) in fp16 accumulates its gradients with it.
-// Adds such COO operands (the CPU stand-ins on `stack`) in float and rounds once, which is
-// what the float accumulation of those kernels gives; returns false for any other call.
+// As CUDA's kernel, the sum of such COO operands (the CPU stand-ins on `stack`) concatenates
+// their indices and values (other's values times alpha, computed in float and rounded once)
+// into an uncoalesced tensor: a gradient accumulated twice holds both gradients' entries. A
+// sum with more entries than elements is coalesced (in float, rounded once), so repeated
+// accumulation stays bounded. Returns false for any other call.
 bool reduced_precision_sparse_add(const c10::FunctionSchema& schema, torch::jit::Stack* stack, size_t begin) {
   if (schema.name() != "aten::add" && schema.name() != "aten::add_") return false;
   const c10::IValue& a = (*stack)[begin];
@@ -261,7 +266,19 @@ bool reduced_precision_sparse_add(const c10::FunctionSchema& schema, torch::jit:
   const bool out = overload == "out";
   if (overload != "Tensor" && !out) return false;
   const at::Scalar alpha = (*stack)[begin + 2].toScalar();
-  at::Tensor sum = at::add(self.to(at::kFloat), other.to(at::kFloat), alpha).to(dtype);
+  TORCH_CHECK(self.sizes().equals(other.sizes()), "add: expected 'self' and 'other' to have same size, but self has size ",
+              self.sizes(), " while other has size ", other.sizes(),
+              " (FYI: dense-sparse addition does not currently support broadcasting)");
+  TORCH_CHECK(self.sparse_dim() == other.sparse_dim() && self.dense_dim() == other.dense_dim(),
+              "add: expected 'self' and 'other' to have same density, but 'self' has ", self.sparse_dim(),
+              " sparse dimensions while 'other' has ", other.sparse_dim(), " sparse dimensions");
+  at::Tensor other_values = other._values();
+  const bool unit = alpha.isIntegral(false) ? alpha.toLong() == 1 : alpha.toDouble() == 1.0;
+  if (!unit) other_values = other_values.to(at::kFloat).mul(alpha).to(dtype);
+  at::Tensor sum = at::_sparse_coo_tensor_with_dims_and_tensors(
+      self.sparse_dim(), self.dense_dim(), self.sizes(), at::cat({self._indices(), other._indices()}, 1),
+      at::cat({self._values(), other_values}, 0), self.options(), /*is_coalesced=*/false);
+  if (sum._nnz() > sum.numel()) sum = sum.to(at::kFloat).coalesce().to(dtype);
   at::Tensor result = sum;
   if (schema.name() == "aten::add_") {
     result = self;

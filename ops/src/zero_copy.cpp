@@ -1434,6 +1434,21 @@ void fft_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::
   npu_fallback(op, keys, stack);
 }
 
+// _embedding_bag, _embedding_bag_forward_only: per_sample_weights must have weight's dtype.
+// The device kernels (torch_npu's, CUDA's) report a mismatch as "expected scalar type ...";
+// then ATen's CPU kernel runs zero-copy.
+void embedding_bag_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const size_t first = stack->size() - op.schema().arguments().size();
+  const c10::IValue& weights = (*stack)[first + 6];  // per_sample_weights
+  if (weights.isTensor() && weights.toTensor().defined()) {
+    const auto expected = (*stack)[first].toTensor().scalar_type();
+    const auto found = weights.toTensor().scalar_type();
+    TORCH_CHECK(found == expected, "expected scalar type ", expected, " but found ", found,
+                " (embedding_bag: per_sample_weights must have the dtype of weight)");
+  }
+  npu_fallback(op, keys, stack);
+}
+
 // The operators float32_kernel serves (ops/npu_native_functions.yaml marks them native;
 // overloads torch_npu does not register take its CPU fallback instead).
 constexpr const char* kFloat32ComputeOps[] = {
@@ -1463,6 +1478,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
   m.impl("native_batch_norm", torch::CppFunction::makeFromBoxedFunction<&batch_norm_inference_saves_kernel>());
   m.impl("histc", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
+  for (const char* name : {"_embedding_bag", "_embedding_bag_forward_only"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&embedding_bag_kernel>());
+  }
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   // (multilabel_margin_loss_backward takes torch_npu's CPU fallback, whose kernel wants int64 targets.)
   for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",

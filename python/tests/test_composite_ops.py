@@ -1050,3 +1050,46 @@ def test_fast_gelu_is_an_npu_operator():
     xr = x.clone().requires_grad_()
     (xr * torch.sigmoid(1.702 * xr)).sum().backward()
     _close(xn.grad, xr.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_contiguous_only_into_the_contiguous_format():
+    # torch_npu's contiguous: channels_last / channels_last_3d copies raise ERR01007
+    x = torch.randn(1, 16, 5, 5).npu()
+    stride = list(x.stride())
+    stride[0] = 20
+    x.set_(x.untyped_storage(), 0, x.size(), stride)
+    assert x.contiguous() is x and x.contiguous(memory_format=torch.preserve_format) is x
+    for fmt in (torch.channels_last, torch.channels_last_3d):
+        with pytest.raises(RuntimeError, match="ERR01007 OPS feature not supported"):
+            x.contiguous(memory_format=fmt)
+    cl = torch.randn(2, 3, 4, 5).npu().to(memory_format=torch.channels_last)
+    assert cl.contiguous(memory_format=torch.channels_last) is cl
+    # into the contiguous format it copies, and autograd goes through the copy
+    a = torch.randn(3, 4, device="npu", requires_grad=True)
+    b = a.t().contiguous()
+    assert b.is_contiguous() and b.grad_fn is not None
+    (b * torch.arange(12.0).view(4, 3).npu()).sum().backward()
+    torch.testing.assert_close(a.grad.cpu(), torch.arange(12.0).view(4, 3).t())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_convolution_results_keep_channels_last(dtype):
+    # As torch_npu (and cuDNN): results in the format the input or weight suggests, also where
+    # ATen's CPU kernel would give a contiguous output (Conv3d, 16 channels, 18^3).
+    for dims, fmt in ((3, torch.channels_last_3d), (2, torch.channels_last)):
+        size = (1, 16) + (18,) * dims
+        conv = (torch.nn.Conv3d if dims == 3 else torch.nn.Conv2d)(16, 16, 3)
+        x = torch.randint(-2, 2, size, dtype=dtype)
+        nconv = type(conv)(16, 16, 3).to(device="npu", dtype=dtype, memory_format=fmt)
+        nconv.load_state_dict(conv.state_dict())
+        nx = x.npu().to(memory_format=fmt).requires_grad_()
+        out = nconv(nx)
+        out.backward(torch.ones_like(out))
+        assert out.is_contiguous(memory_format=fmt)
+        assert nx.grad.is_contiguous(memory_format=fmt)
+        assert nconv.weight.grad.is_contiguous(memory_format=fmt)
+        ref = conv.to(torch.float64)(x.to(torch.float64))
+        torch.testing.assert_close(out.detach().cpu().double(), ref.detach(), atol=1e-2 if dtype == torch.float16 else 1e-4,
+                                   rtol=1e-3)
+    plain = torch.nn.functional.conv2d(torch.randn(1, 4, 6, 6).npu(), torch.randn(2, 4, 3, 3).npu())
+    assert plain.is_contiguous()

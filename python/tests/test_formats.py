@@ -312,3 +312,23 @@ def test_deepcopy_keeps_the_tiled_format():
     nd = torch.rand(4).npu()
     assert torch_npu.get_npu_format(copy.deepcopy(nd)) == 2
     assert torch.equal(copy.deepcopy(torch.ones(3)), torch.ones(3))
+
+
+def test_nz_cast_keeps_nd_on_a_storage_set_as_bytes():
+    # As torch_npu's storage desc: a storage made as bytes takes its shape from the first set_
+    # onto it; a 1-D shape (set_(storage), storage.copy_) keeps ND under a FRACTAL_NZ cast.
+    src = torch.arange(16.0).reshape(4, 4)
+    s = torch.UntypedStorage(src.untyped_storage().size(), device="npu")
+    s.copy_(src.untyped_storage())
+    vec = torch.empty([], device="npu").set_(s)
+    assert torch_npu.get_npu_format(torch_npu.npu_format_cast(vec, 29)) == 2
+    mat = torch.empty([], device="npu").set_(s, 0, [4, 4], [4, 1])
+    cast = torch_npu.npu_format_cast(mat, 29)
+    assert torch_npu.get_npu_format(cast) == 2
+    torch.testing.assert_close(cast.cpu(), src)
+    # the first set_ covering the whole storage as a matrix gives it that shape
+    fresh = torch.UntypedStorage(64, device="npu")
+    mat2 = torch.empty([], device="npu").set_(fresh, 0, [4, 4], [4, 1])
+    assert torch_npu.get_npu_format(torch_npu.npu_format_cast(mat2, 29)) == 29
+    # tensors from factories are unaffected
+    assert torch_npu.get_npu_format(torch_npu.npu_format_cast(torch.randn(4, 4).npu(), 29)) == 29

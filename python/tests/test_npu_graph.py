@@ -320,6 +320,25 @@ def test_capture_on_default_stream_raises():
     assert not torch.npu.is_current_stream_capturing()
 
 
+def test_capture_rejects_pin_memory_expandable_segments():
+    from torch_npu.npu.memory import _set_allocator_settings
+
+    g = torch.npu.NPUGraph()
+    _set_allocator_settings("pin_memory_expandable_segments:True")
+    try:
+        with pytest.raises(RuntimeError, match="not supported when pin_memory_expandable_segments=True"):
+            with torch.npu.graph(g):
+                pass
+        assert not torch.npu.is_current_stream_capturing()
+    finally:
+        _set_allocator_settings("pin_memory_expandable_segments:False")
+    x = torch.zeros(4).npu()
+    with torch.npu.graph(g):
+        x.add_(1)
+    g.replay()
+    assert x.cpu().tolist() == [1.0] * 4
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="Unknown capture error mode"):
         torch.npu.graph(torch.npu.NPUGraph(), capture_error_mode="strict")

@@ -411,3 +411,36 @@ def test_sparse_embedding_fp16_accumulates_gradients():
     for i in [7, 1, 3, 1]:
         ref[i] += 2
     torch.testing.assert_close(dense, ref)
+
+
+def test_sparse_fp16_gradients_accumulate_by_concatenation():
+    # As CUDA's and torch_npu's kernels: the second backward concatenates (uncoalesced).
+    for dtype in (torch.float16, torch.bfloat16):
+        emb = torch.nn.Embedding(10, 3, sparse=True).to(dtype).npu()
+        idx = torch.tensor([7, 1, 3]).npu()
+        emb(idx).sum().backward()
+        emb(idx).sum().backward()
+        grad = emb.weight.grad
+        assert not grad.is_coalesced()
+        assert grad._indices().cpu().tolist() == [[7, 1, 3, 7, 1, 3]]
+        assert grad._values().cpu().float().tolist() == [[1.0] * 3] * 6
+    # more entries than elements: coalesced, so the sum stays bounded
+    a = _sparse(torch.float16, [[0, 1, 0]], [1.0, 2.0, 3.0], (2,)).npu()
+    out = torch.add(a, a, alpha=0.5)
+    assert out._nnz() <= 2 and out.to_dense().cpu().tolist() == [6.0, 3.0]
+    with pytest.raises(RuntimeError, match="same size"):
+        torch.add(a, _sparse(torch.float16, [[0]], [1.0], (3,)).npu())
+
+
+def test_embedding_bag_per_sample_weights_of_another_dtype_raise():
+    bag = torch.nn.EmbeddingBag(5, 2, mode="sum").npu()
+    idx, offsets = torch.tensor([3, 1, 1, 4]).npu(), torch.tensor([0, 2]).npu()
+    with pytest.raises(RuntimeError, match="expected scalar type Float but found Double"):
+        bag(idx, offsets, torch.randn(4, dtype=torch.double).npu())
+    with torch.no_grad():  # _embedding_bag_forward_only
+        with pytest.raises(RuntimeError, match="expected scalar type Float but found Half"):
+            bag(idx, offsets, torch.randn(4).half().npu())
+    w = torch.randn(4).npu()
+    ref = torch.nn.functional.embedding_bag(idx.cpu(), bag.weight.detach().cpu(), offsets.cpu(), mode="sum",
+                                            per_sample_weights=w.cpu())
+    torch.testing.assert_close(bag(idx, offsets, w).detach().cpu(), ref)

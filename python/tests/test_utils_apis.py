@@ -2,6 +2,7 @@
 collect_env helpers, cpp_extension.NpuExtension, utils.profiler.Profile), the testing helpers,
 torch_npu.distributed.run / distributed_c10d, profiler.analyse's worker pool and the error
 codes of torch_npu.utils._error_code."""
+import io
 import os
 import textwrap
 import threading
@@ -99,6 +100,25 @@ def test_save_async_writes_on_a_thread_and_load_restores_npu_tensors(tmp_path):
     torch.testing.assert_close(m2.weight.detach().cpu(), model.weight.detach().cpu())
     with pytest.raises(RuntimeError, match="_use_new_zipfile_serialization"):
         save_async(x, str(path), _use_new_zipfile_serialization=False)
+
+
+def test_legacy_save_of_npu_tensors_raises_naming_npu_storage_impl(tmp_path):
+    path = str(tmp_path / "legacy.pt")
+    with pytest.warns(UserWarning, match="not recommended for NPU tensors"):
+        with pytest.raises(RuntimeError, match="NPUStorageImpl"):
+            torch.save({"w": torch.randn(5).npu()}, path, _use_new_zipfile_serialization=False)
+    # cpu tensors still save in the legacy format, and load onto npu through map_location
+    x = torch.randn(5)
+    with pytest.warns(UserWarning):
+        torch.save(x, path, _use_new_zipfile_serialization=False)
+    for where in ["npu:0", {"cpu": "npu:0"}, lambda storage, loc: storage.to(device="npu:0")]:
+        y = torch.load(path, map_location=where, weights_only=False)
+        assert str(y.device) == "npu:0"
+        torch.testing.assert_close(y.cpu(), x)
+    # an npu storage written outside a legacy save (torch.distributed's streaming format)
+    buf = io.BytesIO()
+    torch.randn(3).npu().untyped_storage()._write_file(buf, False, False, 1)
+    assert len(buf.getvalue()) == 12
 
 
 # ---------------------------------------------------------------- thread affinity

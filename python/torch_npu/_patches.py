@@ -292,6 +292,15 @@ def _default_tensor_type_npu() -> None:
     torch.set_default_tensor_type = set_default_tensor_type
 
 
+def _legacy_save_npu_storages() -> None:
+    """``torch.save(..., _use_new_zipfile_serialization=False)`` of npu tensors warns and raises
+    naming NPUStorageImpl, as torch_npu's does (torch_npu/utils/serialization.py,
+    ``_install_legacy_save_check``). Tests: test_utils_apis.py."""
+    from torch_npu.utils import serialization
+
+    serialization._install_legacy_save_check()
+
+
 #: The patches, in application order.
 PATCHES: List[Callable[[], None]] = [
     _alias_torch_npu_submodules,
@@ -303,6 +312,7 @@ PATCHES: List[Callable[[], None]] = [
     _flex_attention_on_npu,
     _data_parallel_comm,
     _default_tensor_type_npu,
+    _legacy_save_npu_storages,
 ]
 
 _applied = False

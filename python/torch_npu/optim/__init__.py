@@ -1,5 +1,6 @@
 """torch_npu.optim: fused optimizers over combined (flattened) parameter, grad and state
-buffers, one fused kernel per parameter group and dtype (contrib/src/optim.cpp)."""
+buffers, one fused kernel per parameter group and dtype (contrib/src/optim.cpp); and
+_DistributedMuon (Muon for plain and sharded DTensor 2-D parameters, distributed_muon.py)."""
 
 __all__ = [
     "NpuFusedOptimizerBase", "NpuFusedSGD", "NpuFusedAdadelta", "NpuFusedLamb",
@@ -17,3 +18,4 @@ from .npu_fused_adamp import NpuFusedAdamP
 from .npu_fused_bert_adam import NpuFusedBertAdam
 from .npu_fused_rmsprop import NpuFusedRMSprop
 from .npu_fused_rmsprop_tf import NpuFusedRMSpropTF
+from .distributed_muon import _DistributedMuon

@@ -10,6 +10,10 @@ save stream, so a later backward (and the optimizer step after it) does not over
 parameters the save is still copying; without it the caller must not modify the tensors in
 place until the save has finished. A path ``f`` is written to ``f + ".tmp"`` and renamed when
 complete, so it never holds a partial checkpoint.
+
+As in torch_npu, ``torch.save(..., _use_new_zipfile_serialization=False)`` warns that the legacy
+format is not recommended for NPU tensors and raises (naming NPUStorageImpl) on an npu storage;
+CPU tensors saved so load onto npu with ``map_location``.
 """
 import os
 import pickle
@@ -39,6 +43,46 @@ def load(
 ) -> Any:
     """torch.load: npu tensors come back on their npu devices unless ``map_location`` says otherwise."""
     return torch.load(f, map_location, pickle_module, weights_only=weights_only, mmap=mmap, **pickle_load_args)
+
+
+_LEGACY_SAVE_WARNING = (
+    'Warning: torch.save with "_use_new_zipfile_serialization = False" is not recommended '
+    "for NPU tensors, which may cause unexpected errors. It is better to set "
+    '"_use_new_zipfile_serialization = True". '
+    "If it is necessary to use this, please convert the NPU tensors to CPU tensors for saving."
+)
+_legacy_save_active = threading.local()
+
+
+def _install_legacy_save_check():
+    """torch.save(_use_new_zipfile_serialization=False) (torch.serialization._legacy_save), as in
+    torch_npu: warns that the legacy format is not recommended for npu tensors and raises a
+    RuntimeError naming NPUStorageImpl when it comes to write an npu storage (torch_npu's
+    legacy writer cannot read an npu storage's desc). Storages on other devices, and
+    _write_file outside a legacy save, are untouched."""
+    original_save = torch.serialization._legacy_save
+    original_write = torch.UntypedStorage._write_file
+
+    def _legacy_save(obj, f, pickle_module, pickle_protocol):
+        import warnings
+
+        warnings.warn(_LEGACY_SAVE_WARNING, stacklevel=3)
+        _legacy_save_active.on = True
+        try:
+            return original_save(obj, f, pickle_module, pickle_protocol)
+        finally:
+            _legacy_save_active.on = False
+
+    def _write_file(self, *args, **kwargs):
+        if getattr(_legacy_save_active, "on", False) and self.device.type == "npu":
+            raise RuntimeError(
+                "torch.save with _use_new_zipfile_serialization=False cannot write an npu storage: "
+                "the legacy format has no npu storage desc of an NPUStorageImpl. Save with "
+                "_use_new_zipfile_serialization=True, or move the tensors to cpu first.")
+        return original_write(self, *args, **kwargs)
+
+    torch.serialization._legacy_save = _legacy_save
+    torch.UntypedStorage._write_file = _write_file
 
 
 def _save_stream(device):

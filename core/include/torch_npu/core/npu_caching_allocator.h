@@ -71,10 +71,11 @@ void updateBlockToSafe(const c10::DataPtr& ptr);
 bool getNpuDataUnsafeFlag();
 void setNpuDataUnsafeFlag(bool flag);
 // The pinned-host keys of PYTORCH_NPU_ALLOC_CONF (bytes; SIZE_MAX when not set), for the
-// pinned-host allocator.
+// pinned-host allocator, and pin_memory_expandable_segments (NPUGraph capture refuses it).
 struct PinnedConfig {
   size_t max_cached_size;
   size_t max_round_threshold;
+  bool expandable_segments;
 };
 PinnedConfig pinnedConfig();
 

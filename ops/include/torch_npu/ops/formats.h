@@ -56,6 +56,19 @@ struct FormattedStorage final : public c10::StorageImpl {
   void become_nd();
 };
 
+// A plain ND storage made as bytes (torch.UntypedStorage(n, device="npu"), a storage moved to
+// npu; c10's make_storage_impl for PrivateUse1). As torch_npu's storage desc, it takes its ND
+// shape from the first set_ onto it: that set_'s sizes when it covers the whole storage
+// contiguously from offset 0, else the 1-D element count (set_(storage), storage.copy_).
+// A FRACTAL_NZ cast of a tensor on a storage whose shape is 1-D keeps ND, as in torch_npu.
+struct ByteStorage final : public c10::StorageImpl {
+  using c10::StorageImpl::StorageImpl;
+  bool desc_set = false;
+  FormatSizes desc_sizes;
+};
+// Records the first set_ onto a ByteStorage (no-op for other storages).
+void note_set_storage(const at::Tensor& self);
+
 // The descriptor of `storage`, or nullptr for a storage in plain ND.
 const FormattedStorage* formatted(const c10::StorageImpl* storage);
 FormattedStorage* formatted(c10::StorageImpl* storage);
