@@ -48,8 +48,8 @@ subsystem is (lazily, or only on request) or need its private state:
 * ``contrib/transfer_to_npu.py``: rewrites ``torch.cuda`` and CUDA device arguments to npu,
   only when a script imports it. Tests: test_transfer_to_npu.py.
 
-A module that assigns to an attribute of ``torch`` must be this one or be named above
-(test_import.py checks it).
+A module that assigns to an attribute of ``torch`` must be this one or be named here: above,
+or in the docstring of the entry of :data:`PATCHES` that installs it (test_import.py checks it).
 """
 
 import os
