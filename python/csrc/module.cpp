@@ -123,10 +123,18 @@ PYBIND11_MODULE(_C, m) {
   init_memory_bindings(m);
   init_ipc_bindings(m);
 
-  m.def("_npu_init", [] {
+  // At import: the CPU allocator wrapper through which ATen's CPU kernels allocate their
+  // outputs in npu memory when they run as npu kernels, and the hook that releases the GIL
+  // while a thread blocks on the runtime. Idempotent; nothing starts a device.
+  auto install_hooks = [] {
     ops::install_kernel_allocator();
     set_blocking_hook(&release_gil_while);
-  });
+  };
+  m.def("_npu_install_hooks", install_hooks);
+  // torch_npu's name for the initialisation torch.npu._lazy_init() runs: the hooks above
+  // (if import did not install them). Devices, their memory and stream workers start at
+  // their first use, not here.
+  m.def("_npu_init", install_hooks);
   m.def("_npu_getDeviceCount", [] { return static_cast<int>(device_count()); });
   // Before the runtime starts: the count it would have now, without starting it (device_count()
   // before initialisation); after: the runtime's.

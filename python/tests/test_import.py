@@ -189,6 +189,33 @@ def test_patches_elsewhere_name_real_modules_and_tests():
             assert os.path.isfile(os.path.join(os.path.dirname(__file__), test)), (module, test)
 
 
+def test_every_module_that_assigns_to_torch_is_in_the_patch_registry():
+    """A module of the package that sets an attribute of torch (``torch.x.y = ...``,
+    ``setattr(torch.x, ...)``) is _patches.py or is named there (its docstring, or the
+    docstring of the patch in PATCHES that installs it)."""
+    import re
+
+    from torch_npu import _patches
+
+    package = os.path.dirname(_patches.__file__)
+    assigns = re.compile(r"^\s*(setattr\(\s*_?torch[.,]|_?torch(\.\w+)+\s*=[^=])", re.M)
+    found = []
+    for root, _, files in os.walk(package):
+        for name in files:
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(root, name)
+            with open(path, encoding="utf-8") as f:
+                if assigns.search(f.read()):
+                    found.append(os.path.relpath(path, package).replace(os.sep, "/"))
+    assert "_patches.py" in found and "_formats.py" in found  # the scan sees both forms
+    with open(_patches.__file__, encoding="utf-8") as f:
+        registry = f.read()
+    unlisted = [m for m in found if m != "_patches.py"
+                and not re.search(r"(?<![\w/])(torch_npu/)?" + re.escape(m), registry)]
+    assert not unlisted, f"modules changing torch that _patches' docstring does not name: {unlisted}"
+
+
 def test_patch_torch_npu_submodule_aliases():
     import torch.npu.amp
     from torch.npu.amp import autocast

@@ -8,7 +8,8 @@ __torch_version__: str        # torch version the extension was compiled against
 __cann_version__: str         # simulated CANN level of the pair, e.g. "8.5.0"
 
 # ---- devices -------------------------------------------------------------------------
-def _npu_init() -> None: ...                     # idempotent; registers hooks/allocator
+def _npu_install_hooks() -> None: ...             # at import: kernel allocator wrapper, GIL-releasing wait hook
+def _npu_init() -> None: ...                     # torch.npu._lazy_init's call (torch_npu's name); the same hooks, idempotent
 def _npu_getDeviceCount() -> int: ...
 def _npu_visibleDeviceCount() -> int: ...   # without starting the runtime (before initialisation)
 # FFT plan cache (torch.npu.backends.fft_plan_cache)

@@ -94,11 +94,11 @@ if _build is None:
 else:
     __version__ = _build.__version__
 
-# At import, _npu_init() only installs process-wide hooks that cost nothing until npu work
-# runs: the CPU allocator wrapper through which ATen's CPU kernels allocate their outputs in
-# npu memory when they run as npu kernels, and the hook that releases the GIL while a thread
-# blocks on the runtime. It is idempotent; torch.npu._lazy_init() calls it again.
-_C._npu_init()
+# Process-wide hooks that cost nothing until npu work runs: the CPU allocator wrapper through
+# which ATen's CPU kernels allocate their outputs in npu memory when they run as npu kernels,
+# and the hook that releases the GIL while a thread blocks on the runtime. No device starts
+# here; torch.npu._lazy_init() runs at the first npu call.
+_C._npu_install_hooks()
 
 from torch_npu import _c_compat  # noqa: E402
 

@@ -31,7 +31,15 @@ subsystem is (lazily, or only on request) or need its private state:
   tensors; installed through :data:`PATCHES` (``_data_parallel_comm``), the code lives with
   the rest of DataParallel's support. Tests: test_data_parallel.py.
 * ``utils/__init__.py``: ``torch.version.cann``, set when ``torch_npu.utils`` is imported
-  (``import torch_npu`` does), as torch_npu does. Tests: test_compat_apis.py.
+  (``import torch_npu`` does), as torch_npu does; ``utils/collect_env.py`` sets it again when
+  it reads the CANN version. Tests: test_compat_apis.py.
+* ``_formats.py``: ``torch.Tensor.__deepcopy__`` keeps an npu tensor's tiled format (installed
+  at import with ``torch_npu.Format``), as torch_npu's deepcopy does. Tests: test_formats.py.
+* ``profiler/_add_metadata_sanitizer_patch.py``: ``torch.profiler``'s
+  ``_KinetoProfile.add_metadata`` / ``add_metadata_json`` escape what would break the chrome
+  trace (installed when ``torch_npu.profiler`` is imported). Tests: test_profiler.py.
+* ``profiler/_flops_hook.py``: the operators with a FLOPs formula are wrapped only while a
+  profile with ``with_flops=True`` records, and restored when it stops. Tests: test_utils_apis.py.
 * ``profiler/_non_intrusive_profile.py``: ``torch.optim.Optimizer._patch_step_function``,
   only when ``PROF_CONFIG_PATH`` is set (dynamic profiling driven by ``optimizer.step()``).
   Tests: test_profiler.py.
@@ -39,6 +47,9 @@ subsystem is (lazily, or only on request) or need its private state:
   through its plugin API) and ``torch.distributed.ProcessGroupHCCL``. Tests: test_hccl.py.
 * ``contrib/transfer_to_npu.py``: rewrites ``torch.cuda`` and CUDA device arguments to npu,
   only when a script imports it. Tests: test_transfer_to_npu.py.
+
+A module that assigns to an attribute of ``torch`` must be this one or be named here: above,
+or in the docstring of the entry of :data:`PATCHES` that installs it (test_import.py checks it).
 """
 
 import os

@@ -180,8 +180,9 @@ __all__ = [
 
 # ----------------------------------------------------------------------------------
 # Initialisation. _lazy_init() runs once per process, on the first npu tensor or torch.npu
-# call: it checks the environment, calls _C._npu_init() (idempotent; `import torch_npu`
-# already ran it), takes each device's default generator, and then runs the calls queued
+# call: it checks the environment, calls _C._npu_init() (torch_npu's name; the hooks
+# `import torch_npu` installed with _C._npu_install_hooks(), idempotent), takes each device's
+# default generator, and then runs the calls queued
 # before it (e.g. torch.npu.manual_seed at import time of a user module).
 
 #: Default generator of each device (filled by :func:`_lazy_init`).
