@@ -78,9 +78,11 @@ def test_matrix(session):
         # The C++ tests; the Python ones (tagged "python") run below on the installed wheel.
         session.run("bazel", "test", "//core/...", "--test_tag_filters=-python", f"--config={spec['bazel_config']}",
                     external=True)
-        # Run from outside the tree so `import torch_npu` is the installed wheel.
+        # Run from outside the tree so `import torch_npu` is the installed wheel. One worker per
+        # core, each taking whole files (a file's tests share module fixtures and run in order).
         session.chdir(os.path.join(ROOT, "python", "tests"))
-        session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", ".", external=True)
+        session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "auto", "--dist", "loadfile",
+                    ".", external=True)
         session.chdir(ROOT)
 
 

@@ -13,7 +13,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ml_dtypes (iree.runtime imports it): 0.7.0's extension took 0.7-1.0 s to load here, 0.6.0's
 # 8 ms; that second was most of a warm MLIR compile.
 # transformers: examples/llama_finetune (LlamaForCausalLM, get_linear_schedule_with_warmup) and its test.
-PACKAGES = ["pyyaml", "numpy", "expecttest", "pytest", "hypothesis==6.140.3",
+# pytest-xdist: the matrix runs each pair's tests in one worker per core, a file per worker.
+PACKAGES = ["pyyaml", "numpy", "expecttest", "pytest", "pytest-xdist==3.8.0", "hypothesis==6.140.3",
             "iree-base-compiler==3.13.0", "iree-base-runtime==3.13.0", "ml_dtypes==0.6.0",
             "transformers==5.25.0"]
 
