@@ -292,7 +292,7 @@ CASES: List[Case] = [
     Case("sdpa", f"F.scaled_dot_product_attention causal S={ATT_SEQ} D={ATT_DIM} {ATT_HEADS} heads f32", 1.2,
          n=1, repeats=5, warmup=1, build=_build_attention, unit="ms", sides=("cpu", "npu_sdpa"),
          note="the same call on both sides: on cpu PyTorch's flash kernel, on npu the overrideable SDPA "
-              "backend, i.e. npu_fusion_attention (contrib/src/sdpa.cpp)"),
+              "backend, i.e. npu_fusion_attention (custom_ops/src/sdpa.cpp)"),
     Case("attention_naive", f"npu_fusion_attention causal S={ATT_SEQ} vs naive on npu", 1.0,
          n=1, repeats=5, warmup=1, build=_build_attention, unit="ms", sides=("naive", "fused"),
          note="naive: softmax((q @ k^T * scale).masked_fill(causal, -inf)) @ v on npu, which holds three "

@@ -1,11 +1,11 @@
-"""The Python tests (python/tests) of each Bazel package, so that `bazel test //contrib/...`
-runs contrib's tests. They are tagged "python" (`--test_tag_filters=-python`: the C++ tests
+"""The Python tests (python/tests) of each Bazel package, so that `bazel test //custom_ops/...`
+runs the tests of the fused operators. They are tagged "python" (`--test_tag_filters=-python`: the C++ tests
 only, as nox's test-matrix runs them before pytest on the installed wheel). The files stay in python/tests (they share conftest.py and data/);
 //python:python_tests runs the ones no package claims here."""
 
 # package -> its test files under python/tests
 COMPONENT_TESTS = {
-    "contrib": [
+    "custom_ops": [
         "test_bad_args.py",
         "test_bert_attention.py",
         "test_contrib.py",

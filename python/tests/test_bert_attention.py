@@ -1,4 +1,4 @@
-"""BERT attention operators (contrib/src/bert_attention.cpp) and
+"""BERT attention operators (custom_ops/src/bert_attention.cpp) and
 torch_npu.contrib.function.npu_fused_attention(_with_layernorm), against plain PyTorch
 references computed here on the CPU."""
 import warnings

@@ -1,4 +1,4 @@
-"""Fused normalisation/activation operators (contrib/src/norm.cpp, activation.cpp) against
+"""Fused normalisation/activation operators (custom_ops/src/norm.cpp, activation.cpp) against
 plain PyTorch references written here: forward and backward, half types, shapes for
 tracing, and errors for bad arguments."""
 import math

@@ -1,4 +1,4 @@
-"""MoE routing operators (contrib/src/moe.cpp) against references written here."""
+"""MoE routing operators (custom_ops/src/moe.cpp) against references written here."""
 import pytest
 import torch
 import torch.nn.functional as F

@@ -1,5 +1,5 @@
 """nn.LSTM / nn.GRU / LSTMCell / GRUCell on npu (the fused cell kernels of
-contrib/src/rnn_cells.cpp) against the same modules on cpu, forward and backward."""
+custom_ops/src/rnn_cells.cpp) against the same modules on cpu, forward and backward."""
 import copy
 
 import pytest

@@ -1,4 +1,4 @@
-"""Vision kernels (contrib/src/vision.cpp) against plain-torch references written here:
+"""Vision kernels (custom_ops/src/vision.cpp) against plain-torch references written here:
 IoU family, NMS variants, RoI Align and modulated deformable convolution, forward and
 backward, shapes under FakeTensorMode, and errors for bad arguments."""
 import math

@@ -6,7 +6,7 @@ operators. Here they are ``torch.ops.npu`` operators with op-plugin's schemas wh
 are registered as CompositeImplicitAutograd: they run the equivalent ATen operators on the
 npu tensors (each one an npu kernel on the stream), so autograd, torch.compile tracing and
 the meta device work without code of their own. The fused operators with kernels of their
-own are C++ (contrib/).
+own are C++ (custom_ops/).
 
 Schemas are op-plugin's (op_plugin_functions.yaml); ``int dtype`` arguments receive
 ``torch.dtype`` values as their ScalarType codes, as in torch_npu.

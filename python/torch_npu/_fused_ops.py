@@ -1,8 +1,8 @@
-"""The fused operators of ``contrib/`` (``torch.ops.npu.*``) as ``torch_npu.<name>``,
+"""The fused operators of ``custom_ops/`` (``torch.ops.npu.*``) as ``torch_npu.<name>``,
 and their fake (meta) implementations, which give output shapes to torch.compile,
 FakeTensorMode and the meta device without running a kernel.
 
-The kernels, argument checks and autograd are C++ (contrib/src); a fake implementation
+The kernels, argument checks and autograd are C++ (custom_ops/src); a fake implementation
 only states shapes and dtypes, for arguments the C++ checks accept.
 """
 from __future__ import annotations
@@ -231,7 +231,7 @@ def _npu_grouped_matmul_list(x, weight, *, bias=None, group_list=None, split_ite
     return _grouped_matmul_fake(x, weight, bias, group_list, split_item)
 
 
-# ---- fused optimizer kernels (contrib/src/optim.cpp) ----------------------------------------
+# ---- fused optimizer kernels (custom_ops/src/optim.cpp) ----------------------------------------
 @_fake("npu::npu_apply_adam_w")
 def _npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, epsilon, grad,
                       max_grad_norm=None, amsgrad=None, maximize=None):
@@ -253,7 +253,7 @@ for _name in ("adam", "sgd", "rmsprop", "rmsprop_tf", "adadelta", "lamb", "bert_
     _fake(f"npu::_npu_fused_{_name}_step")(_fake_inplace_step)
 
 
-# ---- vision (contrib/src/vision.cpp) ----
+# ---- vision (custom_ops/src/vision.cpp) ----
 
 @_fake("npu::npu_iou")
 def _npu_iou(bboxes, gtboxes, mode=0):
@@ -522,7 +522,7 @@ def _npu_anchor_response_flags(self, featmap_size, stride, num_base_anchors):
     return self.new_empty((featmap_size[0] * featmap_size[1] * num_base_anchors,), dtype=torch.uint8)
 
 
-# ---- BERT attention (contrib/src/bert_attention.cpp) ----
+# ---- BERT attention (custom_ops/src/bert_attention.cpp) ----
 
 @_fake("npu::npu_fused_attention_score_fwd")
 def _npu_fused_attention_score_fwd(query_layer, key_layer, value_layer, attention_mask, scale, keep_prob,

@@ -92,7 +92,7 @@ DEFAULT_TOLERANCE = {torch.float16: (1e-3, 1e-3), torch.bfloat16: (1e-2, 1.6e-2)
 TOLERANCE_OVERRIDES: Dict[Tuple[str, Optional[torch.dtype]], Tuple[float, float, str]] = {
     ("nn.functional.scaled_dot_product_attention", torch.float32): (
         1e-4, 1e-4, "on npu SDPA runs the fused attention kernel for the inputs it takes (4-D, "
-                    "contrib/src/sdpa.cpp) and the math backend (bmm, softmax) for the others; the CPU "
+                    "custom_ops/src/sdpa.cpp) and the math backend (bmm, softmax) for the others; the CPU "
                     "takes _scaled_dot_product_flash_attention_for_cpu: another summation order"),
 }
 

@@ -1,5 +1,5 @@
 """torch_npu.optim: fused optimizers over combined (flattened) parameter, grad and state
-buffers, one fused kernel per parameter group and dtype (contrib/src/optim.cpp); and
+buffers, one fused kernel per parameter group and dtype (custom_ops/src/optim.cpp); and
 _DistributedMuon (Muon for plain and sharded DTensor 2-D parameters, distributed_muon.py)."""
 
 __all__ = [

@@ -19,7 +19,7 @@
 
 #include "fused.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 constexpr int64_t kGrain = 2048;
@@ -252,4 +252,4 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_thnn_fused_gru_cell_backward", TORCH_FN(gru_cell_backward));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

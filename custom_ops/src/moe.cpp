@@ -17,7 +17,7 @@
 #include "fused.h"
 #include "vmath.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 // softmax over the experts of each row, then the k largest (ties: the lower expert
@@ -377,4 +377,4 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
   m.impl("npu_grouped_matmul.List", torch::CppFunction::makeFromBoxedFunction<&npu_grouped_matmul>());
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

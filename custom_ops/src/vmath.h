@@ -24,7 +24,7 @@
 #define NPU_SIMD
 #endif
 
-namespace torch_npu::contrib::vmath {
+namespace torch_npu::custom_ops::vmath {
 
 // e^x in float to about 1 ulp: 2^(x log2 e) as 2^round * 2^frac, the fraction by its
 // Taylor polynomial on [-0.5, 0.5]. Branch-free so that loops calling it vectorise.
@@ -99,4 +99,4 @@ void blocked(const std::array<const T*, NI>& in, const std::array<T*, NO>& out, 
   }
 }
 
-}  // namespace torch_npu::contrib::vmath
+}  // namespace torch_npu::custom_ops::vmath

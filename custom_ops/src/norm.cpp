@@ -13,7 +13,7 @@
 #include "fused.h"
 #include "vmath.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -312,4 +312,4 @@ TORCH_LIBRARY_IMPL(npu, Autograd, m) {
   m.impl("npu_add_rms_norm", TORCH_FN(npu_add_rms_norm_autograd));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

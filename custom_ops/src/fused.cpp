@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 
 c10::DeviceIndex npu_device(const char* op, std::initializer_list<NamedTensor> args) {
   c10::DeviceIndex device = -1;
@@ -42,4 +42,4 @@ void check_dtype(const char* op, const char* arg, const Tensor& t, c10::ScalarTy
               t.scalar_type());
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

@@ -23,7 +23,7 @@
 #include "torch_npu/ops/formats.h"
 #include "vmath.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -732,4 +732,4 @@ TORCH_LIBRARY_IMPL(npu, Autograd, m) {
   m.impl("npu_fused_attention_score_fwd", TORCH_FN(attention_score_fwd_autograd));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

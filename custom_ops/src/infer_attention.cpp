@@ -32,7 +32,7 @@
 #include "attention.h"
 #include "fused.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using fa::Layout;
@@ -908,4 +908,4 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
          TORCH_FN(npu_fused_infer_attention_score_v2_infer_output));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

@@ -27,7 +27,7 @@
 
 #include "fused.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using OptTensor = std::optional<Tensor>;
@@ -662,4 +662,4 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
   m.impl("npu_quant_conv2d", TORCH_FN(npu_quant_conv2d));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

@@ -19,7 +19,7 @@
 #include "fused.h"
 #include "vmath.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -1038,4 +1038,4 @@ TORCH_LIBRARY_IMPL(npu, Autograd, m) {
   m.impl("npu_deformable_conv2d", TORCH_FN(deformable_conv2d_autograd));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

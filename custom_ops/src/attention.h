@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace torch_npu::contrib::fa {
+namespace torch_npu::custom_ops::fa {
 
 constexpr int64_t kBlockQ = 64;    // query rows per block
 constexpr int64_t kBlockKV = 128;  // keys per tile
@@ -159,4 +159,4 @@ void forward(const Problem& p, const std::vector<at::Tensor>& t);
 // Multiply-adds of the problem, for the launch's inline/queued choice.
 int64_t work_estimate(const Problem& p);
 
-}  // namespace torch_npu::contrib::fa
+}  // namespace torch_npu::custom_ops::fa

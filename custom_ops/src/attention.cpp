@@ -36,7 +36,7 @@
 #include "vmath.h"
 #include "torch_npu/core/npu_generator.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using namespace fa;
@@ -1206,4 +1206,4 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(npu, Autograd, m) { m.impl("npu_fusion_attention", TORCH_FN(npu_fusion_attention_autograd)); }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

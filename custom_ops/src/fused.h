@@ -12,7 +12,7 @@
 
 #include "torch_npu/ops/zero_copy.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 
 using at::Tensor;
 
@@ -46,4 +46,4 @@ c10::TypedOperatorHandle<Signature> op_handle(const char* name, const char* over
 #define NPU_DISPATCH_FLOAT(TYPE, NAME, ...) \
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, TYPE, NAME, __VA_ARGS__)
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

@@ -32,7 +32,7 @@
 
 #include "fused.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 constexpr int64_t kNoLimit = std::numeric_limits<int32_t>::max();
@@ -220,8 +220,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_scaled_dot_product_fused_attention_overrideable_backward", TORCH_FN(sdpa_backward));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops
 
 namespace at::native {
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_npu::contrib::npu_fused_sdp_choice)
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torch_npu::custom_ops::npu_fused_sdp_choice)
 }  // namespace at::native

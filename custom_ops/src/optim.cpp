@@ -17,7 +17,7 @@
 #include "fused.h"
 #include "vmath.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using vmath::acc_t;
@@ -861,4 +861,4 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
   m.impl("_npu_fused_adamp_step", TORCH_FN(npu_fused_adamp_step));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

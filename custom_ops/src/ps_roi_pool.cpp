@@ -20,7 +20,7 @@
 #include "fused.h"
 #include "vmath.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -208,4 +208,4 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(npu, Autograd, m) { m.impl("npu_ps_roi_pooling", TORCH_FN(ps_roi_pooling_autograd)); }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops

@@ -19,7 +19,7 @@
 #include "fused.h"
 #include "vmath.h"
 
-namespace torch_npu::contrib {
+namespace torch_npu::custom_ops {
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -1044,4 +1044,4 @@ TORCH_LIBRARY_IMPL(npu, Autograd, m) {
   m.impl("npu_confusion_transpose", TORCH_FN(confusion_transpose_autograd));
 }
 
-}  // namespace torch_npu::contrib
+}  // namespace torch_npu::custom_ops
