@@ -1070,7 +1070,9 @@ class Builder:
         shape = tuple(t.shape)
         form = rng.choice(("device", "strided", "host", "convert"))
         if form == "convert" and t.dim() == 4 and rng.random() < 0.5:
-            return self.emit(self.name("t"), ".contiguous", a, memory_format=torch.channels_last)
+            # Not .contiguous(memory_format=...): on npu it raises ERR01007 for channels_last, as
+            # torch_npu's does; .to copies into the layout on every device.
+            return self.emit(self.name("t"), ".to", a, memory_format=torch.channels_last)
         if form == "convert":
             dtype = self.dtype()
             self.check_conversion(a, dtype)
