@@ -1,4 +1,4 @@
-// What every fused operator of contrib/ shares: argument checks that name the
+// What every fused operator of custom_ops/ shares: argument checks that name the
 // argument, the dtype dispatch, and calling an operator below autograd.
 #pragma once
 

@@ -9,6 +9,9 @@ Scans README.md, docs/*.md and every component README for
 * Bazel targets: ``//pkg:name`` (the package's BUILD file exists and mentions ``"name"``),
   ``//pkg`` and ``//pkg/...`` (the package exists).
 
+And the other way: every ``python/tests/test_*.py`` is named in python/tests/README.md, the
+map of the test files.
+
 Needs the source tree (skipped where only the tests are present, e.g. Bazel's runfiles).
 """
 import glob
@@ -118,6 +121,16 @@ def test_named_bazel_targets_exist(doc):
         text = f.read()
     problems = sorted({f"{t}: {p}" for t in _targets(text) for p in [_target_problem(t)] if p})
     assert not problems, f"{os.path.relpath(doc, ROOT)} names Bazel targets that do not exist: {problems}"
+
+
+def test_every_test_file_is_in_the_tests_readme():
+    tests = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(tests, "README.md")) as f:
+        readme = f.read()
+    files = sorted(os.path.basename(p) for p in glob.glob(os.path.join(tests, "test_*.py")))
+    assert "test_docs.py" in files
+    unnamed = [name for name in files if not re.search(rf"(?<![\w/]){re.escape(name)}", readme)]
+    assert not unnamed, f"python/tests/README.md does not name these test files: {unnamed}"
 
 
 def test_the_checks_catch_broken_references(tmp_path):

@@ -189,16 +189,36 @@ def test_patches_elsewhere_name_real_modules_and_tests():
             assert os.path.isfile(os.path.join(os.path.dirname(__file__), test)), (module, test)
 
 
+def _sets_attribute_of_torch(source):
+    """Whether ``source`` sets an attribute of torch (``torch.x.y = ...``,
+    ``setattr(torch.x, ...)``) or of a name it imported from torch (``from torch.x import m``
+    or ``import torch.x as m``, then ``m.y = ...`` or ``setattr(m, ...)``)."""
+    import re
+
+    if re.search(r"^\s*(setattr\(\s*_?torch[.,]|_?torch(\.\w+)+\s*=[^=])", source, re.M):
+        return True
+    names = set()
+    imports = r"^\s*(?:from\s+torch(?:\.\w+)*\s+import\s+(\([^)]*\)|[^\n]+)|import\s+torch(?:\.\w+)*\s+as\s+(\w+))"
+    for imported, alias in re.findall(imports, source, re.M):
+        names.update([alias] if alias else [])
+        for part in re.sub(r"#[^\n]*", "", imported).strip("()\\ \n").split(","):
+            names.update(part.split()[-1:])  # the name bound: "a" or the "b" of "a as b"
+    if not names:
+        return False
+    name = "|".join(map(re.escape, sorted(names)))
+    return bool(re.search(rf"^\s*(setattr\(\s*({name})\s*,|({name})(\.\w+)+\s*=[^=])", source, re.M))
+
+
 def test_every_module_that_assigns_to_torch_is_in_the_patch_registry():
     """A module of the package that sets an attribute of torch (``torch.x.y = ...``,
-    ``setattr(torch.x, ...)``) is _patches.py or is named there (its docstring, or the
-    docstring of the patch in PATCHES that installs it)."""
+    ``setattr(torch.x, ...)``, or ``m.y = ...`` where ``m`` was imported from torch) is
+    _patches.py or is named there (its docstring, or the docstring of the patch in PATCHES
+    that installs it)."""
     import re
 
     from torch_npu import _patches
 
     package = os.path.dirname(_patches.__file__)
-    assigns = re.compile(r"^\s*(setattr\(\s*_?torch[.,]|_?torch(\.\w+)+\s*=[^=])", re.M)
     found = []
     for root, _, files in os.walk(package):
         for name in files:
@@ -206,9 +226,11 @@ def test_every_module_that_assigns_to_torch_is_in_the_patch_registry():
                 continue
             path = os.path.join(root, name)
             with open(path, encoding="utf-8") as f:
-                if assigns.search(f.read()):
+                if _sets_attribute_of_torch(f.read()):
                     found.append(os.path.relpath(path, package).replace(os.sep, "/"))
     assert "_patches.py" in found and "_formats.py" in found  # the scan sees both forms
+    # and assignments through a name imported from torch (a module, or an alias of one)
+    assert "dynamo/graphs.py" in found and "testing/testcase.py" in found
     with open(_patches.__file__, encoding="utf-8") as f:
         registry = f.read()
     unlisted = [m for m in found if m != "_patches.py"

@@ -190,20 +190,6 @@ def test_torch_event_native():
     assert e.query()
 
 
-def test_external_stream():
-    if not hasattr(torch_npu._C, "_npu_getStreamFromExternal"):
-        with pytest.raises(RuntimeError, match="not supported by this build"):
-            torch.npu.ExternalStream(torch.npu.current_stream().npu_stream)
-        return
-    s = torch.npu.Stream()
-    ext = torch.npu.ExternalStream(s.npu_stream)
-    assert ext.npu_stream == s.npu_stream
-    with torch.npu.stream(ext):
-        t = torch.ones(8, device="npu") * 3
-    ext.synchronize()
-    assert t.sum().item() == 24
-
-
 def test_sleep_keeps_the_current_stream_busy():
     """torch.npu._sleep(cycles), as torch.cuda._sleep: queued, 1.8e6 cycles a millisecond."""
     s = torch.npu.Stream()

@@ -47,9 +47,18 @@ subsystem is (lazily, or only on request) or need its private state:
   through its plugin API) and ``torch.distributed.ProcessGroupHCCL``. Tests: test_hccl.py.
 * ``contrib/transfer_to_npu.py``: rewrites ``torch.cuda`` and CUDA device arguments to npu,
   only when a script imports it. Tests: test_transfer_to_npu.py.
+* ``testing/testcase.py``: ``run_tests`` swaps
+  ``torch.testing._internal.common_utils.set_rng_seed`` for one that seeds torch and random
+  only, for the duration of the call and restored afterwards, so numpy's generator stays as
+  the test module seeded it, as torch_npu's runner does. Tests: test_testing_utils.py.
+* ``dynamo/graphs.py``: the ``npugraphs`` backend swaps
+  ``torch._dynamo.backends.common.aot_autograd`` for one that passes Inductor's decomposition
+  table, only while it builds the AOTAutograd backend, and restores it. Tests: test_npu_graph.py.
 
-A module that assigns to an attribute of ``torch`` must be this one or be named here: above,
-or in the docstring of the entry of :data:`PATCHES` that installs it (test_import.py checks it).
+A module that assigns to an attribute of ``torch``, or of a module or object it imported from
+``torch`` (``common.aot_autograd = ...`` after ``from torch._dynamo.backends import common``),
+must be this one or be named here: above, or in the docstring of the entry of :data:`PATCHES`
+that installs it (test_import.py checks it).
 """
 
 import os
