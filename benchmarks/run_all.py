@@ -321,7 +321,7 @@ run any npu kernel ("cpu before"); the interleaved measurement comes afterwards.
 npu stream worker has run an OpenMP-parallel kernel, the process holds two OpenMP teams
 (4 threads on {machine['nproc']} cores) and libgomp stops spin-waiting between parallel
 regions, which also slows the cpu side of the interleaved measurement ("inflation" > 1;
-see the findings below). The last column compares the npu with the undisturbed cpu. It
+see the notes below the tables). The last column compares the npu with the undisturbed cpu. It
 spans ~10-60 s of this noisy machine, so it is less exact than the interleaved ratio.
 
 {clean_cpu_table(runs, cases)}
