@@ -1,16 +1,14 @@
 """The Python tests (python/tests) of each Bazel package, so that `bazel test //custom_ops/...`
 runs the tests of the fused operators. They are tagged "python" (`--test_tag_filters=-python`: the C++ tests
 only, as nox's test-matrix runs them before pytest on the installed wheel). The files stay in python/tests (they share conftest.py and data/);
-//python:python_tests runs the ones no package claims here."""
+//python:python_tests runs the ones no package claims here (among them the tests of the Python
+torch_npu.contrib, test_contrib*.py, which lives in //python)."""
 
 # package -> its test files under python/tests
 COMPONENT_TESTS = {
     "custom_ops": [
         "test_bad_args.py",
         "test_bert_attention.py",
-        "test_contrib.py",
-        "test_contrib_helpers.py",
-        "test_contrib_modules.py",
         "test_contrib_quant.py",
         "test_fused_ops.py",
         "test_fusion_attention.py",
