@@ -147,6 +147,8 @@ class _GraphRunner:
         if boxed:
             args.clear()  # the callee owns the argument list
         graph.replay()
+        if isinstance(outputs, torch.Tensor):  # a graph returning one tensor (not an AOT graph)
+            return outputs.clone() if self.clone_outputs else outputs
         if self.clone_outputs:
             return [o.clone() if isinstance(o, torch.Tensor) else o for o in outputs]
         return list(outputs)

@@ -57,8 +57,8 @@ def register_replacement(search_fn: SearchFn, replace_fn: ReplaceFn, example_inp
     r"""Replace what ``search_fn`` computes with ``replace_fn`` in the graphs the
     ``npugraph_ex`` backend compiles (Inductor's ``register_replacement`` on the pass of
     that path; ``example_inputs`` trace both functions, ``extra_check(match)`` must accept a
-    match). Returns whether the pattern was added (False for a duplicate with
-    ``skip_duplicates``)."""
+    match). Returns what Inductor's ``register_replacement`` returns: the pattern added
+    (false for a duplicate skipped with ``skip_duplicates``)."""
     from torch._inductor import pattern_matcher
 
     from . import _patterns

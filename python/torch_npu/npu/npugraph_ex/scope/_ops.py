@@ -38,11 +38,15 @@ def _enter(keys: List[str], values: List[str], stream_id: int = -1) -> None:
     attrs = dict(zip(keys, values))
     restore = []
     if "_op_aicore_num" in attrs or "_op_vectorcore_num" in attrs:
+        from torch_npu.npu import npu_config
+
         stream = _stream(stream_id)
-        before = torch_npu.npu.get_stream_limit(stream)
+        key = npu_config._stream_key(stream, "limit_core_num")
+        with npu_config._lock:
+            before = dict(npu_config._stream_limits[key]) if key in npu_config._stream_limits else None
         torch_npu.npu.set_stream_limit(stream, int(attrs.get("_op_aicore_num", -1)),
                                        int(attrs.get("_op_vectorcore_num", -1)))
-        restore.append(("limit", stream, before))
+        restore.append(("limit", key, before))
     if "_deterministic_level" in attrs:
         npu = torch_npu.npu
         restore.append(("deterministic", torch.are_deterministic_algorithms_enabled(),
@@ -60,9 +64,14 @@ def _exit() -> None:
         raise RuntimeError("npugraph_ex.scope: scope_exit without a scope entered")
     for entry in reversed(_stack.pop()):
         if entry[0] == "limit":
-            _, stream, before = entry
-            torch_npu.npu.reset_stream_limit(stream)
-            torch_npu.npu.set_stream_limit(stream, before["cube_core_num"], before["vector_core_num"])
+            from torch_npu.npu import npu_config
+
+            _, key, before = entry
+            with npu_config._lock:  # exactly the stream's limits before the scope
+                if before is None:
+                    npu_config._stream_limits.pop(key, None)
+                else:
+                    npu_config._stream_limits[key] = before
         else:
             _, enabled, level = entry
             torch.use_deterministic_algorithms(enabled)
