@@ -7,6 +7,10 @@ input signature (shapes, strides, dtypes). As PyTorch's cudagraphs backends do, 
 with fixed addresses (parameters, buffers) are used in place and the other inputs are
 copied into static tensors the capture read; outputs are cloned (``clone_outputs``
 option, default True) so that a later replay cannot overwrite what a caller holds.
+With ``clone_input=False`` the graph reads the caller's tensors in place instead, captured
+once per set of input addresses. Before capture, ``npugraph_ex`` applies the pattern
+replacements of ``torch.npu.npugraph_ex.register_replacement`` and records the
+``torch.npu.npugraph_ex.scope`` attributes on the nodes (``torch.npu.npugraph_ex``).
 
 ``npugraphs`` does the same with each graph compiled by Inductor first (the ``npu``
 backend's code generation), like ``backend="cudagraphs"`` with ``triton.cudagraphs``:
@@ -27,7 +31,7 @@ import torch
 
 __all__ = ["npugraph_ex_backend", "npugraphs_backend"]
 
-_OPTIONS = {"clone_outputs"}
+_OPTIONS = {"clone_input", "clone_outputs"}
 
 
 def _check_options(backend: str, options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -35,9 +39,24 @@ def _check_options(backend: str, options: Optional[Dict[str, Any]]) -> Dict[str,
     unknown = set(options) - _OPTIONS
     if unknown:
         raise ValueError(f"backend {backend!r}: unknown option(s) {sorted(unknown)}; supported: {sorted(_OPTIONS)}")
-    if not isinstance(options.get("clone_outputs", True), bool):
-        raise TypeError(f"backend {backend!r}: option 'clone_outputs' must be a bool")
+    for key in ("clone_input", "clone_outputs"):
+        if not isinstance(options.get(key, True), bool):
+            raise TypeError(f"backend {backend!r}: option {key!r} must be a bool")
     return options
+
+
+def _prepare_graph(gm: torch.fx.GraphModule) -> None:
+    """The ``npugraph_ex`` passes on an ATen graph, in place: the pattern replacements of
+    ``torch.npu.npugraph_ex.register_replacement``, and the attributes of the
+    ``torch.npu.npugraph_ex.scope`` scopes recorded on the nodes they cover."""
+    from torch_npu.npu.npugraph_ex import _patterns
+
+    _patterns.apply(gm)
+    if any(node.op == "call_function" and getattr(node.target, "namespace", None) == "npugraph_ex"
+           for node in gm.graph.nodes):
+        from torch_npu.npu.npugraph_ex.scope import _ops
+
+        _ops.annotate(gm)
 
 
 def _is_static(t) -> bool:
@@ -58,28 +77,31 @@ def _off_npu(gm: torch.fx.GraphModule) -> Optional[str]:
 class _GraphRunner:
     """Boxed callable: captures ``fn`` per input signature, then replays the graph."""
 
-    def __init__(self, fn: Callable, static_idxs: Sequence[int], clone_outputs: bool, boxed: bool):
+    def __init__(self, fn: Callable, static_idxs: Sequence[int], clone_outputs: bool, boxed: bool,
+                 clone_input: bool = True):
         # An instance attribute: wrappers (torch._dynamo.disable) copy the instance's __dict__.
         self._boxed_call = True
         self.fn = fn
         self.boxed = boxed  # fn takes the argument list (Inductor's compiled graphs) or *args
         self.static_idxs = set(static_idxs)
         self.clone_outputs = clone_outputs
+        # False: the graph reads the caller's tensors where they are (one capture per set of
+        # input addresses) instead of copies of them in static tensors.
+        self.clone_input = clone_input
         self.entries: Dict[tuple, tuple] = {}
         self.uncapturable: Optional[str] = None  # why this graph runs without capture
 
     def _call(self, args: List[Any]):
         return self.fn(list(args)) if self.boxed else self.fn(*args)
 
-    @staticmethod
-    def _signature(args) -> tuple:
-        return tuple((tuple(a.shape), a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else ("v", a)
-                     for a in args)
+    def _signature(self, args) -> tuple:
+        return tuple((tuple(a.shape), a.stride(), a.dtype, a.device) + (() if self.clone_input else (a.data_ptr(),))
+                     if isinstance(a, torch.Tensor) else ("v", a) for a in args)
 
     def _capture(self, args: List[Any]):
         static = []
         for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and i not in self.static_idxs:
+            if isinstance(a, torch.Tensor) and i not in self.static_idxs and self.clone_input:
                 copy = torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device)
                 copy.copy_(a)
                 static.append(copy)
@@ -125,6 +147,8 @@ class _GraphRunner:
         if boxed:
             args.clear()  # the callee owns the argument list
         graph.replay()
+        if isinstance(outputs, torch.Tensor):  # a graph returning one tensor (not an AOT graph)
+            return outputs.clone() if self.clone_outputs else outputs
         if self.clone_outputs:
             return [o.clone() if isinstance(o, torch.Tensor) else o for o in outputs]
         return list(outputs)
@@ -138,6 +162,7 @@ def _aot_backend(name: str, gm, example_inputs, options, compile_graph: Callable
 
     options = _check_options(name, options)
     clone = options.get("clone_outputs", True)
+    clone_input = options.get("clone_input", True)
     reason = _off_npu(gm)
     if reason is not None:
         warnings.warn(f"backend {name!r}: running this graph without NPU graph capture: {reason}")
@@ -148,18 +173,22 @@ def _aot_backend(name: str, gm, example_inputs, options, compile_graph: Callable
         fixed = num_fw_fixed_arguments(len(example_inputs), len(aot_inputs))
         static = list(range(fixed)) + [fixed + i for i in dynamo_static]
         fn, boxed = compile_graph(aot_gm, aot_inputs, False)
-        return _GraphRunner(fn, static, clone, boxed)
+        return _GraphRunner(fn, static, clone, boxed, clone_input)
 
     def backward(aot_gm, aot_inputs):
         fn, boxed = compile_graph(aot_gm, aot_inputs, True)
-        return _GraphRunner(fn, (), clone, boxed)
+        return _GraphRunner(fn, (), clone, boxed, clone_input)
 
     return aot_autograd(fw_compiler=forward, bw_compiler=backward, inference_compiler=forward)(gm, example_inputs)
 
 
 def npugraph_ex_backend(gm, example_inputs, options: Optional[Dict[str, Any]] = None):
     """``torch.compile(backend="npugraph_ex")``: the ATen graphs, captured and replayed."""
-    return _aot_backend("npugraph_ex", gm, example_inputs, options, lambda g, inputs, is_bw: (g.forward, False))
+    def compile_graph(g, inputs, is_backward):
+        _prepare_graph(g)
+        return g.forward, False
+
+    return _aot_backend("npugraph_ex", gm, example_inputs, options, compile_graph)
 
 
 def npugraphs_backend(gm, example_inputs, options: Optional[Dict[str, Any]] = None):

@@ -397,3 +397,12 @@ __all__ += ["set_deterministic_level", "use_compatible_impl", "are_compatible_im
             "get_device_limit", "set_stream_limit", "get_stream_limit", "reset_stream_limit",
             "mstx", "get_npu_overflow_flag", "clear_npu_overflow_flag", "stress_detect",
             "check_uce_in_memory", "set_op_timeout_ms", "autocast_utils", "restart_device"]
+
+
+def __getattr__(name):
+    # torch.npu.npugraph_ex is imported on first use (it imports Inductor's pattern matcher).
+    if name == "npugraph_ex":
+        import importlib
+
+        return importlib.import_module("torch_npu.npu.npugraph_ex")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
