@@ -21,6 +21,17 @@ def test_programs_are_deterministic():
     assert async_fuzz.generate(7) == async_fuzz.generate(7) != async_fuzz.generate(8)
 
 
+def test_generation_never_copies_an_expanded_view_whole():
+    """Seed 42629 drew index_put values shaped as an expanded view: a worker's generator made
+    them as a new tensor of gigabytes and the kernel's OOM killer ended the workers. New tensors
+    stay small, and the seed runs as the harness runs it."""
+    program = async_fuzz.generate(42629)
+    made = [step.args[0] for step in program if step.op == "make"]
+    assert made and all(torch.Size(shape).numel() <= async_fuzz.MAX_NEW_ELEMENTS for shape in made)
+    batch = async_fuzz.run_batch(42629, 1)
+    assert batch.compared == 1 and not batch.mismatches, batch.report()
+
+
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("seed", range(8))
 def test_a_printed_program_runs_as_printed(seed):
