@@ -1,0 +1,223 @@
+"""torch_npu.profiler.analysis.prof_bean: the decoders of the FRAMEWORK records and the row beans.
+
+Records are packed here as torch_npu's C++ data reporter lays them out (little-endian:
+``type:uint16 | length:uint32 | fixed struct | TLV fields tag:uint16 | length:uint32 | text``),
+decoded with TLVDecoder / BinaryDecoder and checked field by field.
+"""
+import json
+import struct
+import warnings
+from types import SimpleNamespace
+
+import pytest
+
+from torch_npu.profiler._profiler_gc_detect import ProfGCDetector
+from torch_npu.profiler.analysis._profiler_config import ProfilerConfig
+from torch_npu.profiler.analysis.prof_bean._event_bean import EventBean
+from torch_npu.profiler.analysis.prof_bean._gc_record_bean import GCRecordBean
+from torch_npu.profiler.analysis.prof_bean._ge_op_memory_bean import GeOpMemoryBean
+from torch_npu.profiler.analysis.prof_bean._memory_use_bean import MemoryUseBean
+from torch_npu.profiler.analysis.prof_bean._node_info_bean import NodeInfoBean
+from torch_npu.profiler.analysis.prof_bean._npu_module_mem_bean import NpuModuleMemoryBean
+from torch_npu.profiler.analysis.prof_bean._op_mark_bean import OpMarkBean
+from torch_npu.profiler.analysis.prof_bean._op_summary_bean import OpSummaryBean
+from torch_npu.profiler.analysis.prof_bean._param_tensor_bean import ParamTensorBean
+from torch_npu.profiler.analysis.prof_bean._python_tracer_func_bean import PythonTracerFuncBean
+from torch_npu.profiler.analysis.prof_bean._python_tracer_hash_bean import PythonTracerHashBean
+from torch_npu.profiler.analysis.prof_bean._torch_op_bean import TorchOpBean
+from torch_npu.profiler.analysis.prof_bean._torch_op_node import TorchOpNode
+from torch_npu.profiler.analysis.prof_common_func._binary_decoder import BinaryDecoder
+from torch_npu.profiler.analysis.prof_common_func._constant import Constant
+from torch_npu.profiler.analysis.prof_common_func._tlv_decoder import TLVDecoder
+
+# FwkDataType of the C++ reporter: the record type of each FRAMEWORK file
+OP_RANGE, OP_MARK, MEMORY, PYTHON_TRACER_HASH, PARAM_TENSOR = 1, 2, 3, 4, 5
+
+
+def _tlv(tag: int, value: bytes) -> bytes:
+    return struct.pack("<HI", tag, len(value)) + value
+
+
+def _record(data_type: int, fixed: bytes, fields=()) -> bytes:
+    body = fixed + b"".join(_tlv(tag, text.encode()) for tag, text in fields)
+    return _tlv(data_type, body)
+
+
+@pytest.fixture
+def config():
+    """The singleton ProfilerConfig, back to its defaults afterwards."""
+    cfg = ProfilerConfig()
+    yield cfg
+    cfg.__init__()
+
+
+def test_op_range_records_round_trip(config):
+    fixed1 = struct.pack("<3q4QB?", 1000, 5000, 7, 4242, 11, 12, 13, 2, True)
+    fixed2 = struct.pack("<3q4QB?", -1, 9, -5, 2 ** 64 - 1, 1, 1, 1, 0, False)
+    data = (_record(OP_RANGE, fixed1, [(2, "aten::addmm"), (3, "float;float;int"), (4, "2,3;3,4;"),
+                                       (7, "1;1"), (8, "a.py(1): f;b.py(2): g"), (10, "flops:24")])
+            + _record(OP_RANGE, fixed2, [(2, "aten::empty")]))
+    ops = TLVDecoder.decode(data, TorchOpBean, struct.calcsize(TorchOpBean.CONSTANT_STRUCT))
+    assert len(ops) == 2
+    op = ops[0]
+    assert (op.name, op.pid, op.tid, op.scope, op.is_async) == ("aten::addmm", 4242, 11, 2, True)
+    assert (op.ts, op.end_ns, op.dur) == (1000, 5000, 4000)  # syscnt off, no offset: as recorded
+    assert op.call_stack == "a.py(1): f;\r\nb.py(2): g"
+    assert op.args == {Constant.SEQUENCE_NUMBER: 7, Constant.FORWARD_THREAD_ID: 13,
+                       Constant.INPUT_DTYPES: "float;\r\nfloat;\r\nint", Constant.INPUT_SHAPES: "2,3;\r\n3,4;\r\n",
+                       Constant.CALL_STACK: "a.py(1): f;\r\nb.py(2): g", Constant.FLOPS: "flops:24"}
+    assert op.inputs == {Constant.INPUT_TENSORS: None, Constant.INPUT_TENSORLISTS: None,
+                         Constant.INPUT_SCALARS: "1;1"}
+    assert op.is_torch_op
+    other = ops[1]
+    assert (other.name, other.pid, other.ts, other.dur) == ("aten::empty", 2 ** 64 - 1, -1, 10)
+    assert other.args == {Constant.SEQUENCE_NUMBER: -5, Constant.FORWARD_THREAD_ID: 1}
+    assert other.call_stack == ""
+
+
+def test_times_go_through_the_system_counter_and_the_local_offset(config, tmp_path):
+    # profiler_info.json as torch_npu's profiler writes it (start_info / end_info)
+    info = {Constant.CONFIG: {Constant.COMMON_CONFIG: {}, Constant.EXPERIMENTAL_CONFIG: {
+                Constant.PROFILER_LEVEL: Constant.LEVEL1, Constant.EXPORT_TYPE: [Constant.Db, Constant.Text]}},
+            Constant.START_INFO: {Constant.SyscntEable: True, Constant.SysCntFreq: 50.0,
+                                  Constant.StartCnt: 1000, Constant.StartMonotonic: 7_000},
+            Constant.END_INFO: {Constant.FWK_END_TIME: 1_700_000_000_000_000_000,
+                                Constant.FWK_END_MONOTONIC: 1_000_000_000},
+            Constant.RANK_ID: 3}
+    (tmp_path / "profiler_info.json").write_text(json.dumps(info))
+    config.load_info(str(tmp_path))
+    assert config.rank_id == 3 and config.get_level() == Constant.LEVEL1
+    assert config.export_type == [Constant.Db, Constant.Text]
+    # 50 MHz: a tick is 20 ns; 1500 ticks after the start count -> 7000 + 500 * 20 ns monotonic
+    assert config.get_timestamp_from_syscnt(1500) == 17_000
+    local = 17_000 + 1_700_000_000_000_000_000 - 1_000_000_000
+    fixed = struct.pack("<3q4QB?", 1500, 1600, 0, 1, 1, 1, 1, 0, False)
+    (op,) = TLVDecoder.decode(_record(OP_RANGE, fixed, [(2, "aten::mul")]), TorchOpBean, len(fixed))
+    assert (op.ts, op.dur) == (local, 2000)
+    (mark,) = TLVDecoder.decode(_record(OP_MARK, struct.pack("<q4Q", 1500, 2, 9, 1, 1), [(1, "Add")]),
+                                OpMarkBean, 40)
+    assert mark.time_ns == local
+    config.load_info(str(tmp_path / "elsewhere"))  # loaded once until reset_is_load
+    assert config.rank_id == 3
+
+
+def test_op_mark_records_round_trip():
+    data = b"".join(_record(OP_MARK, struct.pack("<q4Q", 100 + cat, cat, 77, 5, 6), [(1, "aten::add")])
+                    for cat in range(4))
+    marks = TLVDecoder.decode(data, OpMarkBean, struct.calcsize(OpMarkBean.CONSTANT_STRUCT))
+    assert [m.name for m in marks] == ["Enqueue", "Enqueue", "Dequeue@aten::add", "Dequeue@aten::add"]
+    assert [(m.is_enqueue_start, m.is_enqueue_end, m.is_dequeue_start, m.is_dequeue_end) for m in marks] == [
+        (True, False, False, False), (False, True, False, False),
+        (False, False, True, False), (False, False, False, True)]
+    assert {(m.corr_id, m.tid, m.pid) for m in marks} == {(77, 5, 6)}
+    assert marks[2].args == {"correlation_id": 77} and marks[2].time_ns == 102
+    assert not marks[0].is_torch_op and marks[0].is_enqueue and marks[3].is_dequeue
+    with pytest.raises(ValueError, match="category"):
+        OpMarkBean({Constant.CONSTANT_BYTES: struct.pack("<q4Q", 0, 4, 0, 0, 0)})
+
+
+def test_memory_records_round_trip():
+    fixed = struct.pack("<7q2b3B2Q", 0x1000, 123_456, 2048, 3 * 2 ** 20, 4 * 2 ** 20, 2 ** 20, 0xBEEF,
+                        20, 1, 0, 1, 0, 31, 32)
+    fixed_cpu = struct.pack("<7q2b3B2Q", 0, 5, -512, 0, 0, 0, 0, 0, -1, 2, 0, 1, 0, 0)
+    beans = TLVDecoder.decode(_record(MEMORY, fixed) + _record(MEMORY, fixed_cpu), MemoryUseBean,
+                              struct.calcsize(MemoryUseBean.CONSTANT_STRUCT))
+    npu, cpu = beans
+    assert (npu.ptr, npu.time_ns, npu.stream_ptr, npu.tid, npu.pid) == (0x1000, 123_456, 0xBEEF, 31, 32)
+    assert (npu.alloc_size, npu.alloc_size_for_db) == (2.0, 2048)
+    assert (npu.total_allocated, npu.total_reserved, npu.total_active) == (3.0, 4.0, 1.0)
+    assert npu.total_reserved_for_db == 4 * 2 ** 20
+    assert npu.is_npu() and npu.device_index == 1 and npu.device_tag == "NPU:1"
+    assert (npu.component_type, npu.data_type, npu.allocator_type) == (0, 1, 0) and npu.is_inner_allocator()
+    assert npu.row == [Constant.PTA, "123.456\t", 3.0, 4.0, 1.0, 0xBEEF, "NPU:1"]
+    npu.device_index = 5
+    assert npu.device_tag == "NPU:5"
+    assert not cpu.is_npu() and cpu.device_tag == "CPU" and cpu.alloc_size == -0.5 and cpu.device_index == -1
+    assert not cpu.is_inner_allocator()
+
+
+def test_python_tracer_and_param_records_round_trip():
+    # python_tracer_func: fixed-size records without a TLV header, one after the other
+    funcs = b"".join(struct.pack("<4QB", 10 * i, 100 + i, 200, 0xABC0 + i, i % 2) for i in range(3))
+    beans = BinaryDecoder.decode(funcs + b"\x01\x02", PythonTracerFuncBean, struct.calcsize("<4QB"))
+    assert [(b.start_ns, b.tid, b.pid, b.key, b.trace_tag) for b in beans] == [
+        (0, 100, 200, 0xABC0, 0), (10, 101, 200, 0xABC1, 1), (20, 102, 200, 0xABC2, 0)]
+    hashes = TLVDecoder.decode(_record(PYTHON_TRACER_HASH, struct.pack("<Q", 0xABC1), [(1, "train.py(3): step")]),
+                               PythonTracerHashBean, 8)
+    assert [(h.key, h.value) for h in hashes] == [(0xABC1, "train.py(3): step")]
+    params = TLVDecoder.decode(_record(PARAM_TENSOR, struct.pack("<Q", 9), [(1, "weight,1}bias,2")])
+                               + _record(PARAM_TENSOR, struct.pack("<Q", 10), [(2, "exp_avg,3")]),
+                               ParamTensorBean, 8)
+    assert params[0].params.key == 9 and params[0].params.module_params == ["weight,1", "bias,2"]
+    assert params[0].params.optimizer_params is None
+    assert params[1].key == 10 and params[1].params.optimizer_params == ["exp_avg,3"]
+
+
+def test_gc_records_from_the_gc_detector():
+    data = ProfGCDetector.to_bytes([(321, 1000, 4500), (321, 9000, 9100)])
+    beans = BinaryDecoder.decode(data, GCRecordBean, struct.calcsize(Constant.GC_RECORD_FORMAT))
+    assert [(b.name, b.pid, b.tid, b.ts, b.dur, b.args) for b in beans] == [
+        ("GC", 321, 321, 1000, 3500, {}), ("GC", 321, 321, 9000, 100, {})]
+    with pytest.raises(ValueError, match="struct_size"):
+        BinaryDecoder.decode(data, GCRecordBean, 0)
+
+
+def test_tlv_decoder_drops_cut_and_short_records():
+    good = _record(OP_MARK, struct.pack("<q4Q", 1, 0, 2, 3, 4), [(1, "x")])
+    with pytest.warns(UserWarning, match="lost"):
+        beans = TLVDecoder.decode(good + good[:-3], OpMarkBean, 40)  # the last one was cut off
+    assert len(beans) == 1
+    with pytest.warns(UserWarning, match="lost"):
+        assert TLVDecoder.decode(_record(OP_MARK, b"\x00" * 8), OpMarkBean, 40) == []
+    bad_text = _tlv(OP_MARK, struct.pack("<q4Q", 1, 2, 2, 3, 4) + _tlv(1, b"\xff\xfe"))
+    with pytest.warns(UserWarning, match="1 items of undecoded"):
+        (bean,) = TLVDecoder.decode(bad_text, OpMarkBean, 40)
+    assert bean.name == "Dequeue@N/A"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert TLVDecoder.tlv_list_decode(_tlv(7, b"ab") + _tlv(8, b"")) == [b"ab", b""]
+
+
+def test_row_beans():
+    event = EventBean({"name": "MatMul", "pid": 8, "tid": 1, "ts": "17669.780\t", "dur": 160.26,
+                       "args": {"Task Type": "AI_CORE"}})
+    assert (event.ts, event.end_ns, event.unique_id, event.is_ai_core) == (17669780, 17830040, "8-1-17669780", True)
+    assert EventBean({"ph": "M"}).ts == 0 and not EventBean({"args": {}}).is_ai_core
+    ge = GeOpMemoryBean({"Name": "g", "Size(KB)": "2", "Allocation Time(us)": "1.500\t", "Duration(us)": "0.75",
+                         "Allocation Total Allocated(KB)": "1024", "Release Total Reserved(KB)": "0"})
+    assert ge.row == ["cann::g", "2", "1.500\t", "2.250\t", None, "0.75", None, 1.0, None, None, None, 0.0,
+                      None, None, None]
+    assert GeOpMemoryBean({"Name": "g"}).release_time is None
+    module = NpuModuleMemoryBean({"Device_id": "0", "Component": "HCCL", "Total Reserved(KB)": "2048"})
+    assert module.row == ["0", "HCCL", "", "2.0", ""]
+    try:
+        OpSummaryBean.headers = ["Op Name", "Missing"]
+        assert OpSummaryBean({"Op Name": "Add", "Task Start Time(us)": "5"}).row == ["Add", ""]
+    finally:
+        OpSummaryBean.headers = []
+    assert OpSummaryBean({"Op Name": "Add", "Task Start Time(us)": "5"}).ts == "5"
+    kernels = [SimpleNamespace(ts=1000, dur=1.5, is_ai_core=True), SimpleNamespace(ts=500, dur=0.25, is_ai_core=False)]
+    info = NodeInfoBean(kernels)
+    assert (info.device_dur, info.device_dur_with_ai_core, info.min_start, info.max_end) == (1.75, 1.5, 500, 2500)
+    with pytest.raises(ValueError, match="kernel_list"):
+        NodeInfoBean([])
+
+
+def test_torch_op_node_tree():
+    def ev(name, ts, end):
+        return SimpleNamespace(name=name, ts=ts, end_ns=end, dur=end - ts, pid=1, args={}, call_stack="")
+
+    root = TorchOpNode(ev("ProfilerStep#3", 0, 100))
+    a, b = TorchOpNode(ev("a", 10, 20), root), TorchOpNode(ev("b", 40, 80), root)
+    root.add_child_node(a)
+    root.add_child_node(b)
+    leaf = TorchOpNode(ev("c", 50, 60), b)
+    b.add_child_node(leaf)
+    assert root.is_profiler_step() and not a.is_profiler_step()
+    assert (root.host_self_dur, b.host_self_dur, root.host_total_dur) == (50, 30, 100)
+    assert [root.match_child_node(t) for t in (5, 10, 19, 20, 30, 45, 79, 80)] == [None, a, a, None, None, b, b, None]
+    leaf.update_corr_id(7)
+    a.update_corr_id(8)
+    root.update_corr_id(9)
+    assert (leaf.corr_id_self, leaf.corr_id_total, b.corr_id_total, a.corr_id_total) == ([7], [7], [7], [8])
+    assert (root.corr_id_self, root.corr_id_total) == ([9], [])
