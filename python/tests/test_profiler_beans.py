@@ -221,3 +221,36 @@ def test_torch_op_node_tree():
     root.update_corr_id(9)
     assert (leaf.corr_id_self, leaf.corr_id_total, b.corr_id_total, a.corr_id_total) == ([7], [7], [7], [8])
     assert (root.corr_id_self, root.corr_id_total) == ([9], [])
+
+
+def test_file_manager_writes_and_reads(tmp_path, monkeypatch):
+    from torch_npu.profiler.analysis.prof_bean._ge_memory_record_bean import GeMemoryRecordBean
+    from torch_npu.profiler.analysis.prof_common_func import _file_manager
+    from torch_npu.profiler.analysis.prof_common_func._file_manager import FileManager
+
+    out = tmp_path / "a" / "b"
+    FileManager.create_csv_file(str(out), [["GE", "1.5", "2048", "4096", "NPU:0"]], "m.csv",
+                                ["Component", "Timestamp(us)", "Total Allocated(KB)", "Total Reserved(KB)", "Device"])
+    (row,) = FileManager.read_csv_file(str(out / "m.csv"), GeMemoryRecordBean)
+    assert (row.component, row.time_ns, row.total_allocated, row.device_tag) == ("GE", 1500, 2.0, "NPU:0")
+    assert row.row == [Constant.GE, "1.500\t", 2.0, 4.0, None, None, "NPU:0"]
+    assert oct((out / "m.csv").stat().st_mode & 0o777) == "0o640"
+    FileManager.create_csv_file(str(out), [], "none.csv")
+    FileManager.create_json_file(str(out), {}, "none.json")
+    assert not (out / "none.csv").exists() and not (out / "none.json").exists()
+    trace = str(out / "trace.json")
+    FileManager.create_prepare_trace_json_by_path(trace, [{"name": "a"}])
+    FileManager.append_trace_json_by_path(trace, [{"name": "b"}, {"name": "c"}], str(out / "done.json"))
+    assert FileManager.read_json_file(str(out / "done.json")) == [{"name": "a"}, {"name": "b"}, {"name": "c"}]
+    assert FileManager.read_json_file(str(out / "missing.json")) == {}
+    FileManager.create_empty_file(str(out), "parser.done")
+    assert FileManager.file_read_all(str(out / "parser.done")) == ""
+    FileManager.create_text_file_by_path(str(out / "t.log"), "x" * 20)
+    assert FileManager.file_read_all(str(out / "t.log"), "rb") == b"x" * 20
+    monkeypatch.setattr(_file_manager.Constant, "MAX_FILE_SIZE", 10)
+    assert FileManager.file_read_all(str(out / "t.log")) == ""  # too large: not read
+    with pytest.raises(RuntimeError, match="Invalid db file size"):
+        FileManager.check_db_file_vaild(str(out / "t.log"))
+    with pytest.raises(RuntimeError, match="does not exist"):
+        FileManager.file_read_all(str(out / "nothing.log"))
+    assert FileManager.check_file_owner(str(out / "t.log"))

@@ -72,7 +72,8 @@ class Constant:
     # environment variables of the msprof command line tool
     MSPROF_STATIC_ENV = "PROFILER_SAMPLECONFIG"
     MSPROF_DYNAMIC_ENV = "PROFILING_MODE"
-    MAX_FILE_SIZE = 10 * 1024 ** 3  # files larger than this are not read (FileManager.file_read_all)
+    MAX_FILE_SIZE = 10 * 1024 ** 3  # files larger than this are not read (FileManager)
+    MAX_CSV_SIZE = 5 * 1024 ** 3  # CSV files larger than this are not read (FileManager.read_csv_file)
     # profiler_info.json: common and experimental config keys
     RANK_ID = "rank_id"
     ACTIVITIES = "activities"
