@@ -254,3 +254,35 @@ def test_file_manager_writes_and_reads(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="does not exist"):
         FileManager.file_read_all(str(out / "nothing.log"))
     assert FileManager.check_file_owner(str(out / "t.log"))
+
+
+def test_tree_builder_from_decoded_records():
+    from torch_npu.profiler.analysis.prof_common_func._tree_builder import TreeBuilder
+
+    def op(name, start, end, tid=1):
+        return struct.pack("<3q4QB?", start, end, 0, 9, tid, tid, tid, 0, False), name
+
+    records = [op("ProfilerStep#1", 10, 100), op("aten::mm", 20, 30), op("aten::add", 50, 80),
+               op("aten::mul", 60, 70), op("aten::other_thread", 55, 58, tid=2)]
+    data = b"".join(_record(OP_RANGE, fixed, [(2, name)]) for fixed, name in records)
+    ops = TLVDecoder.decode(data, TorchOpBean, struct.calcsize(TorchOpBean.CONSTANT_STRUCT))
+    marks = TLVDecoder.decode(_record(OP_MARK, struct.pack("<q4Q", 65, 0, 501, 1, 9), [(1, "")])
+                              + _record(OP_MARK, struct.pack("<q4Q", 66, 0, 502, 2, 9), [(1, "")]),
+                              OpMarkBean, 40)
+    for mark in marks:
+        mark.ts = mark.time_ns
+    thread1 = [o for o in ops if o.tid == 1]
+    nodes = TreeBuilder.build_tree(thread1, [m for m in marks if m.tid == 1] + [marks[1]])
+    root, step, mm, add, mul = nodes
+    assert root.event is None and [n.name for n in nodes[1:]] == ["ProfilerStep#1", "aten::mm", "aten::add",
+                                                                  "aten::mul"]
+    assert root.child_node_list == [step] and step.child_node_list == [mm, add] and add.child_node_list == [mul]
+    assert mul.corr_id_self == [501]  # the other thread's enqueue (502) is not this tree's
+    assert (add.corr_id_total, step.corr_id_total) == ([501], [501])
+    TreeBuilder.update_tree_node_info(25, root)
+    assert (mm.corr_id_self, step.corr_id_total, step.corr_id_self) == ([25], [501, 25], [])
+    assert TreeBuilder.match_self_torch_op(65, root) is mul
+    assert TreeBuilder.match_self_torch_op(40, root) is step
+    assert TreeBuilder.match_self_torch_op(5, root) is None
+    TreeBuilder.update_tree_node_info(200, root)  # outside every op: nothing changes
+    assert step.corr_id_total == [501, 25]
