@@ -286,3 +286,32 @@ def test_tree_builder_from_decoded_records():
     assert TreeBuilder.match_self_torch_op(5, root) is None
     TreeBuilder.update_tree_node_info(200, root)  # outside every op: nothing changes
     assert step.corr_id_total == [501, 25]
+
+
+def test_trace_events_of_decoded_records():
+    from torch_npu.profiler.analysis.prof_common_func._trace_event_manager import TraceEventManager
+
+    fixed = struct.pack("<3q4QB?", 1_234_567, 1_240_067, 3, 77, 5, 5, 5, 0, False)
+    (op,) = TLVDecoder.decode(_record(OP_RANGE, fixed, [(2, "aten::mm")]), TorchOpBean, len(fixed))
+    x = TraceEventManager.create_x_event(op, "cpu_op")
+    assert x == {"ph": "X", "name": "aten::mm", "pid": 77, "tid": 5, "ts": "1234.567", "dur": 5.5, "cat": "cpu_op",
+                 "args": {Constant.SEQUENCE_NUMBER: 3, Constant.FORWARD_THREAD_ID: 5}}
+    meta = TraceEventManager.create_m_event(77, {5: False, 9: True})
+    sorts = {(e["tid"], e["name"]): e["args"] for e in meta}
+    assert sorts[(0, Constant.PROCESS_NAME)] == {"name": "Python"}
+    assert sorts[(5, Constant.THREAD_SORT)] == {"sort_index": 5}
+    assert sorts[(9, Constant.THREAD_SORT)] == {"sort_index": 10}  # the dequeue thread goes last
+    assert sorts[(9, Constant.THREAD_NAME)] == {"name": "Thread 9"}
+    gc_meta = TraceEventManager.create_gc_m_event(77, 77)
+    assert [e["name"] for e in gc_meta][-2:] == [Constant.THREAD_NAME, Constant.THREAD_SORT]
+    assert gc_meta[2]["args"] == {"sort_index": TraceEventManager.GC_SORT_INDEX}
+    task = SimpleNamespace(pid=1, tid=2, ts=2_000_500)
+    s, f = TraceEventManager.create_torch_to_npu_flow(op, task)
+    assert (s["ph"], s["id"], s["ts"], s["tid"]) == ("s", 2_000_500, "1234.567", 5)
+    assert (f["ph"], f["id"], f["ts"], f["pid"]) == ("f", 2_000_500, "2000.500", 1)
+    fwd = {1: {"start": {"pid": 1, "tid": 1, "ts": 1000}, "end": {"pid": 1, "tid": 2, "ts": 3000}},
+           2: {"start": {"pid": 1, "tid": 1, "ts": 1000}, "end": {"pid": 1, "tid": 1, "ts": 2000}},
+           3: {"start": {"pid": 1, "tid": 1, "ts": 1000}}}
+    assert [(e["ph"], e["id"], e["ts"]) for e in TraceEventManager.create_fwd_flow(fwd)] == [
+        ("s", 1, "1.000"), ("f", 1, "3.000")]
+    assert TraceEventManager.get_pid_format(3, 2, 1) == (3 << 10) | (2 << 5) | 1

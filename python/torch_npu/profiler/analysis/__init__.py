@@ -14,7 +14,9 @@ what applies to both:
   rank) and its clock: system-counter values to monotonic ns, monotonic to wall-clock ns;
 * ``prof_common_func``: ``_tlv_decoder.TLVDecoder`` / ``_binary_decoder.BinaryDecoder`` (a
   FRAMEWORK file into beans), ``_file_manager.FileManager`` (the analysis's file writers and
-  size-limited readers), ``_path_manager.ProfilerPathManager`` (the FRAMEWORK and msprof
+  size-limited readers), ``_tree_builder.TreeBuilder`` (the host-op call tree of a thread and
+  the correlation ids of its enqueues), ``_trace_event_manager.TraceEventManager`` (the host
+  side's Chrome-trace events and flows), ``_path_manager.ProfilerPathManager`` (the FRAMEWORK and msprof
   ``PROF_*`` folders, profiler_info.json, ``host/info.json``), ``_cann_package_manager`` (which
   features the installed CANN toolkit's ``msprof`` offers), ``_db_manager`` (the SQLite access
   of the ``export_type="db"`` databases) and ``_constant``'s messages, record field names and

@@ -105,6 +105,12 @@ class Constant:
     VALUE = "value"
     MODULE_PARAM = "module parameter"
     OPTIMIZER_PARAM = "optimizer parameter"
+    # metadata events of a Chrome trace
+    PROCESS_NAME = "process_name"
+    PROCESS_LABEL = "process_labels"
+    PROCESS_SORT = "process_sort_index"
+    THREAD_NAME = "thread_name"
+    THREAD_SORT = "thread_sort_index"
     # task types and memory record components
     AI_CORE = "AI_CORE"
     PTA = "PTA"
