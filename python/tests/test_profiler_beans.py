@@ -315,3 +315,34 @@ def test_trace_events_of_decoded_records():
     assert [(e["ph"], e["id"], e["ts"]) for e in TraceEventManager.create_fwd_flow(fwd)] == [
         ("s", 1, "1.000"), ("f", 1, "3.000")]
     assert TraceEventManager.get_pid_format(3, 2, 1) == (3 << 10) | (2 << 5) | 1
+
+
+def test_communication_overlap_ranges_and_host_info():
+    import socket
+
+    from torch_npu.profiler.analysis.prof_common_func._host_info import get_host_info
+    from torch_npu.profiler.analysis.prof_common_func._time_range_calculator import (CommunicationTimeRange,
+                                                                                      RangeCaculator)
+
+    def comm(a, b):
+        return RangeCaculator.generate_time_range(a, b, CommunicationTimeRange)
+
+    def comp(a, b):
+        return RangeCaculator.generate_time_range(a, b)
+
+    def pairs(ranges):
+        return [(r.start_ts, r.end_ts) for r in ranges]
+
+    merged = RangeCaculator.merge_continuous_intervals([comp(10, 20), comp(20, 25), comp(1, 3), comp(2, 4)])
+    assert pairs(merged) == [(1, 4), (10, 25)]
+    assert RangeCaculator.merge_continuous_intervals([]) == []
+    # communication hidden under computation, partly hidden, and alone; a gap where nothing runs
+    pure, free = RangeCaculator.compute_pipeline_overlap(
+        [comm(12, 18), comm(25, 40), comm(38, 45), comm(60, 70)], [comp(10, 30), comp(33, 35)])
+    assert pairs(pure) == [(30, 33), (35, 45), (60, 70)]
+    assert pairs(free) == [(45, 60)]
+    assert RangeCaculator.compute_pipeline_overlap([], []) == ([], [])
+    pure, free = RangeCaculator.compute_pipeline_overlap([comm(0, 5)], [comp(5, 9)])  # touching: no gap
+    assert (pairs(pure), free) == ([(0, 5)], [])
+    info = get_host_info()
+    assert info["host_name"] == socket.gethostname() and info["host_uid"].isdigit() and info["host_uid"] != "0"

@@ -16,7 +16,8 @@ what applies to both:
   FRAMEWORK file into beans), ``_file_manager.FileManager`` (the analysis's file writers and
   size-limited readers), ``_tree_builder.TreeBuilder`` (the host-op call tree of a thread and
   the correlation ids of its enqueues), ``_trace_event_manager.TraceEventManager`` (the host
-  side's Chrome-trace events and flows), ``_path_manager.ProfilerPathManager`` (the FRAMEWORK and msprof
+  side's Chrome-trace events and flows), ``_time_range_calculator.RangeCaculator`` (pure
+  communication and free time of the overlap analysis), ``_host_info.get_host_info``, ``_path_manager.ProfilerPathManager`` (the FRAMEWORK and msprof
   ``PROF_*`` folders, profiler_info.json, ``host/info.json``), ``_cann_package_manager`` (which
   features the installed CANN toolkit's ``msprof`` offers), ``_db_manager`` (the SQLite access
   of the ``export_type="db"`` databases) and ``_constant``'s messages, record field names and
