@@ -346,3 +346,31 @@ def test_communication_overlap_ranges_and_host_info():
     assert (pairs(pure), free) == ([(0, 5)], [])
     info = get_host_info()
     assert info["host_name"] == socket.gethostname() and info["host_uid"].isdigit() and info["host_uid"] != "0"
+
+
+def test_db_id_managers():
+    from torch_npu.profiler.analysis.prof_common_func import _id_manager
+    from torch_npu.profiler.analysis.prof_common_func._constant import DbConstant
+
+    strings, chains, conns = _id_manager.Str2IdManager(), _id_manager.CallChainIdManager(), \
+        _id_manager.ConnectionIdManager()
+    saved = [(m, dict(vars(m))) for m in (strings, chains, conns)]
+    try:
+        for m in (strings, chains, conns):
+            m.__init__()
+        assert _id_manager.Str2IdManager() is strings  # one table per process
+        strings.set_start_id(100)
+        assert [strings.get_id_from_str(s) for s in ("a", "b", "a", "")] == [100, 101, 100, DbConstant.DB_INVALID_VALUE]
+        (op,) = TLVDecoder.decode(_record(OP_RANGE, struct.pack("<3q4QB?", 0, 1, 0, 1, 1, 1, 1, 0, False),
+                                          [(2, "aten::mm"), (8, "train.py(3): step;a")]), TorchOpBean, 58)
+        chain = chains.get_callchain_id_from_callstack(op.call_stack)
+        assert chains.get_all_callchain_id()[chain] == [[102, 0], [100, 1]]  # "a" had its id already
+        assert strings.get_all_string_2_id_data() == [[100, "a"], [101, "b"], [102, "train.py(3): step"]]
+        assert strings.get_all_string_2_id_data() == []
+        first = conns.get_id_from_connection_ids([7, 8])
+        assert conns.get_connection_ids_from_id(first) == [7, 8]
+        assert conns.get_connection_ids_from_id(first + 1) == [DbConstant.DB_INVALID_CONNECTION_ID]
+    finally:
+        for m, state in saved:
+            vars(m).clear()
+            vars(m).update(state)

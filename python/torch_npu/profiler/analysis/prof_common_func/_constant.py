@@ -172,3 +172,9 @@ def convert_us2ns(us, tail: str = "\t") -> int:
 
 def contact_2num(high_num: int, low_num: int) -> int:
     return high_num << 32 | low_num
+
+
+class DbConstant:
+    """Values of the ``export_type="db"`` databases."""
+    DB_INVALID_VALUE = 4294967295  # an id that names nothing (uint32 max)
+    DB_INVALID_CONNECTION_ID = -1
