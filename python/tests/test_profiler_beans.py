@@ -374,3 +374,36 @@ def test_db_id_managers():
         for m, state in saved:
             vars(m).clear()
             vars(m).update(state)
+
+
+def test_feature_manager_negotiation():
+    from torch_npu.profiler.analysis.prof_common_func._feature_manager import FeatureManager, FeatureName
+
+    def entry(component="PTA", comp_version="all", version="0", compat="0"):
+        return {Constant.AffectedComponent: component, Constant.AffectedComponentVersion: comp_version,
+                Constant.FeatureVersion: version, Constant.Compatibility: compat, Constant.InfoLog: ""}
+
+    mgr = FeatureManager()
+    assert FeatureManager() is mgr
+    try:
+        mgr.load_feature_info({
+            FeatureName.ATTR: entry(version="0"),  # same version as torch_npu's
+            "newer_compatible": entry(version="10", compat="1"),  # CANN newer, says compatible
+            "newer_breaking": entry(version="2"),
+            "other_component": entry(component="MindSpore"),
+            "other_version": entry(comp_version="2.1.0"),
+            "bad_version": entry(version="v1"),
+        })
+        assert mgr.is_supported_feature(FeatureName.ATTR)
+        assert mgr.is_supported_feature("newer_compatible")
+        assert not mgr.is_supported_feature("newer_breaking")
+        assert not mgr.is_supported_feature("other_component") and not mgr.is_supported_feature("other_version")
+        assert not mgr.is_supported_feature("bad_version") and not mgr.is_supported_feature("unknown")
+        mgr.fmkFeature["ours_newer"] = {Constant.FeatureVersion: "3", Constant.Compatibility: "1"}
+        mgr.load_feature_info({"ours_newer": entry(version="1")})
+        assert mgr.is_supported_feature("ours_newer")  # torch_npu newer, and compatible
+        with pytest.raises(TypeError, match="feature_info"):
+            mgr.load_feature_info(["attr"])
+    finally:
+        mgr.fmkFeature.pop("ours_newer", None)
+        mgr.clear()

@@ -105,6 +105,12 @@ class Constant:
     VALUE = "value"
     MODULE_PARAM = "module parameter"
     OPTIMIZER_PARAM = "optimizer parameter"
+    # feature negotiation with CANN (FeatureManager): keys of a feature's entry
+    AffectedComponent = "affectedComponent"
+    AffectedComponentVersion = "affectedComponentVersion"
+    Compatibility = "compatibility"
+    FeatureVersion = "featureVersion"
+    InfoLog = "infoLog"
     # metadata events of a Chrome trace
     PROCESS_NAME = "process_name"
     PROCESS_LABEL = "process_labels"
