@@ -407,3 +407,34 @@ def test_feature_manager_negotiation():
     finally:
         mgr.fmkFeature.pop("ours_newer", None)
         mgr.clear()
+
+
+def test_profiler_logger(tmp_path):
+    import logging
+    import os
+
+    from torch_npu.profiler.analysis.prof_common_func._log import ProfilerLogger
+
+    ProfilerLogger.destroy()
+    with pytest.raises(RuntimeError, match="not initialized"):
+        ProfilerLogger.get_instance()
+    try:
+        ProfilerLogger.init(str(tmp_path), "parse")
+        logger = ProfilerLogger.get_instance()
+        assert logger.name == "AscendProfiler_parse" and logger.level == logging.INFO and not logger.propagate
+        ProfilerLogger.init(str(tmp_path / "other"))  # once per process
+        assert ProfilerLogger.get_instance() is logger and not (tmp_path / "other").exists()
+        ProfilerLogger.set_level(logging.DEBUG)
+        assert {h.level for h in logger.handlers} == {logging.DEBUG}
+        logger.debug("decoded %d records", 3)
+        (log_file,) = (tmp_path / "logs").iterdir()
+        assert log_file.name.startswith("profiler_") and log_file.name.endswith(f"_{os.getpid()}_parse.log")
+        for h in logger.handlers:
+            h.flush()
+        text = log_file.read_text()
+        assert "[INFO] [AscendProfiler_parse:" in text and "decoded 3 records" in text
+    finally:
+        ProfilerLogger.destroy()
+    assert ProfilerLogger._instance is None and not logging.getLogger("AscendProfiler_parse").handlers
+    with pytest.raises(ValueError, match="output_dir"):
+        ProfilerLogger.init("")

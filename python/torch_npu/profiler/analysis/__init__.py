@@ -19,7 +19,8 @@ what applies to both:
   side's Chrome-trace events and flows), ``_time_range_calculator.RangeCaculator`` (pure
   communication and free time of the overlap analysis), ``_host_info.get_host_info``,
   ``_id_manager`` (the string / call-chain / connection id tables of the db export),
-  ``_feature_manager.FeatureManager`` (features agreed with CANN's feature table), ``_path_manager.ProfilerPathManager`` (the FRAMEWORK and msprof
+  ``_feature_manager.FeatureManager`` (features agreed with CANN's feature table),
+  ``_log.ProfilerLogger`` (the rotating ``logs/profiler_*.log`` of a parse), ``_path_manager.ProfilerPathManager`` (the FRAMEWORK and msprof
   ``PROF_*`` folders, profiler_info.json, ``host/info.json``), ``_cann_package_manager`` (which
   features the installed CANN toolkit's ``msprof`` offers), ``_db_manager`` (the SQLite access
   of the ``export_type="db"`` databases) and ``_constant``'s messages, record field names and
