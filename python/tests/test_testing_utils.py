@@ -319,3 +319,15 @@ def test_assert_equal_compares_storages_by_elements():
         tc.assertEqual(cpu.untyped_storage(), (cpu + 1).npu().untyped_storage())
     with pytest.raises(AssertionError):  # 12 bytes against 24
         tc.assertEqual(cpu.untyped_storage(), cpu.int().untyped_storage())
+
+
+def test_assert_equal_compares_dict_views_with_sequences_in_order():
+    tc = testcase.TestCase()
+    d = {"Model ID": "899", "Task ID": "9469", "Op Name": "MatMul"}
+    tc.assertEqual(d.keys(), list(d.keys()))  # torch_npu: iterables element by element
+    tc.assertEqual(d.values(), ("899", "9469", "MatMul"))
+    tc.assertEqual(d.items(), [("Model ID", "899"), ("Task ID", "9469"), ("Op Name", "MatMul")])
+    with pytest.raises(AssertionError):  # the order counts
+        tc.assertEqual(d.keys(), ["Task ID", "Model ID", "Op Name"])
+    with pytest.raises(AssertionError):
+        tc.assertEqual(d.keys(), ["Model ID", "Task ID"])

@@ -17,7 +17,7 @@ import os
 import random
 import warnings
 from contextlib import contextmanager
-from collections.abc import Sequence
+from collections.abc import ItemsView, KeysView, Sequence, ValuesView
 from numbers import Number
 
 import numpy as np
@@ -25,6 +25,8 @@ import torch
 from torch.testing._internal import common_utils as _torch_common_utils
 
 from .common_utils import set_npu_device
+
+_DICT_VIEWS = (KeysView, ValuesView, ItemsView)
 
 __all__ = ["TestCase", "run_tests"]
 
@@ -192,6 +194,11 @@ class TestCase(_torch_common_utils.TestCase):
             # torch_npu compares a 0-d array with a one-element one by value (unittest's ==):
             # assertEqual(torch.tensor([10]).numpy(), npu_sum.cpu().numpy()) passes there.
             x, y = x.reshape(()), y.reshape(())
+        if (isinstance(x, _DICT_VIEWS) or isinstance(y, _DICT_VIEWS)) and all(
+                isinstance(v, _DICT_VIEWS + (list, tuple)) for v in (x, y)):
+            # torch_npu compares two iterables element by element, in order:
+            # assertEqual(d.keys(), list(d.keys())) passes there.
+            x, y = list(x), list(y)
         if _is_storage(x) and _is_storage(y):
             # torch_npu compares storages element by element (bytes of an UntypedStorage),
             # on any devices: as tensors over them here.

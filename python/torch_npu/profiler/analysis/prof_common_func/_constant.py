@@ -7,7 +7,8 @@
   (``1459635878536856678`` -> ``"1459635878536856.678"``; a float would keep only ~0.25 µs
   of an epoch time), ``convert_ns2us_float``, ``convert_us2ns`` (the way back, from text or
   a number), ``contact_2num(high, low)`` (two 32-bit halves as one id).
-* ``Constant``: the names of torch_npu's profiling files and keys that this build writes.
+* ``Constant``: the names of torch_npu's profiling files and keys, of the fields of the
+  FRAMEWORK records (``prof_bean``) and the unit factors (``B_TO_KB``, ``KB_TO_MB``, ``B_TO_MB``).
 """
 import os
 import time
@@ -71,6 +72,60 @@ class Constant:
     # environment variables of the msprof command line tool
     MSPROF_STATIC_ENV = "PROFILER_SAMPLECONFIG"
     MSPROF_DYNAMIC_ENV = "PROFILING_MODE"
+    MAX_FILE_SIZE = 10 * 1024 ** 3  # files larger than this are not read (FileManager)
+    MAX_CSV_SIZE = 5 * 1024 ** 3  # CSV files larger than this are not read (FileManager.read_csv_file)
+    # profiler_info.json: common and experimental config keys
+    RANK_ID = "rank_id"
+    ACTIVITIES = "activities"
+    CPU_ACTIVITIES = "ProfilerActivity.CPU"
+    NPU_ACTIVITIES = "ProfilerActivity.NPU"
+    PROFILER_LEVEL = "_profiler_level"
+    AI_CORE_METRICS = "_aic_metrics"
+    L2_CACHE = "_l2_cache"
+    MSPROF_TX = "_msprof_tx"
+    OP_ATTR = "_op_attr"
+    DATA_SIMPLIFICATION = "_data_simplification"
+    SYS_IO = "_sys_io"
+    SYS_INTERCONNECTION = "_sys_interconnection"
+    EXPORT_TYPE = "_export_type"
+    # FRAMEWORK records (prof_bean): the fixed-size head of a TLV record, and the names of its fields
+    CONSTANT_BYTES = "constant_bytes"
+    SEQUENCE_NUMBER = "Sequence number"
+    FORWARD_THREAD_ID = "Fwd thread id"
+    OP_NAME = "op_name"
+    INPUT_DTYPES = "Input type"
+    INPUT_SHAPES = "Input Dims"
+    INPUT_TENSORS = "Input Tensors"
+    INPUT_TENSORLISTS = "Input TensorLists"
+    INPUT_SCALARS = "Input Scalars"
+    CALL_STACK = "Call stack"
+    MODULE_HIERARCHY = "Module Hierarchy"
+    FLOPS = "flops"
+    NAME = "name"
+    VALUE = "value"
+    MODULE_PARAM = "module parameter"
+    OPTIMIZER_PARAM = "optimizer parameter"
+    # feature negotiation with CANN (FeatureManager): keys of a feature's entry
+    AffectedComponent = "affectedComponent"
+    AffectedComponentVersion = "affectedComponentVersion"
+    Compatibility = "compatibility"
+    FeatureVersion = "featureVersion"
+    InfoLog = "infoLog"
+    # metadata events of a Chrome trace
+    PROCESS_NAME = "process_name"
+    PROCESS_LABEL = "process_labels"
+    PROCESS_SORT = "process_sort_index"
+    THREAD_NAME = "thread_name"
+    THREAD_SORT = "thread_sort_index"
+    # task types and memory record components
+    AI_CORE = "AI_CORE"
+    PTA = "PTA"
+    GE = "GE"
+    APP = "APP"
+    PTA_GE = "PTA+GE"
+    B_TO_KB = 1024.0
+    KB_TO_MB = 1024.0
+    B_TO_MB = 1024.0 ** 2
 
 
 def _print(level: str, message: str) -> None:
@@ -123,3 +178,9 @@ def convert_us2ns(us, tail: str = "\t") -> int:
 
 def contact_2num(high_num: int, low_num: int) -> int:
     return high_num << 32 | low_num
+
+
+class DbConstant:
+    """Values of the ``export_type="db"`` databases."""
+    DB_INVALID_VALUE = 4294967295  # an id that names nothing (uint32 max)
+    DB_INVALID_CONNECTION_ID = -1
