@@ -275,6 +275,12 @@ def test_npu_dtype_cast_custom_dtypes():
     assert torch.equal(e4m3.cpu().view(torch.uint8), x.to(torch.float8_e4m3fn).view(torch.uint8))
     with pytest.raises(NotImplementedError, match="torch_npu.float6_e3m2"):
         torch_npu.npu_dtype_cast(x.npu(), torch_npu.float6_e3m2)
+    # int4: pairs of values' low nibbles (op-plugin's test_dtype_cast_int4: [1, 2, 3, 4] -> [33, 67])
+    packed = torch_npu.npu_dtype_cast(torch.tensor([1, 2, 3, 4, -1, 7], dtype=torch.int32).npu(), dtype=torch_npu.int4,
+                                      input_dtype=torch.int32)
+    assert packed.dtype == torch.uint8 and packed.cpu().tolist() == [0x21, 0x43, 0x7F]
+    with pytest.raises(RuntimeError, match="last dim input shape must be divisible by 2"):
+        torch_npu.npu_dtype_cast(torch.ones(3, dtype=torch.int32).npu(), torch_npu.int4)
 
 
 def test_npu_quantize_to_hifloat8_and_float8():
@@ -318,8 +324,9 @@ def test_norm_quant_to_hifloat8_saturates():
                                                   dst_type=torch_npu.hifloat8)
     s = x + x2
     y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma
-    assert y1.dtype == torch.uint8 and y2.numel() == 0 and y2.dtype == torch.uint8
+    assert y1.dtype == torch.uint8 and y2.dtype == torch.uint8
     assert torch.equal(y1.cpu(), encode((y / scale).clamp(-32768, 32768)))
+    assert torch.equal(y2.cpu(), encode(y.clamp(-32768, 32768)))  # no scales2: scale 1
     with pytest.raises(RuntimeError, match="dst_dtype must be torch.int8, torch_npu.hifloat8"):
         torch_npu.npu_rms_norm_quant(x.npu(), gamma.npu(), beta.npu(), scale.npu(), offset.npu(),
                                      dst_dtype=torch.float16)

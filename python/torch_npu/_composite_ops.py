@@ -79,9 +79,16 @@ def _check(cond: bool, msg: str) -> None:
 @_op("npu_dtype_cast(Tensor self, int dtype, int? input_dtype=None) -> Tensor")
 def _npu_dtype_cast(self, dtype, input_dtype=None):
     """self (read as input_dtype when given: torch_npu.hifloat8 reads uint8 codes) converted to dtype
-    (a torch.dtype or a torch_npu dtype: torch_npu.hifloat8 gives uint8 codes)."""
+    (a torch.dtype or a torch_npu dtype: torch_npu.hifloat8 gives uint8 codes; torch_npu.int4 uint8
+    bytes of two values' low 4 bits along the last dimension, the first in the low nibble)."""
     if input_dtype is None and not _cdt.is_custom(dtype):
         return self.to(_dtype("npu_dtype_cast", "dtype", dtype))
+    if dtype == _cdt.DType.int4:
+        _check(self.dim() >= 1 and self.size(-1) % 2 == 0,
+               "The last dim input shape must be divisible by 2 if output dtype is torch_npu.float4_e2m1fn_x2, "
+               "torch_npu.float4_e1m2fn_x2 or torch_npu.int4")
+        nibbles = _cdt.values_of(self, input_dtype, "npu_dtype_cast", "input_dtype").to(torch.int64) & 0xF
+        return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).to(torch.uint8)
     return _cdt.cast(self, dtype, input_dtype, op="npu_dtype_cast", arg="dtype")
 
 
@@ -1459,8 +1466,9 @@ def _npu_rms_norm_quant(x, gamma, beta, scale, offset, epsilon=1e-6, *, dst_dtyp
      "bool div_mode=True, int? dst_type=None) -> (Tensor, Tensor, Tensor)")
 def _npu_add_rms_norm_quant(x1, x2, gamma, scales1, zero_points1, beta=None, scales2=None, zero_points2=None, *,
                             axis=-1, epsilon=1e-6, div_mode=True, dst_type=None):
-    """x = x1 + x2; y = RMSNorm(x) * gamma (+ beta) in float; y1 (and y2 when scales2 is given,
-    else empty) = round(y / scales + zero_points) as int8 (y * scales without div_mode); dst_type
+    """x = x1 + x2; y = RMSNorm(x) * gamma (+ beta) in float; y1 (and y2, with scale 1 when scales2
+    is None, as op-plugin's golden) = round(y / scales + zero_points) as int8 (y * scales without
+    div_mode), both in x's shape as torch_npu allocates them; dst_type
     torch_npu.hifloat8 / torch.float8_e5m2 / torch.float8_e4m3fn: the unrounded value saturated to the
     format's range and cast to it (HiFloat8: uint8 codes). Returns (y1, y2, x)."""
     name = "npu_add_rms_norm_quant"
@@ -1473,8 +1481,8 @@ def _npu_add_rms_norm_quant(x1, x2, gamma, scales1, zero_points1, beta=None, sca
     if beta is not None:
         y = y + beta.float()
     y1 = _quantize_to(y, scales1, zero_points1, div_mode, target, name)
-    y2 = (_quantize_to(y, scales2, zero_points2, div_mode, target, name) if scales2 is not None
-          else x.new_empty(0, dtype=y1.dtype))
+    y2 = _quantize_to(y, scales2 if scales2 is not None else torch.ones((), device=y.device), zero_points2,
+                      div_mode, target, name)
     return y1, y2, x
 
 
