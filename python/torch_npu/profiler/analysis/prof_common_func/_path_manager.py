@@ -37,6 +37,15 @@ def _entries(path) -> list:
     return os.listdir(os.path.realpath(path))
 
 
+def _first_dir(parent: str, pattern) -> str:
+    """The first sub-folder of ``parent`` whose name matches ``pattern``, else ``""``."""
+    for name in _entries(parent):
+        path = os.path.join(parent, name)
+        if pattern.match(name) and os.path.isdir(path):
+            return path
+    return ""
+
+
 def _existing(path: str) -> str:
     return path if os.path.exists(path) else ""
 
@@ -53,11 +62,7 @@ class ProfilerPathManager:
     @classmethod
     def get_cann_path(cls, profiler_path: str) -> str:
         """The ``PROF_<digits>_<digits>_<id>`` folder of ``profiler_path`` (msprof's output), else ``""``."""
-        for name in _entries(profiler_path):
-            path = os.path.join(profiler_path, name)
-            if _CANN_DIR.match(name) and os.path.isdir(path):
-                return path
-        return ""
+        return _first_dir(profiler_path, _CANN_DIR)
 
     @classmethod
     def get_info_file_path(cls, profiler_path: str) -> str:
@@ -121,12 +126,7 @@ class ProfilerPathManager:
     @classmethod
     def get_plt_dir_path(cls, profiler_path: str) -> str:
         """The ``PLATFORM_<n>`` folder of the run, else ``""``."""
-        pattern = re.compile(Constant.PLATFORM_ANALYSIS_DIR + r"_\d{1,20}")
-        for name in _entries(profiler_path):
-            path = os.path.join(profiler_path, name)
-            if pattern.match(name) and os.path.isdir(path):
-                return path
-        return ""
+        return _first_dir(profiler_path, re.compile(Constant.PLATFORM_ANALYSIS_DIR + r"_\d{1,20}"))
 
     @classmethod
     def _is_result_dir(cls, path: str) -> bool:

@@ -110,6 +110,18 @@ class _IDReference:
         self.allocation_id = allocation_id
 
 
+class _WithIds:
+    """A record with an ``id`` (_IDReference): its tensor and allocation ids."""
+
+    @property
+    def tensor_id(self) -> Optional[int]:
+        return self.id.tensor_id
+
+    @property
+    def allocation_id(self) -> Optional[int]:
+        return self.id.allocation_id
+
+
 class _RawTensorInfo:
     """A tensor or allocation seen by an event, for assigning the ids."""
 
@@ -123,7 +135,7 @@ class _RawTensorInfo:
         self.id_ref = id_ref
 
 
-class _TensorMetadata:
+class _TensorMetadata(_WithIds):
     def __init__(self, impl: int, ptr: Optional[int], dtype: str, dtype_size: int, sizes: List[int],
                  strides: List[int], device_type: int, device_index: int):
         self.impl = impl
@@ -135,14 +147,6 @@ class _TensorMetadata:
         self.device_type = device_type
         self.device_index = device_index
         self.id = _IDReference(None, None)
-
-    @property
-    def tensor_id(self) -> Optional[int]:
-        return self.id.tensor_id
-
-    @property
-    def allocation_id(self) -> Optional[int]:
-        return self.id.allocation_id
 
 
 def _ints(text: str) -> List[int]:
@@ -206,7 +210,7 @@ class _ExtraFields_TorchOp:
                                               bean.inputs.get(Constant.INPUT_SCALARS))
 
 
-class _ExtraFields_Allocation:
+class _ExtraFields_Allocation(_WithIds):
     """An allocation (``alloc_size`` > 0) or free (< 0), bytes, with the allocator's totals after it."""
 
     def __init__(self, bean: MemoryUseBean):
@@ -218,14 +222,6 @@ class _ExtraFields_Allocation:
         self.device_type = bean.device_type
         self.device_index = bean.device_index
         self.id = _IDReference(None, None)
-
-    @property
-    def tensor_id(self) -> Optional[int]:
-        return self.id.tensor_id
-
-    @property
-    def allocation_id(self) -> Optional[int]:
-        return self.id.allocation_id
 
 
 class _ModuleParam:

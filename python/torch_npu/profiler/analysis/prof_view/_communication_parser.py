@@ -17,7 +17,6 @@ from collections import defaultdict
 from ..prof_bean._torch_op_node import TorchOpNode
 from ..prof_common_func._constant import Constant, convert_us2ns, print_warn_msg
 from ..prof_common_func._file_manager import FileManager
-from ..prof_common_func._log import ProfilerLogger
 from ..prof_parse._cann_file_parser import CANNDataEnum, CANNFileParser
 from ..prof_parse._fwk_cann_relation_parser import FwkCANNRelationParser
 from ._base_parser import BaseParser
@@ -72,18 +71,11 @@ class CommunicationParser(BaseParser):
         return 0 if abs(divisor) < 1e-15 else round(dividend / divisor, 4)
 
     def run(self, deps_data: dict):
-        ProfilerLogger.init(self._profiler_path, "CommunicationParser")
-        self.logger = ProfilerLogger.get_instance()
-        self.logger.info("CommunicationParser start.")
-        try:
+        def work():
             self._init_step_list(deps_data)
             self.generate_view()
-        except Exception as err:
-            self.logger.error("Failed to generate communication.json or communication_matrix.json, error: %s",
-                              str(err), exc_info=True)
-            return Constant.FAIL, None
-        self.logger.info("CommunicationParser finish.")
-        return Constant.SUCCESS, None
+
+        return self._run_logged(work, "Failed to generate communication.json or communication_matrix.json")
 
     def generate_view(self) -> None:
         self.generate_communication(self._output_path)

@@ -12,7 +12,6 @@ from ..prof_bean._op_summary_bean import OpSummaryBean
 from ..prof_common_func._constant import Constant, convert_us2ns
 from ..prof_common_func._csv_headers import CsvHeaders
 from ..prof_common_func._file_manager import FileManager
-from ..prof_common_func._log import ProfilerLogger
 from ..prof_parse._cann_file_parser import CANNDataEnum, CANNFileParser
 from ..prof_parse._fwk_cann_relation_parser import FwkCANNRelationParser
 from ._base_parser import BaseParser
@@ -47,18 +46,12 @@ class KernelViewParser(BaseParser):
         return CsvHeaders.OP_SUMMARY_SHOW_HEADERS + [h for h in CsvHeaders.OP_SUMMARY_SHAPE_HEADERS if h in all_headers]
 
     def run(self, deps_data: dict):
-        ProfilerLogger.init(self._profiler_path, "KernelViewParser")
-        self.logger = ProfilerLogger.get_instance()
-        self.logger.info("KernelViewParser start.")
-        try:
+        def work():
             ProfilerConfig().load_info(self._profiler_path)
             self._init_step_range(deps_data)
             self.generate_view()
-        except Exception:
-            self.logger.exception("Failed to generate kernel_details.csv.")
-            return Constant.FAIL, None
-        self.logger.info("KernelViewParser finish.")
-        return Constant.SUCCESS, None
+
+        return self._run_logged(work, "Failed to generate kernel_details.csv")
 
     def _step_of(self, data: OpSummaryBean):
         start = _start_ns(data)

@@ -13,7 +13,6 @@ from ..prof_bean._npu_mem_bean import NpuMemoryBean
 from ..prof_common_func._constant import Constant, convert_ns2us_str
 from ..prof_common_func._csv_headers import CsvHeaders
 from ..prof_common_func._file_manager import FileManager
-from ..prof_common_func._log import ProfilerLogger
 from ..prof_common_func._path_manager import ProfilerPathManager
 from ..prof_parse._cann_file_parser import CANNDataEnum, CANNFileParser
 from ._base_parser import BaseParser
@@ -69,22 +68,15 @@ class MemoryViewParser(BaseParser):
         return [cur_record.row, total]
 
     def run(self, deps_data: dict):
-        ProfilerLogger.init(self._profiler_path, "MemoryViewParser")
-        self.logger = ProfilerLogger.get_instance()
-        self.logger.info("MemoryViewParser start.")
-        try:
+        def work():
             prepared = deps_data.get(Constant.MEMORY_PREPARE, {})
             self.memory_data = prepared.get("memory_data", {}).get(Constant.Text, [])
             self.pta_record_list = prepared.get("pta_record_list", [])
             device_ids = ProfilerPathManager.get_device_id(ProfilerPathManager.get_cann_path(self._profiler_path))
             self.device_index = device_ids[0] if len(device_ids) == 1 else -1
             self.generate_view()
-        except Exception as err:
-            self.logger.error("Failed to generate operator_memory.csv or memory_record.csv, error: %s", str(err),
-                              exc_info=True)
-            return Constant.FAIL, None
-        self.logger.info("MemoryViewParser finish.")
-        return Constant.SUCCESS, None
+
+        return self._run_logged(work, "Failed to generate operator_memory.csv or memory_record.csv")
 
     def generate_view(self) -> None:
         self._add_memory_from_cann()

@@ -16,7 +16,6 @@ from enum import Enum
 from ..prof_common_func._constant import Constant, convert_ns2us_float
 from ..prof_common_func._csv_headers import CsvHeaders
 from ..prof_common_func._file_manager import FileManager
-from ..prof_common_func._log import ProfilerLogger
 from ..prof_parse._cann_file_parser import CANNFileParser
 from ..prof_parse._fwk_cann_relation_parser import FwkCANNRelationParser
 from ..prof_parse._fwk_file_parser import FwkFileParser
@@ -157,18 +156,12 @@ class TraceStepTimeParser(BaseParser):
         FileManager.create_csv_file(output_path, rows, file_name, self.title)
 
     def run(self, deps_data: dict):
-        ProfilerLogger.init(self._profiler_path, "TraceStepTimeParser")
-        self.logger = ProfilerLogger.get_instance()
-        self.logger.info("TraceStepTimeParser start.")
-        try:
+        def work():
             self._init_step_range(deps_data)
             self.torch_op_data = deps_data.get(Constant.TORCH_OP_PARSER, [])
             self.generate_view()
-        except Exception as err:
-            self.logger.error("Failed to generate step_trace_time.csv, error: %s", str(err), exc_info=True)
-            return Constant.FAIL, None
-        self.logger.info("TraceStepTimeParser finish.")
-        return Constant.SUCCESS, None
+
+        return self._run_logged(work, "Failed to generate step_trace_time.csv")
 
     def generate_view(self) -> None:
         self.create_step_file(self._output_path, CANNFileParser(self._profiler_path).get_timeline_all_data(),

@@ -13,7 +13,6 @@ import os
 from .._profiler_config import ProfilerConfig
 from ..prof_common_func._constant import Constant
 from ..prof_common_func._file_manager import FileManager
-from ..prof_common_func._log import ProfilerLogger
 from ..prof_common_func._path_manager import ProfilerPathManager
 from ..prof_common_func._trace_event_manager import TraceEventManager
 from ..prof_common_func._tree_builder import TreeBuilder
@@ -52,10 +51,7 @@ class TraceViewParser(BaseParser):
                            for key in prune_config)]
 
     def run(self, deps_data: dict):
-        ProfilerLogger.init(self._profiler_path, "TraceViewParser")
-        self.logger = ProfilerLogger.get_instance()
-        self.logger.info("TraceViewParser start.")
-        try:
+        def work():
             ProfilerConfig().load_info(self._profiler_path)
             torch_op_node = deps_data.get(Constant.TREE_BUILD_PARSER, [])
             if torch_op_node:
@@ -65,11 +61,8 @@ class TraceViewParser(BaseParser):
             self._enqueue_data = task_queue_data.get(Constant.ENQUEUE_DATA, [])
             self._dequeue_data = task_queue_data.get(Constant.DEQUEUE_DATA, [])
             self.generate_view()
-        except Exception as err:
-            self.logger.error("Failed to generate trace_view.json, error: %s", str(err), exc_info=True)
-            return Constant.FAIL, None
-        self.logger.info("TraceViewParser finish.")
-        return Constant.SUCCESS, None
+
+        return self._run_logged(work, "Failed to generate trace_view.json")
 
     def generate_view(self) -> None:
         if not ProfilerPathManager.get_cann_path(self._profiler_path):

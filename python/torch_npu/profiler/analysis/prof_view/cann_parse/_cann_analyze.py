@@ -8,7 +8,6 @@ import subprocess
 
 from ..._profiler_config import ProfilerConfig
 from ...prof_common_func._constant import Constant, print_error_msg, print_warn_msg
-from ...prof_common_func._log import ProfilerLogger
 from ...prof_common_func._path_manager import ProfilerPathManager
 from .._base_parser import BaseParser
 
@@ -29,24 +28,17 @@ class CANNAnalyzeParser(BaseParser):
             print_warn_msg(f"Failed to analyze CANN {kind} Profiling data.")
 
     def run(self, deps_data: dict):
-        ProfilerLogger.init(self._profiler_path, "CANNAnalyzeParser")
-        self.logger = ProfilerLogger.get_instance()
-        self.logger.info("CANNAnalyzeParser start.")
-        try:
+        def work():
             ProfilerConfig().load_info(self._profiler_path)
             if not os.path.isdir(self._cann_path):
-                return Constant.SUCCESS, None
+                return
             if not self.msprof_path:
-                err_msg = "Export CANN Profiling data faile! msprof command not found!"
-                print_error_msg(err_msg)
-                raise RuntimeError(err_msg)
+                print_error_msg("Export CANN Profiling data faile! msprof command not found!")
+                raise RuntimeError("Export CANN Profiling data faile! msprof command not found!")
             if Constant.Db in self._export_type:
                 self._analyze(["--type=db"], "DB")
             if Constant.Text in self._export_type:
                 self._analyze([], "TEXT")
-        except Exception as err:
-            print_error_msg("Failed to analyze CANN Profiling data.")
-            self.logger.error("Failed to analyze CANN Profiling data, error: %s", str(err), exc_info=True)
-            return Constant.FAIL, None
-        self.logger.info("CANNAnalyzeParser finish.")
-        return Constant.SUCCESS, None
+
+        return self._run_logged(work, "Failed to analyze CANN Profiling data",
+                                on_error=lambda err: print_error_msg("Failed to analyze CANN Profiling data."))

@@ -51,13 +51,10 @@ class CANNExportParser(BaseParser):
             raise RuntimeError(f"Failed to export CANN {kind} Profiling data.")
 
     def run(self, deps_data: dict):
-        ProfilerLogger.init(self._profiler_path, "CANNExportParser")
-        self.logger = ProfilerLogger.get_instance()
-        self.logger.info("CANNExportParser start.")
-        try:
+        def work():
             ProfilerConfig().load_info(self._profiler_path)
             if not os.path.isdir(self._cann_path):
-                return Constant.SUCCESS, None
+                return
             self._check_msprof_environment()
             self._check_prof_data_size()
             start_time = datetime.now(tz=timezone.utc).astimezone()
@@ -65,14 +62,11 @@ class CANNExportParser(BaseParser):
                 self._export(["--type=db"], "DB")
             if Constant.Text in self._export_type:
                 self._export([], "TEXT")  # no --type: older msprof versions do not know it
-        except Exception as err:
-            print_error_msg(f"Failed to export CANN Profiling data. Error msg: {err}")
-            self.logger.exception("Failed to export CANN Profiling data")
-            return Constant.FAIL, None
-        print_info_msg(f"CANN profiling data parsed in a total time of "
-                       f"{datetime.now(tz=timezone.utc).astimezone() - start_time}")
-        self.logger.info("CANNExportParser finish.")
-        return Constant.SUCCESS, None
+            print_info_msg(f"CANN profiling data parsed in a total time of "
+                           f"{datetime.now(tz=timezone.utc).astimezone() - start_time}")
+
+        return self._run_logged(work, "Failed to export CANN Profiling data", on_error=lambda err: print_error_msg(
+            f"Failed to export CANN Profiling data. Error msg: {err}"))
 
     def _check_msprof_environment(self) -> None:
         self._check_msprof_profile_path_is_valid()

@@ -22,26 +22,15 @@ def _task_queue(deps_data: dict) -> tuple:
 
 
 class _FwkPreParser(BaseParser):
-    """Runs ``produce(deps_data)`` with the parse's log: start, finish, or the error and
-    (FAIL, ``FAIL_OUTPUT``)."""
-    FAIL_OUTPUT = None
+    """A parser whose run is ``produce(deps_data)`` in the parse's log; on an error it gives
+    (FAIL, ``_fail_output()``)."""
     ERROR = ""
 
-    def _logged_run(self, deps_data: dict):
-        name = type(self).__name__
-        ProfilerLogger.init(self._profiler_path, name)
-        self.logger = ProfilerLogger.get_instance()
-        self.logger.info("%s start.", name)
-        try:
-            output = self.produce(deps_data)
-        except Exception as err:
-            self.logger.error("%s, error: %s", self.ERROR, str(err), exc_info=True)
-            return Constant.FAIL, self.FAIL_OUTPUT
-        self.logger.info("%s finish.", name)
-        return Constant.SUCCESS, output
+    def _fail_output(self):
+        return None
 
     def run(self, deps_data: dict):
-        return self._logged_run(deps_data)
+        return self._run_logged(lambda: self.produce(deps_data), self.ERROR, self._fail_output())
 
     def produce(self, deps_data: dict):
         raise NotImplementedError
@@ -60,8 +49,16 @@ class TracePreParser(_FwkPreParser):
 
 
 class TreeBuildParser(_FwkPreParser):
-    FAIL_OUTPUT = []
     ERROR = "Failed to build torch op tree"
+
+    def __init__(self, name: str, param_dict: dict):
+        super().__init__(name, param_dict)
+        # its log is opened when it is made: the task manager runs it in a thread
+        ProfilerLogger.init(self._profiler_path, "TreeBuildParser")
+        self.logger = ProfilerLogger.get_instance()
+
+    def _fail_output(self):
+        return []
 
     def produce(self, deps_data: dict):
         enqueue_data, _ = _task_queue(deps_data)
@@ -72,8 +69,7 @@ class TreeBuildParser(_FwkPreParser):
 class TaskQueueParser(_FwkPreParser):
     ERROR = "Failed to get task queue data"
 
-    @property
-    def FAIL_OUTPUT(self):
+    def _fail_output(self):
         return {}
 
     def produce(self, deps_data: dict):
@@ -82,8 +78,10 @@ class TaskQueueParser(_FwkPreParser):
 
 
 class TorchOpParser(_FwkPreParser):
-    FAIL_OUTPUT = []
     ERROR = "Failed to get torch op tree"
+
+    def _fail_output(self):
+        return []
 
     def produce(self, deps_data: dict):
         return FwkFileParser(self._profiler_path).get_file_data_by_tag(FileTag.TORCH_OP)

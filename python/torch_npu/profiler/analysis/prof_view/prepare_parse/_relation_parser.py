@@ -14,8 +14,7 @@ class RelationParser(_FwkPreParser):
         super().__init__(name, param_dict)
         self._dequeue_data = []
 
-    @property
-    def FAIL_OUTPUT(self):
+    def _fail_output(self):
         return {}
 
     def produce(self, deps_data: dict):

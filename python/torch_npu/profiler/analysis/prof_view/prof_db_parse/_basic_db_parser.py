@@ -35,8 +35,7 @@ class BasicDbParser(BaseParser):
         self.logger = ProfilerLogger.get_instance()
 
     def run(self, deps_data: dict):
-        self.logger.info("BasicDbParser start.")
-        try:
+        def work():
             cann_db_path = self.get_cann_db_path()
             if cann_db_path:
                 shutil.move(cann_db_path, TorchDb().get_db_path())
@@ -45,11 +44,9 @@ class BasicDbParser(BaseParser):
             self.save_host_info_to_db()
             self.save_env_vars_info_to_db()
             self.save_profiler_metadata_to_db()
-        except Exception:
-            self.logger.exception("Failed to generate basic db file.")
-            return Constant.FAIL, ""
-        self.logger.info("BasicDbParser finish.")
-        return Constant.SUCCESS, ""
+            return ""
+
+        return self._run_logged(work, "Failed to generate basic db file", fail_output="")
 
     def _valid_db_in(self, folder: str) -> str:
         for file_name in os.listdir(folder):

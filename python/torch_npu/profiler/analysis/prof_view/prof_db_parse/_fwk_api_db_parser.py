@@ -56,17 +56,13 @@ class FwkApiDbParser(BaseParser):
         self.logger = ProfilerLogger.get_instance()
 
     def run(self, deps_data: dict):
-        self.logger.info("FwkApiDbParser start.")
-        try:
+        def work():
             self.init_db_connect()
             self.set_start_string_id()
             self.get_api_data_for_db(deps_data.get(Constant.DB_PRE_PARSER, {}))
             self.save_api_data_to_db()
-        except Exception:
-            self.logger.exception("Failed to generate framework api table")
-            return Constant.FAIL, None
-        self.logger.info("FwkApiDbParser finish.")
-        return Constant.SUCCESS, None
+
+        return self._run_logged(work, "Failed to generate framework api table")
 
     @staticmethod
     def _store_connection_ids(apis: list) -> None:
