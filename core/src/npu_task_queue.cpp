@@ -1,5 +1,6 @@
 #include "torch_npu/core/npu_task_queue.h"
 #include "torch_npu/core/npu_trace.h"
+#include "torch_npu/csrc/core/npu/register/OptionsManager.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -148,10 +149,7 @@ void collect_finished_kernels() {
 }
 
 bool task_queue_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TASK_QUEUE_ENABLE");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = c10_npu::option::OptionsManager::GetTaskQueueEnable() != 0;
   return enabled;
 }
 

@@ -28,6 +28,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include "torch_npu/csrc/core/npu/NPUFunctions.h"
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_error.h"
 #include "torch_npu/core/npu_stream.h"
@@ -115,7 +116,10 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
     aliases.store_untiled();
   });
   const bool async_ok = non_blocking && src.is_pinned();
-  if (!async_ok) stream.synchronize();
+  if (!async_ok) {
+    c10_npu::warn_or_error_on_sync();
+    stream.synchronize();
+  }
 }
 
 // npu -> host: waits for the stream unless non_blocking into pinned memory.
@@ -136,6 +140,7 @@ void copy_d2h(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
                           ACL_MEMCPY_DEVICE_TO_HOST));
   });
   if (non_blocking && dst.is_pinned() && direct) return;
+  c10_npu::warn_or_error_on_sync();
   stream.synchronize();
   if (!direct) dst.copy_(host);
 }
@@ -207,6 +212,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  c10_npu::warn_or_error_on_sync();
   getCurrentNPUStream(self.device().index()).synchronize();
   if (tiled_storage(self) != nullptr) {
     AliasMap aliases(self.device().index());
