@@ -173,7 +173,7 @@ def api_lib(tmp_path_factory):
     src.write_text(_API_CPP)
     so = tmp / "libapi.so"
     torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
-    cmd = [compiler, "-shared", "-fPIC", "-std=c++17", "-O0", "-I", INCLUDE]
+    cmd = [compiler, "-shared", "-fPIC", "-std=c++20", "-O0", "-I", INCLUDE]  # torch 2.14 headers need C++20
     for inc in torch.utils.cpp_extension.include_paths():
         cmd += ["-isystem", inc]
     cmd += [f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}", str(src), "-o", str(so),
