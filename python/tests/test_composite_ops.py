@@ -452,6 +452,149 @@ def test_lstm_cell_matches_torch():
     _close(out[7], torch.tanh(ref_c), rtol=1e-5, atol=1e-5)
 
 
+def _lstm_steps(x, w_ih, w_hh, b, h0, c0, lengths=None, reverse=False):
+    """torch's LSTM cell step by step (autograd records it); with lengths, a step t >= length of
+    a sequence keeps its state and outputs 0. Returns the [T, B, H] sequences y, h, c."""
+    h, c = h0[0], c0[0]
+    ys, hs, cs = [None] * len(x), [None] * len(x), [None] * len(x)
+    for t in (range(len(x) - 1, -1, -1) if reverse else range(len(x))):
+        hn, cn = torch._VF.lstm_cell(x[t], (h, c), w_ih, w_hh, b, torch.zeros_like(b))
+        if lengths is not None:
+            keep = (t < lengths)[:, None]
+            ys[t] = torch.where(keep, hn, torch.zeros_like(hn))
+            hn, cn = torch.where(keep, hn, h), torch.where(keep, cn, c)
+        else:
+            ys[t] = hn
+        h, c, hs[t], cs[t] = hn, cn, hn, cn
+    return torch.stack(ys), torch.stack(hs), torch.stack(cs)
+
+
+def test_npu_lstm_matches_torch_lstm():
+    steps, batch, features, hidden = 6, 3, 5, 4
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(features, hidden)
+    x, h0, c0 = torch.randn(steps, batch, features), torch.randn(1, batch, hidden), torch.randn(1, batch, hidden)
+    weight = torch.cat([lstm.weight_ih_l0.t(), lstm.weight_hh_l0.t()]).detach()  # [I + H, 4H]
+    bias = (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach()
+    out = torch_npu.npu_lstm(x.npu(), weight.npu(), bias.npu(), torch.zeros(0).npu(), h0.npu(), c0.npu(), True, 1, 0.0,
+                             True, False, False, False, False)
+    assert len(out) == 8 and all(t.shape == (steps, batch, hidden) for t in out)
+    y, (hn, cn) = lstm(x, (h0, c0))
+    _close(out[0], y.detach(), rtol=1e-5, atol=1e-5)
+    _close(out[1][-1:], hn.detach(), rtol=1e-5, atol=1e-5)
+    _close(out[2][-1:], cn.detach(), rtol=1e-5, atol=1e-5)
+    _close(out[1], y.detach(), rtol=1e-5, atol=1e-5)  # h at every step
+    # the gates: c_t = f c_{t-1} + i j, h_t = o tanh(c_t), tanh(c_t)
+    y_, h_, c_, i, j, f, o, tanh_c = (t.cpu() for t in out)
+    c_prev = torch.cat([c0, c_[:-1]])
+    _close(c_, f * c_prev + i * j, rtol=1e-5, atol=1e-5)
+    _close(h_, o * tanh_c, rtol=1e-5, atol=1e-5)
+    _close(tanh_c, torch.tanh(c_), rtol=1e-5, atol=1e-5)
+    # REDIRECTIONAL: the steps run backwards, outputs at their time index
+    rev = torch_npu.npu_lstm(x.npu(), weight.npu(), bias.npu(), torch.zeros(0).npu(), h0.npu(), c0.npu(), True, 1,
+                             0.0, True, False, False, False, True)
+    y_flip, (hn_flip, _) = lstm(x.flip(0), (h0, c0))
+    _close(rev[0], y_flip.flip(0).detach(), rtol=1e-5, atol=1e-5)
+    _close(rev[1][:1], hn_flip.detach(), rtol=1e-5, atol=1e-5)
+    # float16
+    half = torch_npu.npu_lstm(x.half().npu(), weight.half().npu(), bias.half().npu(), torch.zeros(0).npu(),
+                              h0.half().npu(), c0.half().npu(), True, 1, 0.0, True, False, False, False, False)
+    assert all(t.dtype == torch.float16 for t in half)
+    _close(half[0].float(), y.detach(), rtol=1e-2, atol=1e-2)
+
+
+def test_npu_lstm_sequence_mask_matches_packed_lstm():
+    steps, batch, features, hidden = 6, 3, 5, 4
+    torch.manual_seed(1)
+    lstm = torch.nn.LSTM(features, hidden, bidirectional=True)
+    lengths = torch.tensor([6, 4, 2], dtype=torch.int32)
+    x, h0, c0 = torch.randn(steps, batch, features), torch.randn(2, batch, hidden), torch.randn(2, batch, hidden)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths.long())
+    y_packed, (hn, cn) = lstm(packed, (h0, c0))
+    y, _ = torch.nn.utils.rnn.pad_packed_sequence(y_packed)
+    valid = (torch.arange(steps)[:, None] < lengths)[..., None]
+    float_mask = valid.expand(steps, batch, hidden).half()
+    for d, (suffix, reverse) in enumerate((("", False), ("_reverse", True))):
+        weight = torch.cat([getattr(lstm, "weight_ih_l0" + suffix).t(), getattr(lstm, "weight_hh_l0" + suffix).t()])
+        bias = getattr(lstm, "bias_ih_l0" + suffix) + getattr(lstm, "bias_hh_l0" + suffix)
+        for mask in (lengths, float_mask):  # int32 lengths [B] or a float16 mask [T, B, H]
+            out = torch_npu.npu_lstm(x.npu(), weight.detach().npu(), bias.detach().npu(), mask.npu(),
+                                     h0[d:d + 1].npu(), c0[d:d + 1].npu(), True, 1, 0.0, True, True, False, True,
+                                     reverse)
+            _close(out[0], y[..., d * hidden:(d + 1) * hidden].detach(), rtol=1e-5, atol=1e-5)  # 0 past a length
+            final = 0 if reverse else -1  # the states reach the last step unchanged past a length
+            _close(out[1][final], hn[d].detach(), rtol=1e-5, atol=1e-5)
+            _close(out[2][final], cn[d].detach(), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="seq_mask of sequence lengths must have 3"):
+        torch_npu.npu_lstm(x.npu(), weight.detach().npu(), bias.detach().npu(), lengths[:2].npu(), h0[:1].npu(),
+                           c0[:1].npu(), True, 1, 0.0, True, False, False, True, False)
+
+
+@pytest.mark.parametrize("reverse,masked", [(False, False), (True, False), (False, True), (True, True)])
+def test_npu_lstm_backward(reverse, masked):
+    steps, batch, features, hidden = 5, 3, 4, 6
+    g = torch.Generator().manual_seed(2)
+    x, w_ih, w_hh = (torch.randn(s, generator=g) for s in ((steps, batch, features), (4 * hidden, features),
+                                                          (4 * hidden, hidden)))
+    b, h0, c0 = torch.randn(4 * hidden, generator=g), torch.randn(1, batch, hidden), torch.randn(1, batch, hidden)
+    gy, gh, gc = (torch.randn(steps, batch, hidden, generator=g) for _ in range(3))
+    lengths = torch.tensor([5, 2, 3], dtype=torch.int32) if masked else None
+    leaves = [t.clone().requires_grad_() for t in (x, w_ih, w_hh, b, h0, c0)]
+    ys, hs, cs = _lstm_steps(*leaves, lengths=lengths, reverse=reverse)
+    ((ys * gy).sum() + (hs * gh).sum() + (cs * gc).sum()).backward()
+    ref = [leaves[0].grad, torch.cat([leaves[1].grad.t(), leaves[2].grad.t()]), leaves[3].grad, leaves[4].grad,
+           leaves[5].grad]
+    npu = [t.npu().requires_grad_() for t in (x, torch.cat([w_ih.t(), w_hh.t()]), b, h0, c0)]
+    mask = lengths.npu() if masked else torch.zeros(0).npu()
+    out = torch_npu.npu_lstm(npu[0], npu[1], npu[2], mask, npu[3], npu[4], True, 1, 0.0, True, False, False, masked,
+                             reverse)
+    _close(out[0].detach(), ys.detach(), rtol=1e-5, atol=1e-5)
+    _close(out[2].detach(), cs.detach(), rtol=1e-5, atol=1e-5)
+    assert all(not t.requires_grad for t in out[3:])  # the gates are not differentiable
+    ((out[0] * gy.npu()).sum() + (out[1] * gh.npu()).sum() + (out[2] * gc.npu()).sum()).backward()
+    for leaf, want in zip(npu, ref):
+        _close(leaf.grad, want, rtol=1e-4, atol=1e-4)
+
+
+def test_npu_lstm_backward_operator():
+    # npu_lstm_backward (DynamicRNNGrad): grady for every step, the last step of gradh and gradc
+    steps, batch, features, hidden = 4, 2, 3, 5
+    g = torch.Generator().manual_seed(3)
+    x, w_ih, w_hh = (torch.randn(s, generator=g) for s in ((steps, batch, features), (4 * hidden, features),
+                                                          (4 * hidden, hidden)))
+    b, h0, c0 = torch.randn(4 * hidden, generator=g), torch.randn(1, batch, hidden), torch.randn(1, batch, hidden)
+    gy, gh, gc = (torch.randn(steps, batch, hidden, generator=g) for _ in range(3))
+    leaves = [t.clone().requires_grad_() for t in (x, w_ih, w_hh, b, h0, c0)]
+    ys, hs, cs = _lstm_steps(*leaves)
+    ((ys * gy).sum() + (hs[-1] * gh[-1]).sum() + (cs[-1] * gc[-1]).sum()).backward()
+    weight = torch.cat([w_ih.t(), w_hh.t()])
+    out = torch_npu.npu_lstm(x.npu(), weight.npu(), b.npu(), torch.zeros(0).npu(), h0.npu(), c0.npu(), True, 1, 0.0,
+                             True, False, False, False, False)
+    grads = torch_npu.npu_lstm_backward(gy.npu(), gh.npu(), gc.npu(), x.npu(), weight.npu(), b.npu(), h0.npu(),
+                                        c0.npu(), *out)
+    want = [leaves[0].grad, torch.cat([leaves[1].grad.t(), leaves[2].grad.t()]), leaves[3].grad, leaves[4].grad,
+            leaves[5].grad]
+    assert [tuple(t.shape) for t in grads] == [tuple(t.shape) for t in want]
+    for got, expected in zip(grads, want):
+        _close(got, expected, rtol=1e-4, atol=1e-4)
+    # no gradient for the states: zeros there
+    grads = torch_npu.npu_lstm_backward(gy.npu(), None, None, x.npu(), weight.npu(), b.npu(), h0.npu(), c0.npu(),
+                                        *out)
+    assert grads[0].shape == x.shape
+
+
+def test_npu_lstm_shapes_and_errors():
+    x, w, b = torch.empty(7, 2, 3, device="meta"), torch.empty(3 + 4, 16, device="meta"), torch.empty(16, device="meta")
+    h = torch.empty(1, 2, 4, device="meta")
+    out = torch_npu.npu_lstm(x, w, b, torch.empty(0, device="meta"), h, h, True, 1, 0.0, True, False, False, False,
+                             False)
+    assert all(t.shape == (7, 2, 4) and t.device.type == "meta" for t in out)
+    with pytest.raises(RuntimeError, match=r"weight must be \[input_size \+ hidden_size, 4 \* hidden_size\]"):
+        torch_npu.npu_lstm(torch.randn(7, 2, 3).npu(), torch.randn(6, 16).npu(), torch.randn(16).npu(),
+                           torch.zeros(0).npu(), torch.randn(1, 2, 4).npu(), torch.randn(1, 2, 4).npu(), True, 1, 0.0,
+                           True, False, False, False, False)
+
+
 # ---- MoE gating / permutation / re-routing (references from op-plugin's formulas) -----------
 
 def test_moe_gating_top_k_softmax_v2():
@@ -974,6 +1117,106 @@ def test_rotated_overlaps():
         torch_npu.npu_rotated_overlaps(a[0].npu(), q[0].npu())
     with pytest.raises(RuntimeError, match="query_boxes"):
         torch_npu.npu_rotated_overlaps(a.npu(), q[..., :4].npu())
+
+
+def _corners(box):
+    x, y, w, h, t = box
+    c, s = math.cos(math.radians(t)), math.sin(math.radians(t))
+    return [(x + c * px - s * py, y + s * px + c * py)
+            for px, py in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))]
+
+
+def _threshold_area(box_a, box_b, v, e):
+    """Intersection area by CANN's RotatedIou rules, one box pair at a time in plain Python: corners
+    of each box inside the other (projections on two sides within [v, |side|^2 - v]), sides
+    crossing (products of cross products < e), ordered by angle around their mean."""
+    ca, cb = _corners(box_a), _corners(box_b)
+
+    def inside(p, box):
+        (ax, ay), (bx, by), (dx, dy) = box[0], box[1], box[3]
+        along_ab = (p[0] - ax) * (bx - ax) + (p[1] - ay) * (by - ay)
+        along_ad = (p[0] - ax) * (dx - ax) + (p[1] - ay) * (dy - ay)
+        return (v <= along_ab <= (bx - ax) ** 2 + (by - ay) ** 2 - v
+                and v <= along_ad <= (dx - ax) ** 2 + (dy - ay) ** 2 - v)
+
+    def cross(o, p, q):
+        return (p[0] - o[0]) * (q[1] - o[1]) - (p[1] - o[1]) * (q[0] - o[0])
+
+    points = [p for p in ca if inside(p, cb)] + [p for p in cb if inside(p, ca)]
+    for i in range(4):
+        a, b = ca[i], ca[(i + 1) % 4]
+        for j in range(4):
+            c, d = cb[j], cb[(j + 1) % 4]
+            if cross(a, c, d) * cross(b, c, d) < e and cross(c, a, b) * cross(d, a, b) < e:
+                denom = (b[0] - a[0]) * (d[1] - c[1]) - (b[1] - a[1]) * (d[0] - c[0])
+                if denom != 0:
+                    t = ((c[0] - a[0]) * (d[1] - c[1]) - (c[1] - a[1]) * (d[0] - c[0])) / denom
+                    points.append((a[0] + t * (b[0] - a[0]), a[1] + t * (b[1] - a[1])))
+    if len(points) < 3:
+        return 0.0
+    mx, my = sum(p[0] for p in points) / len(points), sum(p[1] for p in points) / len(points)
+    points.sort(key=lambda p: math.atan2(p[1] - my, p[0] - mx))
+    return 0.5 * abs(sum(points[i][0] * points[i - 1][1] - points[i - 1][0] * points[i][1]
+                         for i in range(len(points))))
+
+
+def _ratio(inter, denom):
+    return inter / (denom + 1e-6) if denom > 0 else 0.0
+
+
+def test_rotated_iou():
+    gen = torch.Generator().manual_seed(1)
+
+    def boxes(b, n):
+        return torch.cat([torch.rand(b, n, 2, generator=gen) * 10, torch.rand(b, n, 2, generator=gen) * 5 + 1,
+                          torch.rand(b, n, 1, generator=gen) * 360 - 180], -1)
+    a, q = boxes(2, 6), boxes(2, 4)
+    area = lambda box: box[2] * box[3]  # noqa: E731
+    inter = [[[_clip_area(x.tolist(), y.tolist()) for y in q[i]] for x in a[i]] for i in range(2)]
+    iou = torch.tensor([[[_ratio(inter[i][n][k], area(a[i, n]) + area(q[i, k]) - inter[i][n][k])
+                          for k in range(4)] for n in range(6)] for i in range(2)])
+    iof = torch.tensor([[[_ratio(inter[i][n][k], area(a[i, n])) for k in range(4)] for n in range(6)]
+                        for i in range(2)])
+    assert (iou > 0.01).sum() > 4 and (iou == 0).sum() > 4  # overlapping and disjoint pairs
+    out = torch_npu.npu_rotated_iou(a.npu(), q.npu())
+    assert out.shape == (2, 6, 4) and out.dtype == torch.float32
+    _close(out, iou, rtol=1e-4, atol=1e-5)
+    _close(torch_npu.npu_rotated_iou(a.npu(), q.npu(), mode=1), iof, rtol=1e-4, atol=1e-5)
+    # one-to-one: box n against query box n, [B, N]
+    pairs = torch_npu.npu_rotated_iou(a[:, :4].npu(), q.npu(), is_cross=False)
+    assert pairs.shape == (2, 4)
+    _close(pairs, iou[:, :4].diagonal(dim1=1, dim2=2), rtol=1e-4, atol=1e-5)
+    # trans: (x1, y1, x2, y2, angle); float16 in, float16 out
+    corner_form = lambda t: torch.cat([t[..., :2] - t[..., 2:4] / 2, t[..., :2] + t[..., 2:4] / 2, t[..., 4:]], -1)  # noqa: E731
+    _close(torch_npu.npu_rotated_iou(corner_form(a).npu(), corner_form(q).npu(), trans=True), iou,
+           rtol=1e-4, atol=1e-4)
+    half = torch_npu.npu_rotated_iou(a.half().npu(), q.half().npu())
+    assert half.dtype == torch.float16
+    _close(half.float(), iou, rtol=1e-2, atol=1e-2)
+    # squares [0, 2]^2 and [1, 3]^2 share [1, 2]^2: IoU 1 / 7; a box against itself: 1
+    sq = torch.tensor([[[1., 1., 2., 2., 0.]]]), torch.tensor([[[2., 2., 2., 2., 0.], [1., 1., 2., 2., 0.]]])
+    _close(torch_npu.npu_rotated_iou(sq[0].npu(), sq[1].npu()), torch.tensor([[[1 / (7 + 1e-6), 4 / (4 + 1e-6)]]]))
+    # the corners inside the other square project 2 (of |side|^2 = 4) along each side: a v_threshold above 2
+    # drops them (two crossings left: no area), one up to 2 keeps them
+    assert torch_npu.npu_rotated_iou(sq[0].npu(), sq[1][:, :1].npu(), v_threshold=2.5).item() == 0
+    _close(torch_npu.npu_rotated_iou(sq[0].npu(), sq[1][:, :1].npu(), v_threshold=1.5),
+           torch.tensor([[[1 / (7 + 1e-6)]]]))
+    # thresholds against the same rules in plain Python, box pair by box pair
+    for v, e in ((0.5, 0.0), (-0.5, 0.0), (0.0, 4.0), (-1.0, 25.0)):
+        want = torch.tensor([[[_ratio(s := _threshold_area(x.tolist(), y.tolist(), v, e), area(x) + area(y) - s)
+                               for y in q[i]] for x in a[i]] for i in range(2)])
+        got = torch_npu.npu_rotated_iou(a.npu(), q.npu(), v_threshold=v, e_threshold=e)
+        _close(got, want, rtol=1e-3, atol=1e-4)
+    plain = torch.tensor([[[_ratio(s := _threshold_area(x.tolist(), y.tolist(), 0.0, 0.0), area(x) + area(y) - s)
+                            for y in q[i]] for x in a[i]] for i in range(2)])
+    _close(plain, iou, rtol=1e-4, atol=1e-5)  # the rules at 0 thresholds: the exact intersection
+    assert not torch.allclose(torch_npu.npu_rotated_iou(a.npu(), q.npu(), v_threshold=0.5).cpu(), iou)
+    with pytest.raises(RuntimeError, match="must be 3-D"):
+        torch_npu.npu_rotated_iou(a[0].npu(), q[0].npu())
+    with pytest.raises(RuntimeError, match="mode must be 0"):
+        torch_npu.npu_rotated_iou(a.npu(), q.npu(), mode=2)
+    with pytest.raises(RuntimeError, match="is_cross=False"):
+        torch_npu.npu_rotated_iou(a.npu(), q.npu(), is_cross=False)
 
 
 def test_batch_nms():

@@ -304,3 +304,117 @@ def _w_all_gather_base_mm(rank, world, port):
 
 def test_all_gather_base_mm():
     _spawn(_w_all_gather_base_mm, 2)
+
+
+def _mm_ar_inputs(rank, shape=(4, 32), n=8):
+    """Per-rank float and int8 operands of npu_mm_all_reduce_base, the same on every call."""
+    g = torch.Generator().manual_seed(200 + rank)
+    k = shape[-1]
+    return {"x": torch.randn(*shape, generator=g), "w": torch.randn(k, n, generator=g),
+            "xq": torch.randint(-8, 8, shape, generator=g, dtype=torch.int8),
+            "wq": torch.randint(-8, 8, (k, n), generator=g, dtype=torch.int8)}
+
+
+def _w_mm_all_reduce_base(rank, world, port):
+    dev = _init(rank, world, port)
+    hcom = dist.distributed_c10d._get_default_group()._get_backend(dev).get_hccl_comm_name(rank)
+    mine = _mm_ar_inputs(rank)
+    every = [_mm_ar_inputs(r) for r in range(world)]
+    g = torch.Generator().manual_seed(5)  # operands shared by the ranks
+    bias, x3 = torch.randn(8, generator=g), torch.randn(4, 8, generator=g)
+
+    def close(out, want, dtype, tol):
+        assert out.dtype == dtype and out.device == dev and out.shape == want.shape
+        torch.testing.assert_close(out.cpu().float(), want, rtol=tol, atol=tol)
+
+    # float16 / bfloat16: the sum of every rank's x1 @ x2 + bias + x3
+    for dtype in (torch.float16, torch.bfloat16):
+        out = torch_npu.npu_mm_all_reduce_base(mine["x"].to(dtype).to(dev), mine["w"].to(dtype).to(dev), hcom,
+                                               reduce_op="sum", bias=bias.to(dtype).to(dev), x3=x3.to(dtype).to(dev))
+        want = sum(e["x"].to(dtype).float() @ e["w"].to(dtype).float() + bias.to(dtype).float()
+                   + x3.to(dtype).float() for e in every)
+        close(out, want, dtype, 5e-2)
+    # 3-D x1 [b, s, k]
+    x3d = _mm_ar_inputs(rank, (2, 3, 32))["x"].half()
+    out = torch_npu.npu_mm_all_reduce_base(x3d.to(dev), mine["w"].half().to(dev), hcom, comm_mode="aiv")
+    want = sum(_mm_ar_inputs(r, (2, 3, 32))["x"].half().float() @ e["w"].half().float() for r, e in enumerate(every))
+    close(out, want, torch.float16, 5e-2)
+    # weight quantisation: x1 @ ((x2 + offset) * scale), per column, then per group of 32 rows of k
+    scale, offset = torch.rand(8, generator=g) * 0.1, torch.randn(8, generator=g)
+    out = torch_npu.npu_mm_all_reduce_base(mine["x"].half().to(dev), mine["wq"].to(dev), hcom,
+                                           antiquant_scale=scale.half().to(dev), antiquant_offset=offset.half().to(dev))
+    want = sum(e["x"].half().float() @ ((e["wq"].float() + offset.half().float()) * scale.half().float())
+               for e in every)
+    close(out, want, torch.float16, 5e-2)
+    xk, wk = _mm_ar_inputs(rank, (4, 64))["x"].half(), _mm_ar_inputs(rank, (4, 64))["wq"]
+    gscale = torch.rand(2, 8, generator=g) * 0.1  # [ceil(k / 32), n]
+    out = torch_npu.npu_mm_all_reduce_base(xk.to(dev), wk.to(dev), hcom, antiquant_scale=gscale.half().to(dev),
+                                           antiquant_group_size=32)
+    want = sum(_mm_ar_inputs(r, (4, 64))["x"].half().float()
+               @ (_mm_ar_inputs(r, (4, 64))["wq"].float() * gscale.half().float().repeat_interleave(32, 0))
+               for r in range(world))
+    close(out, want, torch.float16, 5e-2)
+    # int8 x int8: (x1 @ x2 + int32 bias) * dequant_scale [* pertoken_scale], float16 (bfloat16 scales: bfloat16)
+    dq, ibias = torch.rand(8, generator=g) * 0.01 + 0.001, torch.randint(-50, 50, (8,), generator=g, dtype=torch.int32)
+    pertoken = torch.rand(4, generator=g) + 0.5
+    exact = [e["xq"].long() @ e["wq"].long() + ibias.long() for e in every]
+    out = torch_npu.npu_mm_all_reduce_base(mine["xq"].to(dev), mine["wq"].to(dev), hcom, bias=ibias.to(dev),
+                                           dequant_scale=dq.to(dev), pertoken_scale=pertoken.to(dev))
+    close(out, sum(s.double() * dq.double() * pertoken.double()[:, None] for s in exact).float(), torch.float16, 1e-2)
+    out = torch_npu.npu_mm_all_reduce_base(mine["xq"].to(dev), mine["wq"].to(dev), hcom, bias=ibias.to(dev),
+                                           dequant_scale=dq.bfloat16().to(dev))
+    close(out, sum(s.double() * dq.bfloat16().double() for s in exact).float(), torch.bfloat16, 2e-2)
+    packed = torch_npu.npu_trans_quant_param(dq.to(dev))  # int64, the float32 scale truncated to 19 bits
+    out = torch_npu.npu_mm_all_reduce_base(mine["xq"].to(dev), mine["wq"].to(dev), hcom, dequant_scale=packed)
+    close(out, sum((e["xq"].long() @ e["wq"].long()).double() * dq.double() for e in every).float(), torch.float16,
+          1e-2)
+    # int8 communication: each rank's result / s1 rounded to int8, summed, * s1 / s2 rounded to int8, * s2
+    s1, s2 = torch.full((1, 8), 0.0625).half(), torch.full((1, 8), 0.125).half()
+    out = torch_npu.npu_mm_all_reduce_base(mine["xq"].to(dev), mine["wq"].to(dev), hcom, dequant_scale=dq.to(dev),
+                                           comm_quant_scale_1=s1.to(dev), comm_quant_scale_2=s2.to(dev))
+    parts = [((e["xq"].int() @ e["wq"].int()).float() * dq).half().float() for e in every]  # each rank's float16
+    q1 = sum(torch.round(p / 0.0625).clamp(-128, 127) for p in parts)
+    want = torch.round(q1 * 0.5).clamp(-128, 127) * 0.125
+    assert want.abs().max() > 1 and not torch.equal(want, sum(parts))  # the int8 steps show
+    close(out, want, torch.float16, 0)
+    # errors
+    x16, w16 = mine["x"].half().to(dev), mine["w"].half().to(dev)
+    with pytest.raises(RuntimeError, match="reduce_op only supports 'sum'"):
+        torch_npu.npu_mm_all_reduce_base(x16, w16, hcom, reduce_op="max")
+    with pytest.raises(RuntimeError, match="comm_turn only supports 0"):
+        torch_npu.npu_mm_all_reduce_base(x16, w16, hcom, comm_turn=1)
+    with pytest.raises(RuntimeError, match="no hccl process group"):
+        torch_npu.npu_mm_all_reduce_base(x16, w16, "nonexistent")
+    with pytest.raises(RuntimeError, match="K of x1 and x2 should be same"):
+        torch_npu.npu_mm_all_reduce_base(x16, w16[:16], hcom)
+    with pytest.raises(RuntimeError, match="x3 with shape"):
+        torch_npu.npu_mm_all_reduce_base(x16, w16, hcom, x3=x3[:2].half().to(dev))
+    with pytest.raises(RuntimeError, match="antiquantScale, antiquantOffset and dequantScale should all be null"):
+        torch_npu.npu_mm_all_reduce_base(x16, w16, hcom, dequant_scale=dq.to(dev))
+    with pytest.raises(RuntimeError, match="should both be null or not null"):
+        torch_npu.npu_mm_all_reduce_base(mine["xq"].to(dev), mine["wq"].to(dev), hcom, dequant_scale=dq.to(dev),
+                                         comm_quant_scale_1=s1.to(dev))
+    with pytest.raises(NotImplementedError, match="Ascend950"):
+        torch_npu.npu_mm_all_reduce_base(x16, w16, hcom, x1_dtype=torch.float8_e4m3fn)
+    dist.destroy_process_group()
+
+
+def test_mm_all_reduce_base():
+    _spawn(_w_mm_all_reduce_base, 2)
+
+
+def test_mm_all_reduce_base_meta_needs_no_group():
+    # shapes and dtypes alone (meta tensors, FakeTensorMode, torch.compile): no process group is looked up
+    x1, x2 = torch.empty(2, 3, 16, dtype=torch.float16, device="meta"), torch.empty(16, 8, dtype=torch.float16,
+                                                                                  device="meta")
+    out = torch_npu.npu_mm_all_reduce_base(x1, x2, "no such group")
+    assert out.shape == (2, 3, 8) and out.dtype == torch.float16 and out.device.type == "meta"
+    q1, q2 = torch.empty(4, 16, dtype=torch.int8, device="meta"), torch.empty(16, 8, dtype=torch.int8, device="meta")
+    out = torch_npu.npu_mm_all_reduce_base(q1, q2, "g", dequant_scale=torch.empty(8, dtype=torch.bfloat16,
+                                                                                  device="meta"))
+    assert out.shape == (4, 8) and out.dtype == torch.bfloat16
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        out = torch_npu.npu_mm_all_reduce_base(torch.empty(4, 16, dtype=torch.float16, device="npu"),
+                                               torch.empty(16, 8, dtype=torch.float16, device="npu"), "fake group")
+        assert out.shape == (4, 8) and out.device.type == "npu"

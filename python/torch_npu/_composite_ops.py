@@ -649,6 +649,181 @@ def _npu_lstm_cell(input, w_ih, w_hh, h, c, b_ih=None, b_hh=None):
     return h_next, h_next, c_next, i, g, f, o, tanh_c
 
 
+def _lstm_mask(name, seq_mask, steps, batch, hidden):
+    """npu_lstm's seq_mask (with flag_seq) as a float32 [T, B, H] mask: an int32 [B] holds each
+    sequence's length, a float16 / float32 [T, B, H] the mask itself."""
+    if seq_mask.dim() == 1 and not seq_mask.is_floating_point():
+        _check(seq_mask.numel() == batch, f"{name}: seq_mask of sequence lengths must have {batch} entries "
+                                          f"(one per batch row), got {list(seq_mask.shape)}")
+        steps_ = torch.arange(steps, device=seq_mask.device)
+        valid = steps_[:, None] < seq_mask.to(torch.int64)[None, :]
+        return valid.to(torch.float32)[..., None].expand(steps, batch, hidden)
+    _check(seq_mask.is_floating_point() and list(seq_mask.shape) == [steps, batch, hidden],
+           f"{name}: seq_mask must be the int32 sequence lengths [{batch}] or a float mask "
+           f"[{steps}, {batch}, {hidden}], got {seq_mask.dtype} {list(seq_mask.shape)}")
+    return seq_mask.float()
+
+
+def _lstm_check(name, input, weight, bias, h, c):
+    """(T, B, input size I, hidden size H) of npu_lstm's arguments, checked."""
+    _check(input.dim() == 3, f"{name}: input must be [T, B, I] (time major), got {list(input.shape)}")
+    steps, batch, features = input.shape
+    _check(bias.dim() == 1 and bias.numel() % 4 == 0 and bias.numel() > 0,
+           f"{name}: bias must be 1-D [4 * hidden_size], got {list(bias.shape)}")
+    hidden = bias.numel() // 4
+    _check(list(weight.shape) == [features + hidden, 4 * hidden],
+           f"{name}: weight must be [input_size + hidden_size, 4 * hidden_size] = "
+           f"[{features + hidden}, {4 * hidden}] (w_ih and w_hh transposed and stacked), got {list(weight.shape)}")
+    for arg, t in (("h", h), ("c", c)):
+        _check(t.numel() == batch * hidden and t.size(-1) == hidden,
+               f"{name}: {arg} must be the initial state [1, {batch}, {hidden}], got {list(t.shape)}")
+    return steps, batch, features, hidden
+
+
+def _lstm_run(input, weight, bias, mask, h, c, reverse):
+    """npu_lstm's recurrence in float32 (DynamicRNN, gate order i, f, j, o): per step t (T - 1
+    down to 0 when reverse) gates = x_t W_x + h W_h + b; c_t = f c + i j; h_t = o tanh(c_t).
+    With a mask m_t: c_t = c + m (c_t - c), y_t = m o tanh(c_t), h_t = h + m (y_t - h).
+    Returns the float32 [T, B, H] sequences (y, h, c, i, j, f, o, tanh(c))."""
+    steps, batch, features = input.shape
+    hidden = bias.numel() // 4
+    w = weight.float()
+    w_x, w_h = w[:features], w[features:]
+    projected = (input.float().reshape(steps * batch, features) @ w_x + bias.float()).reshape(steps, batch, -1)
+    h_prev, c_prev = h.float().reshape(batch, hidden), c.float().reshape(batch, hidden)
+    outs = [[None] * steps for _ in range(8)]
+    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+        i, f, j, o = (projected[t] + h_prev @ w_h).chunk(4, -1)
+        i, f, j, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(j), torch.sigmoid(o)
+        c_t = f * c_prev + i * j
+        if mask is not None:
+            c_t = c_prev + mask[t] * (c_t - c_prev)
+        tanh_c = torch.tanh(c_t)
+        y_t = o * tanh_c
+        h_t = y_t
+        if mask is not None:
+            y_t = y_t * mask[t]
+            h_t = h_prev + mask[t] * (y_t - h_prev)
+        for seq, value in zip(outs, (y_t, h_t, c_t, i, j, f, o, tanh_c)):
+            seq[t] = value
+        h_prev, c_prev = h_t, c_t
+    return tuple(torch.stack(seq) for seq in outs)
+
+
+def _lstm_grad(grad_y, grad_h, grad_c, input, weight, mask, h0, c0, h_out, c_out, i, j, f, o, tanh_c, reverse):
+    """Backpropagation through npu_lstm's recurrence from its saved sequences: gradients of the
+    outputs y, h, c ([T, B, H] each, or None) -> (input, weight, bias, h0, c0) gradients, float32."""
+    steps, batch, features = input.shape
+    hidden = h_out.size(-1)
+    w = weight.float()
+    w_x, w_h = w[:features], w[features:]
+    h0, c0 = h0.float().reshape(batch, hidden), c0.float().reshape(batch, hidden)
+    h_out, c_out, i, j, f, o, tanh_c = (t.float() for t in (h_out, c_out, i, j, f, o, tanh_c))
+    d_gates = [None] * steps
+    dh, dc = h0.new_zeros(batch, hidden), c0.new_zeros(batch, hidden)
+    for t in (range(steps) if reverse else range(steps - 1, -1, -1)):
+        prev = t + 1 if reverse else t - 1
+        c_prev = c_out[prev] if 0 <= prev < steps else c0
+        if grad_h is not None:
+            dh = dh + grad_h[t].float()
+        if grad_c is not None:
+            dc = dc + grad_c[t].float()
+        gy = grad_y[t].float() if grad_y is not None else None
+        m = mask[t] if mask is not None else None
+        # h_t = y_t = o tanh(c_t) (masked: y_t = m o tanh(c_t), h_t = h + m (y_t - h))
+        d_out = dh if m is None else m * m * dh
+        if gy is not None:
+            d_out = d_out + (gy if m is None else m * gy)
+        dh_pass = None if m is None else (1 - m) * dh
+        dc = dc + d_out * o[t] * (1 - tanh_c[t] * tanh_c[t])
+        dc_new, dc_pass = (dc, None) if m is None else (m * dc, (1 - m) * dc)
+        d_gates[t] = torch.cat([dc_new * j[t] * i[t] * (1 - i[t]), dc_new * c_prev * f[t] * (1 - f[t]),
+                                dc_new * i[t] * (1 - j[t] * j[t]), d_out * tanh_c[t] * o[t] * (1 - o[t])], -1)
+        dh = d_gates[t] @ w_h.t()
+        dc = dc_new * f[t]
+        if m is not None:
+            dh, dc = dh + dh_pass, dc + dc_pass
+    d_gates = torch.stack(d_gates).reshape(steps * batch, 4 * hidden)
+    h_prevs = torch.cat([h_out[1:], h0[None]]) if reverse else torch.cat([h0[None], h_out[:-1]])
+    rows = torch.cat([input.float().reshape(steps * batch, features), h_prevs.reshape(steps * batch, hidden)], 1)
+    d_input = (d_gates @ w_x.t()).reshape(steps, batch, features)
+    return d_input, rows.t() @ d_gates, d_gates.sum(0), dh, dc
+
+
+@_op("npu_lstm(Tensor input, Tensor weight, Tensor bias, Tensor seq_mask, Tensor h, Tensor c, bool has_biases, "
+     "int num_layers, float dropout, bool train, bool bidirectional, bool batch_first, bool flag_seq, bool direction) "
+     "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)", keys=("CompositeExplicitAutograd",))
+def _npu_lstm(input, weight, bias, seq_mask, h, c, has_biases, num_layers, dropout, train, bidirectional,
+              batch_first, flag_seq, direction):
+    """One LSTM layer over a time-major sequence (CANN's DynamicRNN, as torch_npu's nn.LSTM runs
+    each layer and direction): input [T, B, I], weight [I + H, 4H] (w_ih and w_hh transposed and
+    stacked: cat([w_ih.t(), w_hh.t()])), bias [4H] (b_ih + b_hh; always added: pass zeros without
+    biases), initial states h, c [1, B, H]; gate columns in torch's i, f, g (here j), o order.
+    flag_seq: seq_mask masks the steps (int32 lengths [B] or a float mask [T, B, H]): a masked step
+    keeps the states and outputs y = 0. direction: REDIRECTIONAL, the steps run from T - 1 down
+    to 0 (outputs stay at their time index). has_biases, num_layers, dropout, bidirectional and
+    batch_first describe the calling module and do not change this single layer (as in torch_npu).
+    Returns (y, h, c, i, j, f, o, tanh(c)), each [T, B, H] (h and c at every step) in input's
+    dtype, computed in float32. Differentiable in input, weight, bias, h and c through y, h and c
+    (npu_lstm_backward's computation); the gate outputs are not differentiable."""
+    name = "npu_lstm"
+    steps, batch, _, hidden = _lstm_check(name, input, weight, bias, h, c)
+    mask = _lstm_mask(name, seq_mask, steps, batch, hidden) if flag_seq else None
+    return tuple(t.to(input.dtype) for t in _lstm_run(input, weight, bias, mask, h, c, bool(direction)))
+
+
+def _npu_lstm_setup_context(ctx, inputs, output):
+    input, weight, bias, seq_mask, h, c = inputs[:6]
+    ctx.flag_seq, ctx.direction = bool(inputs[12]), bool(inputs[13])
+    ctx.mark_non_differentiable(*output[3:])
+    ctx.save_for_backward(input, weight, bias, seq_mask, h, c, *output[1:])
+
+
+def _npu_lstm_backward_formula(ctx, grad_y, grad_h, grad_c, *_):
+    input, weight, bias, seq_mask, h, c, h_out, c_out, i, j, f, o, tanh_c = ctx.saved_tensors
+    steps, batch, hidden = h_out.shape
+    mask = _lstm_mask("npu_lstm", seq_mask, steps, batch, hidden) if ctx.flag_seq else None
+    dx, dw, db, dh, dc = _lstm_grad(grad_y, grad_h, grad_c, input, weight, mask, h, c, h_out, c_out, i, j, f, o,
+                                    tanh_c, ctx.direction)
+    return (dx.to(input.dtype), dw.to(weight.dtype), db.to(bias.dtype), None, dh.reshape(h.shape).to(h.dtype),
+            dc.reshape(c.shape).to(c.dtype)) + (None,) * 8
+
+
+torch.library.register_autograd("npu::npu_lstm", _npu_lstm_backward_formula, setup_context=_npu_lstm_setup_context,
+                                lib=_lib)
+
+
+@_op("npu_lstm_backward(Tensor? grady, Tensor? gradh, Tensor? gradc, Tensor input, Tensor weight, Tensor bias, "
+     "Tensor hx, Tensor cx, Tensor y_output, Tensor h_output, Tensor c_output, Tensor i, Tensor j, Tensor f, "
+     "Tensor o, Tensor tanhc) -> (Tensor, Tensor, Tensor, Tensor, Tensor)", keys=("CompositeExplicitAutograd",))
+def _npu_lstm_backward(grady, gradh, gradc, input, weight, bias, hx, cx, y_output, h_output, c_output, i, j, f, o,
+                       tanhc):
+    """The gradients (input, weight, bias, hx, cx) of an unmasked, forward-direction npu_lstm
+    from its outputs (CANN's DynamicRNNGrad): grady [T, B, H] for every step; of gradh and gradc
+    only the last step (the final states) is used, as torch_npu's kernel does. hx, cx [1, B, H];
+    the gradients of hx and cx come back [1, B, H]."""
+    name = "npu_lstm_backward"
+    steps, batch, _, hidden = _lstm_check(name, input, weight, bias, hx, cx)
+    for arg, t in (("grady", grady), ("gradh", gradh), ("gradc", gradc), ("y_output", y_output),
+                   ("h_output", h_output), ("c_output", c_output), ("i", i), ("j", j), ("f", f), ("o", o),
+                   ("tanhc", tanhc)):
+        if t is not None:
+            _check(list(t.shape) == [steps, batch, hidden],
+                   f"{name}: {arg} must be [{steps}, {batch}, {hidden}] as npu_lstm's outputs, got {list(t.shape)}")
+
+    def last_step(g):
+        if g is None:
+            return None
+        only = torch.zeros_like(g)
+        only[-1] = g[-1]
+        return only
+
+    dx, dw, db, dh, dc = _lstm_grad(grady, last_step(gradh), last_step(gradc), input, weight, None, hx, cx, h_output,
+                                    c_output, i, j, f, o, tanhc, False)
+    return (dx.to(input.dtype), dw.to(weight.dtype), db.to(bias.dtype), dh.reshape(1, batch, hidden).to(hx.dtype),
+            dc.reshape(1, batch, hidden).to(cx.dtype))
+
+
 # ---- bits ---------------------------------------------------------------------------------
 
 @_op("npu_sign_bits_pack(Tensor self, int size) -> Tensor")
@@ -1989,6 +2164,13 @@ def _convex_intersection_area(a, b):
     crossings = (p + t[..., None] * r).flatten(-3, -2)
     points = torch.cat([a, b, crossings], -2)
     valid = torch.cat([in_b, in_a, hit.flatten(-2)], -1)
+    return _convex_hull_area(points, valid)
+
+
+def _convex_hull_area(points, valid):
+    """Area of the convex polygon whose vertices are the valid ones of points [..., P, 2] (valid
+    [..., P]; duplicates allowed): the vertices ordered by angle around their mean, then the
+    shoelace formula; fewer than 3 vertices give 0."""
     count = valid.sum(-1, keepdim=True)
     weights = valid.to(points.dtype)[..., None]
     centre = (points * weights).sum(-2) / count.clamp_min(1)
@@ -2019,6 +2201,79 @@ def _npu_rotated_overlaps(self, query_boxes, trans=False):
     b = _rotated_corners(query_boxes.float(), trans)[:, None, :]
     a, b = torch.broadcast_tensors(a, b)
     return _convex_intersection_area(a, b).to(self.dtype)
+
+
+def _rotated_box_points(a, b, v_threshold, e_threshold):
+    """The candidate vertices [..., 24, 2] of the intersection of rectangles a and b [..., 4, 2]
+    (corners in order) and which of them count, by CANN's RotatedIou tests:
+    a corner P of one box counts when it projects onto the other's sides AB and AD (from its
+    corner A) within [v_threshold, |side|^2 - v_threshold] (a positive v_threshold drops corners
+    on or near the border, a negative one accepts corners just outside); two sides AB and CD
+    cross when cross(AC, AD) * cross(BC, BD) < e_threshold and cross(CA, CB) * cross(DA, DB)
+    < e_threshold (0: proper crossings only; a positive e_threshold accepts touching and
+    nearly crossing sides), at the point where their lines meet."""
+    def inside(points, box):
+        ab, ad = box[..., 1, :] - box[..., 0, :], box[..., 3, :] - box[..., 0, :]
+        ap = points - box[..., :1, :]
+        along_ab = (ap * ab[..., None, :]).sum(-1)
+        along_ad = (ap * ad[..., None, :]).sum(-1)
+        ab_ab, ad_ad = (ab * ab).sum(-1)[..., None], (ad * ad).sum(-1)[..., None]
+        return ((along_ab >= v_threshold) & (along_ab + v_threshold <= ab_ab)
+                & (along_ad >= v_threshold) & (along_ad + v_threshold <= ad_ad))
+
+    p1, p2 = a[..., :, None, :], a.roll(-1, -2)[..., :, None, :]  # side i of a
+    q1, q2 = b[..., None, :, :], b.roll(-1, -2)[..., None, :, :]  # side j of b
+    crosses = ((_cross(q1 - p1, q2 - p1) * _cross(q1 - p2, q2 - p2) < e_threshold)
+               & (_cross(p1 - q1, p2 - q1) * _cross(p1 - q2, p2 - q2) < e_threshold))
+    r, s = p2 - p1, q2 - q1
+    denom = _cross(r, s)
+    crosses = crosses & (denom != 0)  # parallel sides have no single meeting point
+    t = _cross(q1 - p1, s) / torch.where(denom == 0, torch.ones_like(denom), denom)
+    meets = (p1 + t[..., None] * r).flatten(-3, -2)
+    points = torch.cat([a, b, meets], -2)
+    valid = torch.cat([inside(a, b), inside(b, a), crosses.flatten(-2)], -1)
+    return points, valid
+
+
+@_op("npu_rotated_iou(Tensor self, Tensor query_boxes, bool trans=False, int mode=0, bool is_cross=True, "
+     "float v_threshold=0.0, float e_threshold=0.0) -> Tensor")
+def _npu_rotated_iou(self, query_boxes, trans=False, mode=0, is_cross=True, v_threshold=0.0, e_threshold=0.0):
+    """IoU (mode 0) or IoF (mode 1: the intersection over the area of self's box) of rotated
+    boxes: self [B, N, 5] and query_boxes [B, K, 5], each box (x_centre, y_centre, w, h, angle)
+    or, with trans, (x1, y1, x2, y2, angle), angles in degrees. is_cross: every box of self
+    against every query box, [B, N, K]; otherwise one-to-one (box n against query box n, N == K),
+    [B, N]. v_threshold and e_threshold relax (negative / positive) or tighten the corner-inside
+    and side-crossing tests that find the intersection polygon, as CANN's RotatedIou does.
+    Computed in float32 as CANN's kernel (ratio = intersection / (denominator + 1e-6), 0 where
+    the denominator is not positive); returned in self's dtype."""
+    name = "npu_rotated_iou"
+    _check(self.dim() == 3 and query_boxes.dim() == 3,
+           f"{name}: self and query_boxes must be 3-D ([B, N, 5] and [B, K, 5]), got "
+           f"{list(self.shape)} and {list(query_boxes.shape)}")
+    _check(self.size(-1) == 5 and query_boxes.size(-1) == 5 and self.size(0) == query_boxes.size(0),
+           f"{name}: self [B, N, 5] and query_boxes [B, K, 5] must be rotated boxes of the same batch, "
+           f"got {list(self.shape)} and {list(query_boxes.shape)}")
+    _check(mode in (0, 1), f"{name}: mode must be 0 (iou) or 1 (iof), got {mode}")
+    _check(is_cross or self.size(1) == query_boxes.size(1),
+           f"{name}: is_cross=False pairs box n with query box n and needs as many of each, "
+           f"got {self.size(1)} and {query_boxes.size(1)}")
+    boxes, query = self.float(), query_boxes.float()
+    a, b = _rotated_corners(boxes, trans), _rotated_corners(query, trans)
+    area_a, area_b = _rotated_box_area(boxes, trans), _rotated_box_area(query, trans)
+    if is_cross:
+        a, b = torch.broadcast_tensors(a[:, :, None], b[:, None, :])
+        area_a, area_b = area_a[:, :, None], area_b[:, None, :]
+    inter = _convex_hull_area(*_rotated_box_points(a, b, float(v_threshold), float(e_threshold)))
+    denom = area_a + area_b - inter if mode == 0 else area_a.expand_as(inter)
+    ratio = torch.where(denom > 0, inter / (denom + 1e-6), torch.zeros_like(inter))
+    return ratio.to(self.dtype)
+
+
+def _rotated_box_area(boxes, trans):
+    """w * h of rotated boxes [..., 5] ((x2 - x1) * (y2 - y1) with trans)."""
+    if trans:
+        return (boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])
+    return boxes[..., 2] * boxes[..., 3]
 
 
 def _greedy_nms(boxes, scores, iou_threshold, limit):
@@ -2141,6 +2396,196 @@ def _npu_all_gather_base_mm(self, x2, hcom, world_size, *, bias=None, x1_scale=N
         out = torch.ops.npu.npu_quant_matmul(gathered, x2, x2_scale.reshape(-1), pertoken_scale=pertoken, bias=bias,
                                              output_dtype=dtype)
     return out, (gathered if gather_output else self.new_empty(0))
+
+
+_MM_ALL_REDUCE = "npu_mm_all_reduce_base"
+
+
+def _mm_all_reduce_plan(x1, x2, *, reduce_op, bias, antiquant_scale, antiquant_offset, x3, dequant_scale,
+                        pertoken_scale, comm_quant_scale_1, comm_quant_scale_2, antiquant_group_size, comm_turn,
+                        group_sizes, y_dtype, x1_dtype, x2_dtype, dequant_scale_dtype, pertoken_scale_dtype,
+                        comm_quant_mode, comm_mode):
+    """npu_mm_all_reduce_base's argument checks (op-plugin's, with its messages where it has
+    them); returns (mode, output shape, output dtype), mode "mm", "weight_quant" or "quant"."""
+    name = _MM_ALL_REDUCE
+    for arg, value in (("x1_dtype", x1_dtype), ("x2_dtype", x2_dtype), ("y_dtype", y_dtype),
+                       ("dequant_scale_dtype", dequant_scale_dtype), ("pertoken_scale_dtype", pertoken_scale_dtype)):
+        # float8 / hifloat8 / float4 matmuls (aclnnQuantMatmulAllReduceV4/V5) are Ascend950 features
+        if value is not None:
+            raise NotImplementedError(f"{name}: {arg} (hifloat8 / float8 / float4 operands) needs an Ascend950; the "
+                                      f"simulated device is an Ascend910B: pass None")
+    if x1.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) or x2.dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise NotImplementedError(f"{name}: float8 x1 / x2 need an Ascend950; the simulated device is an Ascend910B "
+                                  f"(got {x1.dtype} and {x2.dtype})")
+    if group_sizes:
+        raise NotImplementedError(f"{name}: group_sizes (per-block quantisation) needs an Ascend950; the simulated "
+                                  f"device is an Ascend910B: pass None")
+    if comm_quant_mode != 0:
+        raise NotImplementedError(f"{name}: comm_quant_mode {comm_quant_mode} needs an Ascend950; the simulated device "
+                                  f"is an Ascend910B: pass 0")
+    _check(x2.dim() == 2, f"x2 needs to be 2D, but got: {x2.dim()}D")
+    _check(x1.dim() in (2, 3), f"{name}: x1 must be 2-D [m, k] or 3-D [b, s, k], got {x1.dim()}D")
+    _check(x1.size(-1) == x2.size(0), f"K of x1 and x2 should be same, but they are x1_k: {x1.size(-1)}, "
+                                      f"x2_k: {x2.size(0)}")
+    _check(reduce_op == "sum", f"{name}: reduce_op only supports 'sum', got {reduce_op!r}")
+    _check(comm_turn == 0, f"{name}: comm_turn only supports 0 (the default split), got {comm_turn}")
+    _check(comm_mode in (None, "aiv", "ai_cpu"), f"{name}: comm_mode must be 'aiv' or 'ai_cpu', got {comm_mode!r}")
+    x1_int, x2_int = not x1.is_floating_point(), not x2.is_floating_point()
+    k, n = x2.shape
+    if x1_int and x2_int:
+        mode = "quant"
+        _check(x1.dtype == torch.int8, "x1 must be an int8 tensor for quant.")
+        _check(x2.dtype == torch.int8, "x2 must be an int8 tensor for quant.")
+        _check(antiquant_scale is None and antiquant_offset is None,
+               "when both dtype of x1 and dtype of x2 are equal to int8, antiquantScale, antiquantOffset should both "
+               "be null")
+        _check(dequant_scale is not None, f"{name}: int8 x1 and x2 need dequant_scale")
+    elif x2_int:
+        mode = "weight_quant"
+        _check(x2.dtype == torch.int8, "x2 must be an int8 tensor for weight quant.")
+        _check(dequant_scale is None, "when only dtype of x2 is equal to int8, dequantScale should be null")
+        _check(antiquant_scale is not None, f"{name}: an int8 x2 with a float x1 needs antiquant_scale")
+    elif not x1_int:
+        mode = "mm"
+        _check(antiquant_scale is None and antiquant_offset is None and dequant_scale is None,
+               "when neither dtype of x1 or dtype of x2 is equal to int8, antiquantScale, antiquantOffset and "
+               "dequantScale should all be null")
+        _check(x1.dtype == x2.dtype, f"{name}: x1 and x2 must have the same dtype, got {x1.dtype} and {x2.dtype}")
+    else:
+        raise RuntimeError("when neither dtype of x1 or dtype of x2 is valid. ")
+    _check(mode == "quant" or x1.dtype in (torch.float16, torch.bfloat16),
+           f"{name}: x1 must be float16, bfloat16 or int8, got {x1.dtype}")
+    out_dtype = torch.float16 if x1_int else x1.dtype
+    if dequant_scale is not None and dequant_scale.dtype == torch.bfloat16:
+        out_dtype = torch.bfloat16
+    out_shape = list(x1.shape[:-1]) + [n]
+    if x3 is not None:
+        _check(list(x3.shape) == out_shape, f"x3 with shape {list(x3.shape)} doesn't match the output shape {out_shape}")
+        _check(x3.dtype == out_dtype, f"x3 with dtype {x3.dtype} doesn't match the output dtype {out_dtype}")
+    if bias is not None:
+        want = torch.int32 if mode == "quant" else x1.dtype
+        _check(bias.dim() == 1 and bias.size(0) == n and bias.dtype == want,
+               f"{name}: bias must be 1-D [n = {n}] of dtype {want}, got {bias.dtype} {list(bias.shape)}")
+    if pertoken_scale is not None:
+        _check(dequant_scale is not None, "when has pertoken_scale, dequantScale shoulden't be null")
+        _check(pertoken_scale.dim() == 1,
+               f"pertoken_scale with shape {list(pertoken_scale.shape)} pertoken_scale dim should be 1.")
+        _check(pertoken_scale.size(0) == math.prod(x1.shape[:-1]),
+               f"pertoken_scale with shape {list(pertoken_scale.shape)} doesn't match the input shape {list(x1.shape)}")
+        _check(pertoken_scale.dtype == torch.float32, f"pertoken_scale with dtype {pertoken_scale.dtype} doesn't "
+                                                      f"match the output dtype {torch.float32}")
+    if dequant_scale is not None:
+        _check(dequant_scale.dtype in (torch.int64, torch.bfloat16, torch.float32)
+               and dequant_scale.numel() in (1, n) and dequant_scale.dim() in (1, 2),
+               f"{name}: dequant_scale must be int64 (npu_trans_quant_param's), bfloat16 or float32 of shape [1], "
+               f"[n = {n}] or [1, n], got {dequant_scale.dtype} {list(dequant_scale.shape)}")
+    if antiquant_offset is not None:
+        _check(antiquant_scale is not None and antiquant_offset.shape == antiquant_scale.shape
+               and antiquant_offset.dtype == antiquant_scale.dtype,
+               f"{name}: antiquant_offset must have antiquant_scale's dtype and shape")
+    if mode == "weight_quant":
+        _check(antiquant_scale.dtype == x1.dtype,
+               f"{name}: antiquant_scale must have x1's dtype {x1.dtype}, got {antiquant_scale.dtype}")
+        _check(antiquant_group_size == 0 or (antiquant_group_size % 32 == 0 and 32 <= antiquant_group_size < k),
+               f"{name}: antiquant_group_size must be 0 (no groups) or a multiple of 32 in [32, k - 1 = {k - 1}], "
+               f"got {antiquant_group_size}")
+    else:
+        _check(antiquant_group_size == 0, f"{name}: antiquant_group_size is for an int8 x2 with a float x1 "
+                                          f"(weight quantisation), got {antiquant_group_size}")
+    _check((comm_quant_scale_1 is None) == (comm_quant_scale_2 is None),
+           "comm_quant_scale_1 and comm_quant_scale_2 should both be null or not null")
+    if comm_quant_scale_1 is not None:
+        _check(mode == "quant", f"{name}: comm_quant_scale_1 and comm_quant_scale_2 (int8 communication) are only "
+                                f"supported with int8 x1 and x2")
+        s1, s2 = comm_quant_scale_1, comm_quant_scale_2
+        _check((s1.dim() == 2 and s2.dim() == 2) or (s1.dim() == 1 and s2.dim() == 1),
+               f"comm_quant_scale_1 and comm_quant_scale_2 both need to be 1D or 2D, but got: comm_quant_scale_1"
+               f"{s1.dim()}D, comm_quant_scale_2{s2.dim()}D")
+        _check(list(s1.shape) == list(s2.shape) and list(s1.shape) in ([n], [1, n]),
+               f"comm_quant_scale_1 and comm_quant_scale_2 shape do not match [1,n] or [n], n={n}, comm_quant_scale_1 "
+               f"shape: {list(s1.shape)}, comm_quant_scale_2 shape: {list(s2.shape)}")
+        _check(s1.dtype == out_dtype and s2.dtype == out_dtype,
+               f"comm_quant_scale_1 with dtype {s1.dtype}comm_quant_scale_2 with dtype {s2.dtype} doesn't match the "
+               f"output dtype {out_dtype}")
+    return mode, out_shape, out_dtype
+
+
+def _int8_round(x):
+    return torch.round(x).clamp_(-128, 127)
+
+
+@_op("npu_mm_all_reduce_base(Tensor x1, Tensor x2, str hcom, *, str reduce_op='sum', Tensor? bias=None, "
+     "Tensor? antiquant_scale=None, Tensor? antiquant_offset=None, Tensor? x3=None, Tensor? dequant_scale=None, "
+     "Tensor? pertoken_scale=None, Tensor? comm_quant_scale_1=None, Tensor? comm_quant_scale_2=None, "
+     "int antiquant_group_size=0, int comm_turn=0, int[]? group_sizes=None, int? y_dtype=None, int? x1_dtype=None, "
+     "int? x2_dtype=None, int? dequant_scale_dtype=None, int? pertoken_scale_dtype=None, int comm_quant_mode=0, "
+     "str? comm_mode=None) -> Tensor", keys=("PrivateUse1",))
+def _npu_mm_all_reduce_base(x1, x2, hcom, **kwargs):
+    """matmul of x1 [m, k] or [b, s, k] with x2 [k, n] on every rank, then the sum over the hccl
+    group whose communicator hcom names (get_hccl_comm_name's value; 1, 2, 4 or 8 ranks):
+    output = all_reduce(x1 @ x2' + bias + x3) ([m, n] / [b, s, n]); bias and x3 are added on every
+    rank before the sum. x2' is x2 for float16 / bfloat16 x1 and x2 (same dtype); for a float x1
+    with an int8 x2 (weight quantisation) (x2 + antiquant_offset) * antiquant_scale, the
+    parameters per tensor [1], per column [n] / [1, n] or per group of antiquant_group_size rows
+    [ceil(k / group), n] (npu_weight_quant_batchmatmul's); for int8 x1 and x2 the int32 products
+    (+ int32 bias) times dequant_scale (int64 from npu_trans_quant_param, bfloat16 or float32;
+    [1] or [n]) and pertoken_scale ([m], float32) (npu_quant_matmul's), in float16 (bfloat16
+    with a bfloat16 dequant_scale). With comm_quant_scale_1 and comm_quant_scale_2 (int8 x1 and
+    x2 only) the sum travels as int8: each rank's result / comm_quant_scale_1 rounded to int8,
+    summed, times comm_quant_scale_1 / comm_quant_scale_2 rounded to int8, times
+    comm_quant_scale_2. reduce_op is 'sum' and comm_turn 0 (the only values the kernel takes);
+    comm_mode ('aiv' / 'ai_cpu') picks the communication engine and does not change the result.
+    x1_dtype, x2_dtype, y_dtype, the scale dtypes, group_sizes and comm_quant_mode (hifloat8 /
+    float8 / float4 operands, per-block scales) are Ascend950 features and raise on the simulated
+    Ascend910B. Inputs are in float32 until the result, which is reduced in the output dtype."""
+    import torch.distributed as dist
+    args = dict(_MM_ALL_REDUCE_DEFAULTS, **kwargs)
+    mode, out_shape, out_dtype = _mm_all_reduce_plan(x1, x2, **args)
+    group = _hccl_group(_MM_ALL_REDUCE, hcom)
+    world = dist.get_world_size(group)
+    _check(world in (1, 2, 4, 8), f"{_MM_ALL_REDUCE}: the group {hcom!r} has {world} ranks; the kernel supports 1, 2, "
+                                  f"4 or 8 (hccs full mesh)")
+    bias, x3 = args["bias"], args["x3"]
+    x = x1.reshape(-1, x1.size(-1))
+    if mode == "quant":
+        y = torch.ops.npu.npu_quant_matmul(x, x2, args["dequant_scale"].reshape(-1), bias=bias,
+                                           pertoken_scale=args["pertoken_scale"], output_dtype=out_dtype).float()
+    elif mode == "weight_quant":
+        y = torch.ops.npu.npu_weight_quant_batchmatmul(x, x2, args["antiquant_scale"],
+                                                       antiquant_offset=args["antiquant_offset"], bias=bias,
+                                                       antiquant_group_size=args["antiquant_group_size"]).float()
+    else:
+        y = x.float() @ x2.float()
+        if bias is not None:
+            y = y + bias.float()
+    y = y.reshape(out_shape)
+    if x3 is not None:
+        y = y + x3.float()
+    if args["comm_quant_scale_1"] is None:
+        out = y.to(out_dtype)
+        dist.all_reduce(out, group=group)
+        return out
+    s1 = args["comm_quant_scale_1"].reshape(-1).float()
+    s2 = args["comm_quant_scale_2"].reshape(-1).float()
+    summed = _int8_round(y.to(out_dtype).float() / s1)  # int8 values, summed exactly in float32
+    dist.all_reduce(summed, group=group)
+    return (_int8_round(summed * (s1 / s2)) * s2).to(out_dtype)
+
+
+_MM_ALL_REDUCE_DEFAULTS = dict(
+    reduce_op="sum", bias=None, antiquant_scale=None, antiquant_offset=None, x3=None, dequant_scale=None,
+    pertoken_scale=None, comm_quant_scale_1=None, comm_quant_scale_2=None, antiquant_group_size=0, comm_turn=0,
+    group_sizes=None, y_dtype=None, x1_dtype=None, x2_dtype=None, dequant_scale_dtype=None, pertoken_scale_dtype=None,
+    comm_quant_mode=0, comm_mode=None)
+
+
+def _npu_mm_all_reduce_base_meta(x1, x2, hcom, **kwargs):
+    """Shape and dtype of npu_mm_all_reduce_base without a process group (meta / fake tensors)."""
+    _, out_shape, out_dtype = _mm_all_reduce_plan(x1, x2, **dict(_MM_ALL_REDUCE_DEFAULTS, **kwargs))
+    return x1.new_empty(out_shape, dtype=out_dtype)
+
+
+_lib.impl(_MM_ALL_REDUCE, _npu_mm_all_reduce_base_meta, "Meta")
 
 
 # ---- optimizers ------------------------------------------------------------------------------
