@@ -102,6 +102,8 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   const auto device = dst.device().index();
   NPUStream stream = getCurrentNPUStream(device);
   at::Tensor host = src.to(dst.scalar_type()).contiguous();  // src is already expanded to dst
+  // A plain copy is a memcpy task; a strided or tiled destination is a kernel (runs_on_caller).
+  const int64_t work = plain_layout(dst) && !dst.is_conj() && !dst.is_neg() ? -1 : dst.numel();
   launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = borrowed_twin(dst), device] {
     if (plain_layout(dst) && !dst.is_conj() && !dst.is_neg()) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), host.nbytes(), host.const_data_ptr(), host.nbytes(), ACL_MEMCPY_HOST_TO_DEVICE));
@@ -114,7 +116,7 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
     AliasMap aliases(device);
     aliases.alias(dst).copy_(staged);
     aliases.store_untiled();
-  });
+  }, work);
   const bool async_ok = non_blocking && src.is_pinned();
   if (!async_ok) {
     c10_npu::warn_or_error_on_sync();
@@ -138,7 +140,7 @@ void copy_d2h(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
     at::Tensor staged = aliases.alias(src).expand(host.sizes()).to(host.scalar_type()).resolve_conj().resolve_neg().contiguous();
     NPU_CHECK(aclrtMemcpy(host.data_ptr(), host.nbytes(), staged.const_data_ptr(), staged.nbytes(),
                           ACL_MEMCPY_DEVICE_TO_HOST));
-  });
+  }, direct ? -1 : host.numel());
   if (non_blocking && dst.is_pinned() && direct) return;
   c10_npu::warn_or_error_on_sync();
   stream.synchronize();
@@ -166,6 +168,7 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
   const bool across = src.device().index() != device;
   NPUStream stream = getCurrentNPUStream(src.device().index());
   if (across) stream_wait(stream, getCurrentNPUStream(device));
+  const bool memcpy_task = plain_bytes(src, dst) && across;
   launch(stream, "aten::copy_", [src = borrowed_twin(src), dst = borrowed_twin(dst), device] {
     if (plain_bytes(src, dst) && src.device() != dst.device()) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), dst.nbytes(), bytes(src), src.nbytes(), ACL_MEMCPY_DEVICE_TO_DEVICE));
@@ -178,7 +181,7 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
     at::Tensor s = src.device() == dst.device() ? aliases.alias(src) : src_aliases.alias(src);
     d.copy_(s);
     aliases.store_untiled();
-  });
+  }, memcpy_task ? -1 : dst.numel());
   if (across) stream_wait(getCurrentNPUStream(device), stream);
 }
 

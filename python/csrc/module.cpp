@@ -278,6 +278,21 @@ PYBIND11_MODULE(_C, m) {
     return aclsimCopiedBytes(static_cast<aclrtMemcpyKind>(kind));
   });
   m.def("_npu_taskQueueEnabled", [] { return task_queue_enabled(); });
+  // At exit, before the interpreter finalizes (torch_npu's name): a kernel still queued would
+  // otherwise run while Python tears down. False if a device reported an error.
+  m.def("_npu_shutdown_synchronize", [] {
+    bool ok = true;
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+      try {
+        wait_device(d);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    return ok;
+  });
+  // ASCEND_SIM_INLINE at run time (tests of queued kernels): returns the previous setting.
+  m.def("_npu_set_inline", [](bool on) { return set_runs_on_caller(on); }, py::arg("on"));
   // torch_npu.profiler: the simulator's task records (core/acl/src/profiler.cpp).
   m.def("_npu_profilerEnable", [](bool on) {
     track_host_ops(on);

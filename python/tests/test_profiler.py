@@ -93,13 +93,18 @@ def test_schedule_and_result_directory(tmp_path):
     assert device_time("aten::linear", "Device Total Duration(us)") == pytest.approx(addmm_kernels, abs=0.01)
 
 
-def test_trace_links_host_ops_to_npu_tasks(tmp_path):
+@pytest.mark.parametrize("queued", [True, False])
+def test_trace_links_host_ops_to_npu_tasks(tmp_path, queued):
     x = torch.randn(1024, 1024, device="npu")
     (x @ x).relu_()  # an operator's first call runs inline (it proves its dtype signature); later ones queue
     torch.npu.synchronize()
-    with torch_npu.profiler.profile(activities=BOTH) as prof:
-        y = x @ x  # large: queued on the stream, runs after the host op returned
-        y.relu_()
+    prev = torch_npu._C._npu_set_inline(not queued)  # by default large kernels run on the caller
+    try:
+        with torch_npu.profiler.profile(activities=BOTH) as prof:
+            y = x @ x  # large: queued on the stream, runs after the host op returned (or on the caller)
+            y.relu_()
+    finally:
+        torch_npu._C._npu_set_inline(prev)
     path = prof.export_chrome_trace(str(tmp_path / "trace.json"))
     with open(path) as f:
         events = json.load(f)["traceEvents"]
@@ -110,7 +115,7 @@ def test_trace_links_host_ops_to_npu_tasks(tmp_path):
     mm = next(e for e in tasks if e["name"] == "aten::mm")
     host_mm = next(e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
     # Asynchrony shows: the host op returned long before its kernel finished.
-    assert host_mm["ts"] + host_mm["dur"] < mm["ts"] + mm["dur"]
+    assert (host_mm["ts"] + host_mm["dur"] < mm["ts"] + mm["dur"]) == queued
     flows = {(e["ph"], e["id"]) for e in events if e.get("cat") == "async_npu"}
     assert ("s", mm["args"]["correlation"]) in flows and ("f", mm["args"]["correlation"]) in flows
     by_op = {t["name"]: t["op"] for t in prof.npu_tasks()}
