@@ -31,12 +31,10 @@ def test_pinned_memory_and_non_blocking_copies():
 
 def test_record_stream_keeps_memory_until_the_stream_is_done():
     side = torch.npu.Stream()
-    a = torch.randn(1024, 1024, device="npu")
-    busy = torch.empty(1024, 1024, device="npu")
     x = torch.ones(256, 256, device="npu")
     torch.npu.synchronize()
     with torch.npu.stream(side):
-        torch.matmul(a, a, out=busy)   # keeps the side stream busy
+        torch.npu._sleep(20_000_000)   # ~11 ms: keeps the side stream busy
         y = x * 2
     x.record_stream(side)
     ptr = x.data_ptr()
