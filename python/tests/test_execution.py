@@ -111,7 +111,7 @@ import torch, torch_npu
 x = torch.zeros(64, device="npu")
 big = torch.ones(512, 512, device="npu")
 x.add_(1); big.add_(x[0]); torch.npu.synchronize()     # first calls of their dtype signatures
-torch.npu._sleep(50_000_000)                            # ~28 ms: the stream is busy
+torch.npu._sleep(900_000_000)                           # ~0.5 s: the stream is busy
 x.add_(1)                                               # small: queued behind the sleep
 y = big.add(x[0])                                       # parallel, reads what the queued add_ writes
 print(torch.npu.current_stream().query(), y.sum().item(), x.sum().item())
@@ -142,7 +142,7 @@ def test_kernel_error_surfaces_at_sync_and_stream_recovers():
     x = torch.zeros(4, device="npu")
     idx = torch.tensor([0, 9], device="npu")
     x.index_add_(0, idx * 0, torch.ones(2, device="npu"))  # this dtype signature has run: the next may queue
-    torch.npu._sleep(20_000_000)       # ~11 ms: keeps the stream busy, what follows is queued
+    torch.npu._sleep(540_000_000)      # ~0.3 s: keeps the stream busy, what follows is queued
     x.index_add_(0, idx, torch.ones(2, device="npu"))
     with pytest.raises(RuntimeError, match="index_add"):
         torch.npu.synchronize()
