@@ -381,3 +381,18 @@ y = x * 2                      # queued at exit
     for _ in range(4):
         r = run_python(code)
         assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_host_wait_sleeps_until_its_work_is_done():
+    """A host thread waiting for a stream was woken after every finished task (and went back to
+    sleep), taking a core from the kernels: 20 voluntary context switches for 20 queued tasks."""
+    def switches():
+        with open(f"/proc/self/task/{os.getpid()}/status") as f:
+            return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+    torch.npu.synchronize()
+    for _ in range(20):
+        torch.npu._sleep(9_000_000)  # 5 ms each
+    before = switches()
+    torch.npu.current_stream().synchronize()
+    assert switches() - before <= 3
