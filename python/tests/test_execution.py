@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
@@ -387,7 +388,7 @@ def test_a_host_wait_sleeps_until_its_work_is_done():
     """A host thread waiting for a stream was woken after every finished task (and went back to
     sleep), taking a core from the kernels: 20 voluntary context switches for 20 queued tasks."""
     def switches():
-        with open(f"/proc/self/task/{os.getpid()}/status") as f:
+        with open(f"/proc/self/task/{threading.get_native_id()}/status") as f:
             return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
 
     torch.npu.synchronize()
