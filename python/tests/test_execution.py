@@ -111,17 +111,17 @@ def test_where_a_parallel_kernel_runs(inline):
 import torch, torch_npu
 x = torch.zeros(64, device="npu")
 big = torch.ones(512, 512, device="npu")
-x.add_(1); big.add_(x[0]); torch.npu.synchronize()     # first calls of their dtype signatures
-torch.npu._sleep(900_000_000)                           # ~0.5 s: the stream is busy
-x.add_(1)                                               # small: queued behind the sleep
-y = big.add(x[0])                                       # parallel, reads what the queued add_ writes
-print(torch.npu.current_stream().query(), y.sum().item(), x.sum().item())
+for _ in range(3):                      # the first calls of each signature on a busy stream run at once
+    torch.npu._sleep(36_000_000); x.add_(1); y = big.add(x[0]); torch.npu.synchronize()
+torch.npu._sleep(900_000_000)           # ~0.5 s: the stream is busy
+x.add_(1)                               # small: queued behind the sleep
+y = big.add(x[0])                       # parallel, reads what the queued add_ writes
+idle = torch.npu.current_stream().query()
+print(idle, torch.equal(y.cpu(), torch.full((512, 512), 5.0)), torch.equal(x.cpu(), torch.full((64,), 4.0)))
 """
     r = run_python(code, env={"ASCEND_SIM_INLINE": inline, "TASK_QUEUE_ENABLE": "1"})
     assert r.returncode == 0, r.stderr
-    idle, total, xs = r.stdout.split()
-    assert (idle == "True") == (inline == "1"), r.stdout
-    assert float(total) == 4.0 * 512 * 512 and float(xs) == 2.0 * 64, r.stdout
+    assert r.stdout.split() == [str(inline == "1"), "True", "True"], r.stdout
 
 
 def test_wait_stream_orders_streams():
