@@ -103,9 +103,9 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   NPUStream stream = getCurrentNPUStream(device);
   at::Tensor host = src.to(dst.scalar_type()).contiguous();  // src is already expanded to dst
   // A plain copy is a memcpy task; a strided or tiled destination is a kernel (runs_on_caller).
-  const int64_t work = plain_layout(dst) && !dst.is_conj() && !dst.is_neg() ? -1 : dst.numel();
-  launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = borrowed_twin(dst), device] {
-    if (plain_layout(dst) && !dst.is_conj() && !dst.is_neg()) {
+  const bool plain = plain_layout(dst) && !dst.is_conj() && !dst.is_neg();
+  launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = borrowed_twin(dst), device, plain] {
+    if (plain) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), host.nbytes(), host.const_data_ptr(), host.nbytes(), ACL_MEMCPY_HOST_TO_DEVICE));
       return;
     }
@@ -116,7 +116,7 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
     AliasMap aliases(device);
     aliases.alias(dst).copy_(staged);
     aliases.store_untiled();
-  }, work);
+  }, plain ? -1 : dst.numel());
   const bool async_ok = non_blocking && src.is_pinned();
   if (!async_ok) {
     c10_npu::warn_or_error_on_sync();
@@ -169,8 +169,8 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
   NPUStream stream = getCurrentNPUStream(src.device().index());
   if (across) stream_wait(stream, getCurrentNPUStream(device));
   const bool memcpy_task = plain_bytes(src, dst) && across;
-  launch(stream, "aten::copy_", [src = borrowed_twin(src), dst = borrowed_twin(dst), device] {
-    if (plain_bytes(src, dst) && src.device() != dst.device()) {
+  launch(stream, "aten::copy_", [src = borrowed_twin(src), dst = borrowed_twin(dst), device, memcpy_task] {
+    if (memcpy_task) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), dst.nbytes(), bytes(src), src.nbytes(), ACL_MEMCPY_DEVICE_TO_DEVICE));
       return;
     }
