@@ -26,6 +26,8 @@
 #include <unordered_set>
 
 #include "op_table.h"
+#include "torch_npu/core/npu_graph.h"
+#include "torch_npu/core/npu_stream.h"
 #include "torch_npu/csrc/core/npu/register/OptionsManager.h"
 
 namespace torch_npu::ops {
@@ -97,7 +99,15 @@ void npu_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
                                             "on the CPU. This may have performance implications."));
     }
   }
-  at::native::cpu_fallback(op, stack);
+  // torch_npu's fallback copies the operands to the host, which a capturing stream refuses.
+  if (isStreamRecording(getCurrentNPUStream())) {
+    at::native::cpu_fallback(op, stack);
+    return;
+  }
+  // Otherwise it runs as the native kernels do, on CPU aliases of the npu memory (zero_copy.h):
+  // what torch_npu's fallback computes (the CPU kernel), with the operands' strides kept, so the
+  // values are the CPU's to the bit (a contiguous copy can take another, vectorised, path).
+  zero_copy_kernel(op, stack);
 }
 
 // torch_npu's explicit CPU kernels for two sparse CSR reductions (it has no NPU kernel for

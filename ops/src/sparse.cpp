@@ -137,7 +137,7 @@ class SparseCall {
     }
     const bool coo = t.layout() == at::kSparse;
     arg.cpu = rebuild(coo ? c10::DispatchKey::SparseCPU : c10::DispatchKey::SparseCsrCPU, t, arg.cpu_members);
-    if (t.requires_grad()) arg.cpu.set_requires_grad(true);  // as AliasMap::alias
+    mirror_requires_grad(t, arg.cpu);
     sparse_.push_back(arg);
     return arg.cpu;
   }
@@ -177,12 +177,7 @@ class SparseCall {
     for (const SparseArg& a : sparse_) {
       if (a.cpu.unsafeGetTensorImpl() == cpu.unsafeGetTensorImpl()) return a.npu;  // the argument itself
     }
-    if (!is_sparse_layout(cpu)) return aliases_.to_npu(cpu);
-    std::vector<at::Tensor> npu_members;
-    for (const at::Tensor& m : members(cpu)) npu_members.push_back(aliases_.to_npu(m));
-    const bool coo = cpu.layout() == at::kSparse;
-    return rebuild(coo ? c10::DispatchKey::SparsePrivateUse1 : c10::DispatchKey::SparseCsrPrivateUse1, cpu,
-                   npu_members);
+    return aliases_.to_npu(cpu);
   }
 
  private:
@@ -292,6 +287,15 @@ bool reduced_precision_sparse_add(const c10::FunctionSchema& schema, torch::jit:
 }
 
 }  // namespace
+
+at::Tensor sparse_result_to_npu(AliasMap& aliases, const at::Tensor& cpu) {
+  TORCH_CHECK_NOT_IMPLEMENTED(is_sparse_layout(cpu), "npu tensors with layout ", cpu.layout(),
+                              " are not supported by the NPU simulator's kernels");
+  std::vector<at::Tensor> npu_members;
+  for (const at::Tensor& m : members(cpu)) npu_members.push_back(aliases.to_npu(m));
+  const bool coo = cpu.layout() == at::kSparse;
+  return rebuild(coo ? c10::DispatchKey::SparsePrivateUse1 : c10::DispatchKey::SparseCsrPrivateUse1, cpu, npu_members);
+}
 
 // The kernel of every supported sparse overload (registered by the generated code) and of
 // the dense operators that make sparse tensors (_to_sparse*).

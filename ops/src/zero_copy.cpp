@@ -229,9 +229,7 @@ at::Tensor AliasMap::alias(const at::Tensor& t) {
     entries_.push_back({cpu.unsafeGetStorageImpl(), npu});
   }
   at::Tensor a = tensor_over(std::move(cpu), c10::DispatchKey::CPU, t);
-  // Some CPU kernels look at it (the argmax/argmin that _sparse_mm_reduce_impl saves for
-  // backward): they must see what they would see on the CPU.
-  if (t.requires_grad()) a.set_requires_grad(true);
+  mirror_requires_grad(t, a);
   aliases_.emplace_back(t.unsafeGetTensorImpl(), a);
   return a;
 }
@@ -270,9 +268,7 @@ void AliasMap::store_untiled() {
 at::Tensor AliasMap::to_npu(const at::Tensor& cpu) {
   if (!cpu.defined()) return cpu;
   if (cpu.device().type() == kNPU) return cpu;
-  // Sparse (COO, CSR, ...) npu tensors do not exist: an op producing one is not supported.
-  TORCH_CHECK_NOT_IMPLEMENTED(cpu.layout() == c10::kStrided, "npu tensors with layout ", cpu.layout(),
-                              " are not supported by the NPU simulator's kernels");
+  if (cpu.layout() != c10::kStrided) return sparse_result_to_npu(*this, cpu);
   return tensor_over(npu_storage_for(cpu.storage()), c10::DispatchKey::PrivateUse1, cpu);
 }
 

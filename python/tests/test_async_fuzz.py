@@ -115,3 +115,32 @@ def test_one_tensor_as_two_outputs_is_one_tensor_to_the_kernel():
             expected = o
     assert o.shape == expected.shape == torch.Size([])
     assert torch.equal(o.cpu(), expected)
+
+
+def test_a_fallback_kernel_sees_its_operands_strides():
+    """Fuzz seed 70931: hypot (no npu kernel: CPU fallback) of a strided column gave a value one ulp
+    from the CPU's: the fallback copied the column contiguous, and the CPU's vectorised hypot rounds
+    differently from its strided (scalar) loop. The fallback now runs on aliases, strides kept."""
+    gen = torch.Generator().manual_seed(7)
+    base = torch.rand((64, 64), dtype=torch.float64, generator=gen) * 10
+    other = torch.rand((64,), dtype=torch.float64, generator=gen) * 10
+    expected = torch.hypot(base[:, 5], other)
+    got = torch.hypot(base.npu()[:, 5], other.npu())
+    assert torch.equal(got.cpu(), expected)
+
+
+def test_an_in_place_op_with_a_grad_marked_integer_mask():
+    """Fuzz seed 73272: ne_ of a bool view with a grad-requiring operand leaves the bool tensor
+    marked requires_grad (autograd's CopySlices, on the CPU too); a later masked_fill_ with it as
+    the mask raised "Only Tensors of floating point and complex dtype can require gradients" on npu,
+    where the kernel's CPU stand-in copied the mark."""
+    results = {}
+    for device in ("cpu", "npu"):
+        x = torch.tensor(1.0, device=device, requires_grad=True)
+        mask = torch.tensor(True, device=device)
+        mask.unsqueeze(0).squeeze().ne_(x * 2)
+        assert mask.requires_grad and mask.dtype == torch.bool
+        out = torch.zeros((2, 3), dtype=torch.int64, device=device)
+        out.masked_fill_(mask, 3)
+        results[device] = out.cpu()
+    assert torch.equal(results["npu"], results["cpu"])

@@ -57,6 +57,16 @@ struct WrittenArg {
   int64_t storage_offset;
 };
 
+// A CPU stand-in carries its npu tensor's requires_grad: some CPU kernels look at it (the
+// argmax/argmin that _sparse_mm_reduce_impl saves for backward). Only a floating or complex
+// stand-in can be marked; an integer or bool tensor that autograd marked (an in-place op
+// with a differentiable operand) is left unmarked, as no kernel reads it of such a tensor.
+inline void mirror_requires_grad(const at::Tensor& npu, at::Tensor& cpu) {
+  if (npu.requires_grad() && (at::isFloatingType(cpu.scalar_type()) || at::isComplexType(cpu.scalar_type()))) {
+    cpu.set_requires_grad(true);
+  }
+}
+
 // One alias storage per distinct npu storage in a call, so overlap checks behave
 // as on CPU (x.add_(x)).
 class AliasMap {
@@ -68,7 +78,7 @@ class AliasMap {
   void borrow_stream_ordered_memory() { borrow_ = true; }
   // CPU tensor over the same memory, sizes, strides and offset as `npu`.
   at::Tensor alias(const at::Tensor& npu);
-  // The npu tensor for a CPU kernel's output.
+  // The npu tensor for a CPU kernel's output (a sparse one member by member, sparse.cpp).
   at::Tensor to_npu(const at::Tensor& cpu);
   // After a kernel: propagate a resize the kernel made to an alias (out= arguments) to
   // the npu storage and tensor it stands for (an argument in a tiled format becomes ND).
@@ -146,6 +156,10 @@ bool is_optional_generator(const c10::Argument& arg);
 
 // The argument a written return (Tensor(a!): in-place and out= forms) aliases, or -1.
 int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret);
+
+// The sparse npu tensor (COO or compressed) for a sparse result of a CPU kernel: each member
+// mapped by `aliases` (views of an argument's members stay views, fresh buffers are adopted).
+at::Tensor sparse_result_to_npu(AliasMap& aliases, const at::Tensor& cpu);
 
 // After the CPU kernel: the last return_arg.size() values of `stack`, its results, become
 // npu values. Result r with return_arg[r] >= 0 (a written argument) becomes results[r], the
