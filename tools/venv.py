@@ -14,9 +14,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 8 ms; that second was most of a warm MLIR compile.
 # transformers: examples/llama_finetune (LlamaForCausalLM, get_linear_schedule_with_warmup) and its test.
 # pytest-xdist: the matrix runs each pair's tests in one worker per core, a file per worker.
+# en-dtypes: Huawei's numpy dtypes, the HiFloat8 oracle of tests/test_custom_dtypes.py (and of op-plugin's tests).
 PACKAGES = ["pyyaml", "numpy", "expecttest", "pytest", "pytest-xdist==3.8.0", "hypothesis==6.140.3",
             "iree-base-compiler==3.13.0", "iree-base-runtime==3.13.0", "ml_dtypes==0.6.0",
-            "transformers==5.25.0"]
+            "transformers==5.25.0", "en-dtypes==0.0.4"]
 
 
 def ensure(pair: str) -> str:

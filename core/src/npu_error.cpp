@@ -1,5 +1,7 @@
 #include "torch_npu/core/npu_error.h"
 
+#include "torch_npu/csrc/core/npu/register/OptionsManager.h"
+
 #include <unistd.h>
 #include <cstdio>
 #include <cstdlib>
@@ -43,15 +45,10 @@ const char* code_text(ErrCode c) {
   return "unknown error";
 }
 
-bool compact() {
-  const char* v = std::getenv("TORCH_NPU_COMPACT_ERROR_OUTPUT");
-  return v != nullptr && std::strtol(v, nullptr, 10) != 0;
-}
-
 }  // namespace
 
 std::string format_error_code(SubModule submodule, ErrCode code) {
-  if (compact()) return "";
+  if (c10_npu::option::OptionsManager::IsCompactErrorOutput()) return "";
   char when[32] = "";
   const std::time_t now = std::time(nullptr);
   std::tm local{};

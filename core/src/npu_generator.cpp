@@ -19,11 +19,6 @@
 
 namespace torch_npu {
 
-NPUGeneratorImpl::NPUGeneratorImpl(c10::DeviceIndex device, uint64_t seed)
-    : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device),
-                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-      cpu_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
-
 namespace {
 
 constexpr const char* kSeedDuringCapture =
@@ -34,33 +29,6 @@ constexpr const char* kSeedDuringCapture =
 uint64_t capture_tag(uint32_t serial, uint32_t position) { return (uint64_t{serial} << 32) | (position + 1u); }
 
 }  // namespace
-
-// One capture into an NPU graph as this generator sees it. `position` counts the random
-// kernels recorded so far (set back by a restore); `snapshots[p]` is filled, at each
-// replay, with the state at position p. The recorded tasks share the snapshots, so they
-// live as long as the graph.
-struct NPUGeneratorImpl::Capture {
-  aclmdlRI model = nullptr;
-  uint32_t serial = 0;
-  uint32_t position = 0;
-  std::shared_ptr<std::vector<at::Tensor>> snapshots = std::make_shared<std::vector<at::Tensor>>();
-};
-
-NPUGeneratorImpl::Capture* NPUGeneratorImpl::capture() const {
-  const NPUStream stream = getCurrentNPUStream(device().index());
-  aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
-  aclmdlRI model = nullptr;
-  if (in_kernel() || aclmdlRICaptureGetInfo(stream.stream(), &status, &model) != ACL_SUCCESS ||
-      status != ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE) {
-    return nullptr;
-  }
-  if (!capture_ || capture_->model != model) {
-    capture_ = std::make_shared<Capture>();
-    capture_->model = model;
-    capture_->serial = ++captures_;
-  }
-  return capture_.get();
-}
 
 namespace {
 
@@ -120,6 +88,47 @@ void replay_in_draw_order(const NPUStream& stream, const std::function<void()>& 
   order.last_replay[stream.device_index()] = done;
 }
 
+}  // namespace torch_npu
+
+// The generator's members: torch_npu's public class (NPUGeneratorImpl.h).
+namespace at_npu {
+
+using namespace torch_npu;
+
+NPUGeneratorImpl::NPUGeneratorImpl(c10::DeviceIndex device_index)
+    : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device_index < 0 ? current_device() : device_index),
+                         c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
+      cpu_(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val)) {
+  check_device_index(device().index());
+}
+
+// One capture into an NPU graph as this generator sees it. `position` counts the random
+// kernels recorded so far (set back by a restore); `snapshots[p]` is filled, at each
+// replay, with the state at position p. The recorded tasks share the snapshots, so they
+// live as long as the graph.
+struct NPUGeneratorImpl::Capture {
+  aclmdlRI model = nullptr;
+  uint32_t serial = 0;
+  uint32_t position = 0;
+  std::shared_ptr<std::vector<at::Tensor>> snapshots = std::make_shared<std::vector<at::Tensor>>();
+};
+
+NPUGeneratorImpl::Capture* NPUGeneratorImpl::capture() const {
+  const NPUStream stream = getCurrentNPUStream(device().index());
+  aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
+  aclmdlRI model = nullptr;
+  if (in_kernel() || aclmdlRICaptureGetInfo(stream.stream(), &status, &model) != ACL_SUCCESS ||
+      status != ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE) {
+    return nullptr;
+  }
+  if (!capture_ || capture_->model != model) {
+    capture_ = std::make_shared<Capture>();
+    capture_->model = model;
+    capture_->serial = ++captures_;
+  }
+  return capture_.get();
+}
+
 void NPUGeneratorImpl::note_captured_draw() {
   {
     std::lock_guard<std::mutex> lock(cpu_.mutex());
@@ -164,11 +173,24 @@ uint64_t NPUGeneratorImpl::get_offset() const {
   return philox_offset_;
 }
 
-std::pair<uint64_t, uint64_t> NPUGeneratorImpl::philox_seed_and_offset(uint64_t increment) {
+std::pair<uint64_t, uint64_t> NPUGeneratorImpl::philox_engine_inputs(uint64_t increment) {
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   const uint64_t offset = philox_offset_;
   philox_offset_ += (increment + 3) / 4 * 4;
   return {cpu_.current_seed(), offset};
+}
+
+PhiloxNpuState NPUGeneratorImpl::philox_npu_state(uint64_t increment) {
+  auto [seed, offset] = philox_engine_inputs(increment);
+  return PhiloxNpuState(seed, offset);
+}
+
+void NPUGeneratorImpl::set_philox_offset_per_thread(uint64_t offset) { set_offset(offset); }
+uint64_t NPUGeneratorImpl::philox_offset_per_thread() const { return get_offset(); }
+c10::DeviceType NPUGeneratorImpl::device_type() { return c10::DeviceType::PrivateUse1; }
+
+std::shared_ptr<NPUGeneratorImpl> NPUGeneratorImpl::clone() const {
+  return std::shared_ptr<NPUGeneratorImpl>(clone_impl());
 }
 
 // The state is the CPU generator's state, the 8-byte Philox offset and an 8-byte capture
@@ -252,6 +274,10 @@ NPUGeneratorImpl* NPUGeneratorImpl::clone_impl() const {
   return gen;
 }
 
+}  // namespace at_npu
+
+namespace torch_npu {
+
 const at::Generator& getDefaultNPUGenerator(c10::DeviceIndex device) {
   static std::once_flag once;
   static std::deque<at::Generator> defaults;
@@ -284,3 +310,10 @@ at::Generator cpu_generator_for(const std::optional<at::Generator>& gen, c10::De
 }
 
 }  // namespace torch_npu
+
+namespace at_npu::detail {
+const at::Generator& getDefaultNPUGenerator(c10::DeviceIndex device_index) {
+  return torch_npu::getDefaultNPUGenerator(device_index);
+}
+at::Generator createNPUGenerator(c10::DeviceIndex device_index) { return torch_npu::createNPUGenerator(device_index); }
+}  // namespace at_npu::detail

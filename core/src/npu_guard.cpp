@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include "torch_npu/core/npu_stream.h"
+#include "torch_npu/csrc/core/npu/NPUFunctions.h"
 #include "torch_npu/core/npu_task_queue.h"
 #include "torch_npu/core/npu_trace.h"
 
@@ -113,6 +114,7 @@ struct NPUGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     NPUStream stream(s);
     TORCH_CHECK(!stream.is_external(), "External NPU stream is not supported in NPUStream::synchronize: the "
                 "program that created it synchronises it (record an event on it and synchronize that)");
+    c10_npu::warn_or_error_on_sync();
     stream.synchronize();
   }
   void synchronizeDevice(const c10::DeviceIndex device_index) const override {

@@ -1,5 +1,6 @@
 #include "torch_npu/core/npu_task_queue.h"
 #include "torch_npu/core/npu_trace.h"
+#include "torch_npu/csrc/core/npu/register/OptionsManager.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
@@ -148,10 +149,7 @@ void collect_finished_kernels() {
 }
 
 bool task_queue_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("TASK_QUEUE_ENABLE");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = c10_npu::option::OptionsManager::GetTaskQueueEnable() != 0;
   return enabled;
 }
 
@@ -159,7 +157,22 @@ bool in_kernel() { return tls_kernel_depth > 0; }
 
 void set_blocking_hook(BlockingHook hook) { g_blocking_hook = hook; }
 
-void launch(const NPUStream& stream, const char* name, std::function<void()> fn) {
+static std::atomic<bool>& inline_enabled() {
+  static std::atomic<bool> enabled{[] {
+    const char* v = std::getenv("ASCEND_SIM_INLINE");
+    return v == nullptr || std::string(v) != "0";
+  }()};
+  return enabled;
+}
+
+bool set_runs_on_caller(bool on) { return inline_enabled().exchange(on); }
+
+bool runs_on_caller(const NPUStream& stream, int64_t work_numel) {
+  if (work_numel < 0 || !inline_enabled().load(std::memory_order_relaxed)) return false;
+  return work_numel > kInlineNumel || stream.query();
+}
+
+void launch(const NPUStream& stream, const char* name, std::function<void()> fn, int64_t work_numel) {
   if (!in_kernel()) {
     // A capturing stream records the task (whatever TASK_QUEUE_ENABLE says); nothing runs.
     aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
@@ -178,9 +191,10 @@ void launch(const NPUStream& stream, const char* name, std::function<void()> fn)
       return;
     }
   }
-  if (!task_queue_enabled() || in_kernel() || stream.is_sync_launch()) {
+  if (!task_queue_enabled() || in_kernel() || stream.is_sync_launch() || runs_on_caller(stream, work_numel)) {
     // Inline: a kernel launching a kernel (e.g. a composite run on the worker) runs it
-    // right away on the same thread, which keeps stream order; so do sync-launch streams.
+    // right away on the same thread, which keeps stream order; so do sync-launch streams
+    // and the kernels runs_on_caller keeps here.
     if (!in_kernel()) wait_stream(stream);
     InlineKernelRecord record(name, stream);
     c10::DeviceIndex prev = current_device();
@@ -256,11 +270,14 @@ void track_host_ops(bool on) {
 
 InlineKernelRecord::InlineKernelRecord(const char* name, const NPUStream& stream)
     : name_(name), stream_(stream.stream()), device_(stream.device_index()) {
-  if (name_ != nullptr && !in_kernel() && !aclsimOnWorkerThread() && aclsimProfilerEnabled()) start_ = aclsimNowNs();
+  if (!in_kernel() && !aclsimOnWorkerThread()) start_ = aclsimNowNs();
 }
 
 InlineKernelRecord::~InlineKernelRecord() {
-  if (start_ >= 0) aclsimProfilerRecord(name_, device_, aclsimStreamId(stream_), start_, aclsimNowNs());
+  if (start_ < 0) return;
+  const int64_t end = aclsimNowNs();
+  aclsimDeviceAddBusyNs(device_, end - start_);  // torch.npu.utilization counts it
+  if (name_ != nullptr && aclsimProfilerEnabled()) aclsimProfilerRecord(name_, device_, aclsimStreamId(stream_), start_, end);
 }
 
 void wait_stream(const NPUStream& stream) {

@@ -773,7 +773,7 @@ ForwardOut run_forward(const char* op, const std::shared_ptr<const Problem>& p, 
 // takes them: the generator's seed and its Philox offset, advanced past this mask's draws.
 std::pair<int64_t, int64_t> draw_seed(c10::DeviceIndex device, int64_t numels) {
   auto* gen = getDefaultNPUGenerator(device).get<NPUGeneratorImpl>();
-  auto [seed, offset] = gen->philox_seed_and_offset(static_cast<uint64_t>(numels));
+  auto [seed, offset] = gen->philox_engine_inputs(static_cast<uint64_t>(numels));
   return {static_cast<int64_t>(seed), static_cast<int64_t>(offset)};
 }
 

@@ -28,6 +28,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
+#include "torch_npu/csrc/core/npu/NPUFunctions.h"
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_error.h"
 #include "torch_npu/core/npu_stream.h"
@@ -101,8 +102,10 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   const auto device = dst.device().index();
   NPUStream stream = getCurrentNPUStream(device);
   at::Tensor host = src.to(dst.scalar_type()).contiguous();  // src is already expanded to dst
-  launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = borrowed_twin(dst), device] {
-    if (plain_layout(dst) && !dst.is_conj() && !dst.is_neg()) {
+  // A plain copy is a memcpy task; a strided or tiled destination is a kernel (runs_on_caller).
+  const bool plain = plain_layout(dst) && !dst.is_conj() && !dst.is_neg();
+  launch(stream, "aten::copy_(H2D)", [host = twin(host), dst = borrowed_twin(dst), device, plain] {
+    if (plain) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), host.nbytes(), host.const_data_ptr(), host.nbytes(), ACL_MEMCPY_HOST_TO_DEVICE));
       return;
     }
@@ -113,9 +116,12 @@ void copy_h2d(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
     AliasMap aliases(device);
     aliases.alias(dst).copy_(staged);
     aliases.store_untiled();
-  });
+  }, plain ? -1 : dst.numel());
   const bool async_ok = non_blocking && src.is_pinned();
-  if (!async_ok) stream.synchronize();
+  if (!async_ok) {
+    c10_npu::warn_or_error_on_sync();
+    stream.synchronize();
+  }
 }
 
 // npu -> host: waits for the stream unless non_blocking into pinned memory.
@@ -134,8 +140,9 @@ void copy_d2h(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
     at::Tensor staged = aliases.alias(src).expand(host.sizes()).to(host.scalar_type()).resolve_conj().resolve_neg().contiguous();
     NPU_CHECK(aclrtMemcpy(host.data_ptr(), host.nbytes(), staged.const_data_ptr(), staged.nbytes(),
                           ACL_MEMCPY_DEVICE_TO_HOST));
-  });
+  }, direct ? -1 : host.numel());
   if (non_blocking && dst.is_pinned() && direct) return;
+  c10_npu::warn_or_error_on_sync();
   stream.synchronize();
   if (!direct) dst.copy_(host);
 }
@@ -161,8 +168,9 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
   const bool across = src.device().index() != device;
   NPUStream stream = getCurrentNPUStream(src.device().index());
   if (across) stream_wait(stream, getCurrentNPUStream(device));
-  launch(stream, "aten::copy_", [src = borrowed_twin(src), dst = borrowed_twin(dst), device] {
-    if (plain_bytes(src, dst) && src.device() != dst.device()) {
+  const bool memcpy_task = plain_bytes(src, dst) && across;
+  launch(stream, "aten::copy_", [src = borrowed_twin(src), dst = borrowed_twin(dst), device, memcpy_task] {
+    if (memcpy_task) {
       NPU_CHECK(aclrtMemcpy(bytes(dst), dst.nbytes(), bytes(src), src.nbytes(), ACL_MEMCPY_DEVICE_TO_DEVICE));
       return;
     }
@@ -173,7 +181,7 @@ void copy_d2d(const at::Tensor& src, const at::Tensor& dst) {
     at::Tensor s = src.device() == dst.device() ? aliases.alias(src) : src_aliases.alias(src);
     d.copy_(s);
     aliases.store_untiled();
-  });
+  }, memcpy_task ? -1 : dst.numel());
   if (across) stream_wait(getCurrentNPUStream(device), stream);
 }
 
@@ -207,6 +215,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  c10_npu::warn_or_error_on_sync();
   getCurrentNPUStream(self.device().index()).synchronize();
   if (tiled_storage(self) != nullptr) {
     AliasMap aliases(self.device().index());

@@ -26,15 +26,13 @@
 #include <unordered_set>
 
 #include "op_table.h"
+#include "torch_npu/csrc/core/npu/register/OptionsManager.h"
 
 namespace torch_npu::ops {
 namespace {
 
 std::atomic<bool>& cpu_fallback_flag() {
-  static std::atomic<bool> flag([] {
-    const char* v = std::getenv("TORCH_NPU_FALLBACK_CPU_DISABLE");
-    return v == nullptr || std::strcmp(v, "1") != 0;
-  }());
+  static std::atomic<bool> flag(c10_npu::option::OptionsManager::IsCpuFallbackEnable());
   return flag;
 }
 

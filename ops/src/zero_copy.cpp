@@ -77,11 +77,13 @@ constexpr c10::DeviceType kNPU = c10::DeviceType::PrivateUse1;
 // where a tiny training step spent half its time in OpenMP barriers).
 constexpr int64_t kSerialBlasNumel = 4096;
 
-// While alive, MKL calls of this thread run on one thread if `numel` is small.
+// While alive, MKL calls of this thread run on one thread if `numel` is small: up to
+// kSerialBlasNumel elements, or kInlineNumel for a kernel run by a stream's worker (`queued`),
+// which must not start an OpenMP team of its own (see runs_on_caller).
 class SerialBlasScope {
  public:
-  explicit SerialBlasScope(int64_t numel) {
-    if (numel <= kSerialBlasNumel && MKL_Set_Num_Threads_Local != nullptr) {
+  explicit SerialBlasScope(int64_t numel, bool queued = false) {
+    if (numel <= (queued ? kInlineNumel : kSerialBlasNumel) && MKL_Set_Num_Threads_Local != nullptr) {
       prev_ = MKL_Set_Num_Threads_Local(1);
       active_ = true;
     }
@@ -344,14 +346,6 @@ class WarningCollector final : public c10::WarningHandler {
 
 }  // namespace
 
-bool small_on_idle_stream(const NPUStream& stream, int64_t numel) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("ASCEND_SIM_INLINE_SMALL");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return enabled && numel <= kInlineNumel && stream.query();
-}
-
 void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel) {
   NPUStream stream = getCurrentNPUStream(device);
   if (!in_kernel() && isStreamRecording(stream)) {
@@ -359,7 +353,7 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
                              " cannot be captured into an NPU graph: it must run before the call returns, which a "
                              "capturing stream never does; run it outside the capture");
   }
-  const bool on_worker = task_queue_enabled() && !in_kernel() && !small_on_idle_stream(stream, max_numel);
+  const bool on_worker = task_queue_enabled() && !in_kernel() && !runs_on_caller(stream, max_numel);
   if (!on_worker) {
     if (!in_kernel()) wait_stream(stream);
     InlineKernelRecord record(name, stream);
@@ -374,7 +368,7 @@ void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const
     try {
       c10::WarningUtils::WarningHandlerGuard collect(&warnings);
       KernelScope scope(device);
-      SerialBlasScope blas(max_numel);
+      SerialBlasScope blas(max_numel, true);
       kernel();
     } catch (...) {
       error = std::current_exception();  // rethrown to the caller with its own type
@@ -413,7 +407,7 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
     if (t.defined() && t.device().type() == kNPU) t = aliases.alias(t);
   }
   if (aliases.has_untiled() ||
-      (!capture && (!task_queue_enabled() || in_kernel() || small_on_idle_stream(stream, work_numel)))) {
+      (!capture && (!task_queue_enabled() || in_kernel() || runs_on_caller(stream, work_numel)))) {
     if (!in_kernel()) wait_stream(stream);
     InlineKernelRecord record(name, stream);
     KernelScope scope(device);
@@ -424,7 +418,7 @@ void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Te
   }
   launch(stream, name, [device, tensors = std::move(tensors), kernel = std::move(kernel), work_numel] {
     KernelScope scope(device);
-    SerialBlasScope blas(work_numel);
+    SerialBlasScope blas(work_numel, true);
     kernel(tensors);
   });
 }
@@ -935,7 +929,7 @@ void record_functional(const c10::OperatorHandle& op, c10::DeviceIndex device, c
   launch(stream, op.schema().name().c_str(),
          [op, device, args = std::move(args), outs = std::move(outs), num_returns, max_numel] {
            KernelScope scope(device);
-           SerialBlasScope blas(max_numel);
+           SerialBlasScope blas(max_numel, true);
            ReplayStack replay(args);
            torch::jit::Stack& s = *replay.get();
            op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &s);
@@ -1058,9 +1052,8 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   // for every call that could queue, so a first call run inline below proves it too.
   const uint64_t signature = async && !capture ? dtype_signature(schema, *stack, args_begin, num_args) : 0;
   if (signature != 0 && !proven_signatures().count(signature)) async = false;
-  // A small kernel on an idle stream costs less run right here than handed to the
-  // worker and back; the result is the same (nothing is queued before it).
-  if (async && !capture && small_on_idle_stream(stream, scan.max_numel)) async = false;
+  // Run right here (runs_on_caller): a small kernel on an idle stream, a parallel one always.
+  if (async && !capture && runs_on_caller(stream, scan.max_numel)) async = false;
   // An out= argument the kernel resizes: synchronously (while capturing, run once to learn
   // the new geometry, as a functional op).
   if (async && traits.has_out && may_resize_outs(op, traits, *stack, args_begin)) async = false;
@@ -1085,7 +1078,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     stack->erase(stack->begin() + args_begin, stack->end());
     launch(stream, schema.name().c_str(), [queued, capture] {
       KernelScope scope(queued->device);
-      SerialBlasScope blas(queued->max_numel);
+      SerialBlasScope blas(queued->max_numel, true);
       if (capture) {
         ReplayStack replay(queued->stack);  // every replay runs on the same arguments
         queued->op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), replay.get());
@@ -1147,7 +1140,8 @@ bool small_operands_on_idle_stream(const at::Tensor& a, const at::Tensor& b) {
   const at::Tensor& t = is_npu(a) ? a : b;
   if (!is_npu(t)) return false;
   NPUStream stream = getCurrentNPUStream(t.device().index());
-  return !isStreamRecording(stream) && small_on_idle_stream(stream, std::max(a.numel(), b.numel()));
+  const int64_t numel = std::max(a.numel(), b.numel());
+  return !isStreamRecording(stream) && numel <= kInlineNumel && runs_on_caller(stream, numel);
 }
 
 // An operand the CPU kernel takes as it is (a Python number: a 0-dim CPU tensor) or as

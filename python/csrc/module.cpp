@@ -7,6 +7,8 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "acl/acl_rt.h"
+#include "torch_npu/csrc/core/npu/NPUFunctions.h"
+#include "torch_npu/csrc/core/npu/register/OptionsManager.h"
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_stream.h"
@@ -145,6 +147,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_set_fft_plan_cache_max_size", &torch_npu::ops::fft_plan_cache::set_max_size, py::arg("size"));
   m.def("_npu_clear_fft_plan_cache", &torch_npu::ops::fft_plan_cache::clear);
   m.def("_npu_setDevice", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
+  // torch.npu.set_sync_debug_mode: 0 off, 1 warn, 2 error on synchronising operations.
+  m.def("_npu_set_sync_debug_mode", [](int mode) {
+    TORCH_CHECK(mode >= 0 && mode <= 2, "invalid value of debug_mode, expected one of 0,1,2, got ", mode);
+    c10_npu::warning_state().set_sync_debug_mode(static_cast<c10_npu::SyncDebugMode>(mode));
+  });
+  // torch_npu's public environment switches: (name, value as set, value in force, its meaning).
+  m.def("_npu_public_envs", [] {
+    std::vector<std::tuple<std::string, std::string, int, std::string>> out;
+    for (const auto& env : c10_npu::option::OptionsManager::describe_public_envs()) {
+      out.emplace_back(env.name, env.value, env.effective, env.mode);
+    }
+    return out;
+  });
+  m.def("_npu_get_sync_debug_mode", [] { return static_cast<int>(c10_npu::warning_state().get_sync_debug_mode()); });
   m.def("_npu_getDevice", [] { return static_cast<int>(current_device()); });
   m.def("_npu_sleep", [](int64_t cycles) {
     sleep_on_stream(getCurrentNPUStream(), cycles);
@@ -262,6 +278,21 @@ PYBIND11_MODULE(_C, m) {
     return aclsimCopiedBytes(static_cast<aclrtMemcpyKind>(kind));
   });
   m.def("_npu_taskQueueEnabled", [] { return task_queue_enabled(); });
+  // At exit, before the interpreter finalizes (torch_npu's name): a kernel still queued would
+  // otherwise run while Python tears down. False if a device reported an error.
+  m.def("_npu_shutdown_synchronize", [] {
+    bool ok = true;
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+      try {
+        wait_device(d);
+      } catch (const std::exception&) {
+        ok = false;
+      }
+    }
+    return ok;
+  });
+  // ASCEND_SIM_INLINE at run time (tests of queued kernels): returns the previous setting.
+  m.def("_npu_set_inline", [](bool on) { return set_runs_on_caller(on); }, py::arg("on"));
   // torch_npu.profiler: the simulator's task records (core/acl/src/profiler.cpp).
   m.def("_npu_profilerEnable", [](bool on) {
     track_host_ops(on);

@@ -1491,9 +1491,9 @@ def generate(seed):
 # idle stream runs on the caller, others are queued), "queued" queues every kernel the task
 # queue can take (full asynchrony), "sync" runs every kernel on the caller.
 MODES = {
-    "async": {"TASK_QUEUE_ENABLE": "1", "ASCEND_SIM_INLINE_SMALL": "1"},
-    "queued": {"TASK_QUEUE_ENABLE": "1", "ASCEND_SIM_INLINE_SMALL": "0"},
-    "sync": {"TASK_QUEUE_ENABLE": "0", "ASCEND_SIM_INLINE_SMALL": "1"},
+    "async": {"TASK_QUEUE_ENABLE": "1", "ASCEND_SIM_INLINE": "1"},
+    "queued": {"TASK_QUEUE_ENABLE": "1", "ASCEND_SIM_INLINE": "0"},
+    "sync": {"TASK_QUEUE_ENABLE": "0", "ASCEND_SIM_INLINE": "1"},
 }
 
 

@@ -57,9 +57,9 @@ def test_an_unordered_side_stream_is_a_mismatch():
     Ref, Step = async_fuzz.Ref, async_fuzz.Step
     x, s, y = Ref("t0"), Ref("s1"), Ref("t2")
     program = [
-        Step("t0", "make", ((512, 512), torch.float32), {"seed": 1, "device": async_fuzz.DEV}),
-        Step("t3", "torch.mm", (x, x), {}),            # keeps the current stream busy
-        Step(None, ".add_", (x, 1), {}),               # queued behind the matmul
+        Step("t0", "make", ((64, 64), torch.float32), {"seed": 1, "device": async_fuzz.DEV}),
+        Step(None, "sleep", (), {}),                   # keeps the current stream busy
+        Step(None, ".add_", (x, 1), {}),               # queued behind the sleep
         Step("s1", "stream", (), {}),
         Step(None, "enter_stream", (s,), {}),
         Step("t2", ".sum", (x,), {}),                  # no s.wait_stream(current stream) before

@@ -113,16 +113,24 @@ def test_fusion_and_stream_ordering():
 
 def test_compiled_call_does_not_wait_for_the_stream():
     """The generated kernel is queued behind the stream's work like an eager kernel, not run
-    on the calling thread after waiting for that work: the call returns while it runs."""
+    on the calling thread after waiting for that work: the call returns while it runs. (By
+    default a large one, like an eager kernel, runs on the caller: runs_on_caller.)"""
+    prev = torch_npu._C._npu_set_inline(False)
+    try:
+        _check_compiled_call_is_queued()
+    finally:
+        torch_npu._C._npu_set_inline(prev)
+
+
+def _check_compiled_call_is_queued():
     g = torch.Generator().manual_seed(1)
     x = torch.randn(1024, 1024, generator=g).npu()
     w = (torch.randn(1024, 1024, generator=g) / 32).npu()
     compiled = torch.compile(_pointwise_chain)
     compiled(x, w)
     torch.npu.synchronize()
-    y = x
-    for _ in range(6):
-        y = y @ w  # ~13 GFLOP queued: still running when the compiled call returns
+    y = x @ w
+    torch.npu._sleep(360_000_000)  # ~0.2 s queued: still running when the compiled call returns
     out = compiled(y, w)
     pending = not torch.npu.current_stream().query()
     _close(out, _pointwise_chain(y, w))

@@ -303,8 +303,7 @@ def test_forked_child_raises_instead_of_hanging():
     code = textwrap.dedent("""
         import os, sys, torch, torch_npu
         x = torch.ones(2000, 2000, device="npu")
-        for _ in range(3):
-            x = x @ x  # queued on the stream worker when the fork happens
+        torch.npu._sleep(360_000_000)  # ~0.2 s queued on the stream worker when the fork happens
         pid = os.fork()
         if pid == 0:
             errors = []

@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 import torch
@@ -101,19 +102,26 @@ def test_convolution_forward_backward_matches_cpu():
 
 
 @pytest.mark.skipif(not torch_npu._C._npu_taskQueueEnabled(), reason="TASK_QUEUE_ENABLE=0")
-def test_kernels_run_asynchronously():
-    a = torch.randn(1536, 1536, device="npu")
-    b = torch.randn(1536, 1536, device="npu")
-    c = torch.empty(1536, 1536, device="npu")
-    torch.npu.synchronize()
-    start = torch.npu.Event()
-    for _ in range(3):
-        torch.matmul(a, b, out=c)   # several long kernels enqueued
-    start.record()
-    assert not start.query(), "the host waited for the kernels"
-    start.synchronize()
-    assert start.query()
-    torch.testing.assert_close(c.cpu(), a.cpu() @ b.cpu(), rtol=1e-3, atol=1e-3)
+@pytest.mark.parametrize("inline", ["1", "0"])
+def test_where_a_parallel_kernel_runs(inline):
+    """A kernel ATen splits across threads (more than 32768 elements) runs on the calling thread
+    (ASCEND_SIM_INLINE=1, the default), after the work queued before it: the stream is idle when
+    the call returns. With ASCEND_SIM_INLINE=0 it is queued behind that work. Same values."""
+    code = """
+import torch, torch_npu
+x = torch.zeros(64, device="npu")
+big = torch.ones(512, 512, device="npu")
+for _ in range(3):                      # the first calls of each signature on a busy stream run at once
+    torch.npu._sleep(36_000_000); x.add_(1); y = big.add(x[0]); torch.npu.synchronize()
+torch.npu._sleep(900_000_000)           # ~0.5 s: the stream is busy
+x.add_(1)                               # small: queued behind the sleep
+y = big.add(x[0])                       # parallel, reads what the queued add_ writes
+idle = torch.npu.current_stream().query()
+print(idle, torch.equal(y.cpu(), torch.full((512, 512), 5.0)), torch.equal(x.cpu(), torch.full((64,), 4.0)))
+"""
+    r = run_python(code, env={"ASCEND_SIM_INLINE": inline, "TASK_QUEUE_ENABLE": "1"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(inline == "1"), "True", "True"], r.stdout
 
 
 def test_wait_stream_orders_streams():
@@ -132,12 +140,10 @@ def test_wait_stream_orders_streams():
 
 @pytest.mark.skipif(not torch_npu._C._npu_taskQueueEnabled(), reason="TASK_QUEUE_ENABLE=0: nothing is queued")
 def test_kernel_error_surfaces_at_sync_and_stream_recovers():
-    a = torch.randn(1024, 1024, device="npu")
-    busy = torch.empty(1024, 1024, device="npu")
     x = torch.zeros(4, device="npu")
     idx = torch.tensor([0, 9], device="npu")
     x.index_add_(0, idx * 0, torch.ones(2, device="npu"))  # this dtype signature has run: the next may queue
-    torch.matmul(a, a, out=busy)       # keeps the stream busy: what follows is queued
+    torch.npu._sleep(540_000_000)      # ~0.3 s: keeps the stream busy, what follows is queued
     x.index_add_(0, idx, torch.ones(2, device="npu"))
     with pytest.raises(RuntimeError, match="index_add"):
         torch.npu.synchronize()
@@ -148,9 +154,9 @@ def test_kernel_error_surfaces_at_sync_and_stream_recovers():
         x.index_add_(0, idx, torch.ones(2, device="npu"))
 
 
-@pytest.mark.parametrize("inline_small", ["1", "0"])
-def test_inline_small_decides_where_a_small_kernel_on_an_idle_stream_fails(inline_small):
-    """ASCEND_SIM_INLINE_SMALL=1 (default) runs a small kernel launched on an idle stream on the
+@pytest.mark.parametrize("inline", ["1", "0"])
+def test_inline_decides_where_a_small_kernel_on_an_idle_stream_fails(inline):
+    """ASCEND_SIM_INLINE=1 (default) runs a small kernel launched on an idle stream on the
     caller, so its error is raised by the call; =0 queues it, so the call returns and the error
     surfaces at the next synchronisation, naming the operator."""
     code = """
@@ -166,10 +172,10 @@ try:
 except Exception as e:
     print(type(e).__name__, str(e).splitlines()[0])
 """
-    r = run_python(code, env={"ASCEND_SIM_INLINE_SMALL": inline_small, "TASK_QUEUE_ENABLE": "1"})
+    r = run_python(code, env={"ASCEND_SIM_INLINE": inline, "TASK_QUEUE_ENABLE": "1"})
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    if inline_small == "1":
+    if inline == "1":
         assert lines[0].startswith("IndexError") and "index out of range" in lines[0], r.stdout
     else:
         assert lines[0] == "returned" and lines[1].startswith("RuntimeError") and "index_add" in lines[1], r.stdout
@@ -292,9 +298,32 @@ def test_kernels_use_the_intra_op_threads_the_user_set():
         print(worker_threads())
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "MKL_"))}
+    env["ASCEND_SIM_INLINE"] = "0"  # queued (by default such kernels run on the caller)
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["1", "2"], r.stdout
+
+
+def test_stream_workers_start_no_openmp_team():
+    # Parallel kernels run on the host's OpenMP team (runs_on_caller): a worker's team beside
+    # it would make libgomp put idle threads to sleep at every parallel region of the process.
+    script = textwrap.dedent("""
+        import os, torch, torch_npu
+        names = lambda: [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+        torch.ones(1 << 20).mul_(2)               # the host's team (any CPU work makes one)
+        x = torch.randn(1 << 22, device="npu")
+        for _ in range(3):
+            x.add_(1).mul_(0.5)
+            m = x.view(2048, 2048)
+            y = (m @ m[:16].T).sum() + m.softmax(-1).sum()
+        torch.npu._sleep(1000)                    # a queued task: the worker exists
+        torch.npu.synchronize()
+        print(names().count("npu0-s0"), y.item() == y.item())
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "MKL_", "ASCEND_SIM_INLINE"))}
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["1", "True"], r.stdout
 
 
 def test_quickstart_trains_with_amp():
@@ -337,3 +366,34 @@ def test_torch_npu_error_texts_and_codes():
                         env={"TORCH_NPU_COMPACT_ERROR_OUTPUT": "1"})
     assert result.returncode == 0, result.stderr
     assert "found 'test'\" False" in result.stdout or "found 'test'' False" in result.stdout, result.stdout
+
+
+def test_exit_with_a_large_kernel_queued_is_clean():
+    """A kernel still queued at exit ran while the interpreter finalized and took the GIL there:
+    std::terminate (about one exit in three). torch_npu's exit hook drains the streams first."""
+    code = """
+import torch, torch_npu
+torch_npu._C._npu_set_inline(False)
+x = torch.randn(2048, 2048, device="npu")
+y = x * 2; torch.npu.synchronize()
+torch.npu._sleep(20_000_000)
+y = x * 2                      # queued at exit
+"""
+    for _ in range(4):
+        r = run_python(code)
+        assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_host_wait_sleeps_until_its_work_is_done():
+    """A host thread waiting for a stream was woken after every finished task (and went back to
+    sleep), taking a core from the kernels: 20 voluntary context switches for 20 queued tasks."""
+    def switches():
+        with open(f"/proc/self/task/{threading.get_native_id()}/status") as f:
+            return int(next(line for line in f if line.startswith("voluntary_ctxt_switches")).split()[1])
+
+    torch.npu.synchronize()
+    for _ in range(20):
+        torch.npu._sleep(9_000_000)  # 5 ms each
+    before = switches()
+    torch.npu.current_stream().synchronize()
+    assert switches() - before <= 3

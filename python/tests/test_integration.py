@@ -31,20 +31,19 @@ def test_pinned_memory_and_non_blocking_copies():
 
 def test_record_stream_keeps_memory_until_the_stream_is_done():
     side = torch.npu.Stream()
-    a = torch.randn(1024, 1024, device="npu")
-    busy = torch.empty(1024, 1024, device="npu")
-    x = torch.ones(256, 256, device="npu")
+    x = torch.ones(64, 64, device="npu")
+    x * 2                              # the first call of a dtype signature runs at once
     torch.npu.synchronize()
     with torch.npu.stream(side):
-        torch.matmul(a, a, out=busy)   # keeps the side stream busy
-        y = x * 2
+        torch.npu._sleep(540_000_000)  # ~0.3 s: keeps the side stream busy
+        y = x * 2                      # small: queued behind the sleep
     x.record_stream(side)
     ptr = x.data_ptr()
     del x
-    z = torch.empty(256, 256, device="npu")  # default stream: must not get x's block yet
+    z = torch.empty(64, 64, device="npu")  # default stream: must not get x's block yet
     assert z.data_ptr() != ptr
     side.synchronize()
-    torch.testing.assert_close(y.cpu(), torch.full((256, 256), 2.0))
+    torch.testing.assert_close(y.cpu(), torch.full((64, 64), 2.0))
 
 
 def test_other_devices_and_device_context():

@@ -159,7 +159,7 @@ def test_oom_in_queued_npu_fusion_attention_grad_is_out_of_memory_error(tmp_path
     # The attention backward's workspace is device memory allocated by the kernel on the
     # stream's worker; running out there was reported as a RuntimeError at the next sync.
     p = subprocess.run([sys.executable, "-c", OOM_PROBE], capture_output=True, text=True, timeout=300,
-                       env={**_env(), "ASCEND_SIM_HBM_BYTES": "256M", "ASCEND_SIM_INLINE_SMALL": "0"})
+                       env={**_env(), "ASCEND_SIM_HBM_BYTES": "256M", "ASCEND_SIM_INLINE": "0"})
     assert p.returncode == 0, p.stderr[-3000:]
     kinds = eval(p.stdout.strip().splitlines()[-1])
     assert "OutOfMemoryError" in kinds and "ok" in kinds, kinds

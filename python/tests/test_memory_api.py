@@ -504,7 +504,7 @@ def test_utilization_busy_and_idle():
     ref = a.cpu()
     torch.npu.utilization()
     for _ in range(30):
-        a = (a @ a).tanh()  # queued on the stream, run by its worker
+        a = (a @ a).tanh()  # run in stream order (on the caller: runs_on_caller)
     torch.npu.synchronize()
     busy = torch.npu.utilization()
     assert 0 < busy <= 100

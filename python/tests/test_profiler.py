@@ -103,13 +103,18 @@ def test_profile_takes_torch_npu_and_torch_schedules(make_schedule):
     assert ready == [2, 4]
 
 
-def test_trace_links_host_ops_to_npu_tasks(tmp_path):
+@pytest.mark.parametrize("queued", [True, False])
+def test_trace_links_host_ops_to_npu_tasks(tmp_path, queued):
     x = torch.randn(1024, 1024, device="npu")
     (x @ x).relu_()  # an operator's first call runs inline (it proves its dtype signature); later ones queue
     torch.npu.synchronize()
-    with torch_npu.profiler.profile(activities=BOTH) as prof:
-        y = x @ x  # large: queued on the stream, runs after the host op returned
-        y.relu_()
+    prev = torch_npu._C._npu_set_inline(not queued)  # by default large kernels run on the caller
+    try:
+        with torch_npu.profiler.profile(activities=BOTH) as prof:
+            y = x @ x  # large: queued on the stream, runs after the host op returned (or on the caller)
+            y.relu_()
+    finally:
+        torch_npu._C._npu_set_inline(prev)
     path = prof.export_chrome_trace(str(tmp_path / "trace.json"))
     with open(path) as f:
         events = json.load(f)["traceEvents"]
@@ -120,7 +125,7 @@ def test_trace_links_host_ops_to_npu_tasks(tmp_path):
     mm = next(e for e in tasks if e["name"] == "aten::mm")
     host_mm = next(e for e in events if e.get("cat") == "cpu_op" and e["name"] == "aten::mm")
     # Asynchrony shows: the host op returned long before its kernel finished.
-    assert host_mm["ts"] + host_mm["dur"] < mm["ts"] + mm["dur"]
+    assert (host_mm["ts"] + host_mm["dur"] < mm["ts"] + mm["dur"]) == queued
     flows = {(e["ph"], e["id"]) for e in events if e.get("cat") == "async_npu"}
     assert ("s", mm["args"]["correlation"]) in flows and ("f", mm["args"]["correlation"]) in flows
     by_op = {t["name"]: t["op"] for t in prof.npu_tasks()}
@@ -951,7 +956,9 @@ def test_gc_detect(tmp_path):
     ops = [e for e in events if e.get("cat") == "cpu_op"]
     assert len(gcs) >= 2 and all(e["pid"] == os.getpid() and e["dur"] >= 0 for e in gcs)
     lo, hi = min(e["ts"] for e in ops), max(e["ts"] + e["dur"] for e in ops)
-    assert all(lo - 1e6 < e["ts"] < hi + 1e6 for e in gcs)  # on the host operators' clock
+    # On the host operators' clock (a collection of a large heap on a loaded host takes a while).
+    slack = 1e6 + sum(e["dur"] for e in gcs)
+    assert all(lo - 1e6 < e["ts"] < hi + slack for e in gcs), (lo, hi, gcs)
     assert not any(getattr(cb, "__self__", None).__class__ is ProfGCDetector
                                                      for cb in gc.callbacks)
     with torch_npu.profiler.profile(activities=BOTH, experimental_config=torch_npu.profiler._ExperimentalConfig(

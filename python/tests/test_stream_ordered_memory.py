@@ -1,9 +1,19 @@
 """Stream-ordered frees: a tensor deleted while queued work still reads it returns to the
 caching allocator at `del`, as on CUDA and torch_npu; stream order (and record_stream for
 other streams) keeps the reuse exact."""
+import pytest
 import torch
 
 import torch_npu
+
+
+@pytest.fixture(autouse=True)
+def queued():
+    """Large kernels queued, as these tests need (by default they run on the caller, in stream
+    order: runs_on_caller, ASCEND_SIM_INLINE)."""
+    prev = torch_npu._C._npu_set_inline(False)
+    yield
+    torch_npu._C._npu_set_inline(prev)
 
 MIB = 1 << 20
 PAD = 512  # torch_npu's block of an n MiB tensor: n MiB + 32 bytes, rounded up to 512
@@ -21,6 +31,7 @@ def test_del_frees_at_once_while_queued_work_reads_it():
     torch.npu.synchronize()
     x = torch.randn(2048, 2048, device="npu")  # 16 MiB
     x_cpu = x.cpu()
+    x * 2  # the first call of a dtype signature runs at once; later ones queue
     keep = busy()
     y = x * 2  # queued behind the matmuls: reads x later
     assert not torch.npu.current_stream().query(), "the reading kernel must still be queued"
@@ -154,5 +165,5 @@ for i in range(30):
     del out
 print("ok")
 """
-    r = run_python(code, timeout=120)
+    r = run_python(code, timeout=120, env={"ASCEND_SIM_INLINE": "0"})
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]

@@ -321,6 +321,17 @@ def test_assert_equal_compares_storages_by_elements():
         tc.assertEqual(cpu.untyped_storage(), cpu.int().untyped_storage())
 
 
+def test_assert_equal_takes_empty_containers_as_equal():
+    tc = testcase.TestCase()
+    tc.assertEqual([], {})  # torch_npu: length, then elements
+    tc.assertEqual((), set())
+    tc.assertEqual({}.keys(), [])
+    with pytest.raises(AssertionError):
+        tc.assertEqual([], {"a": 1})
+    with pytest.raises(AssertionError):
+        tc.assertEqual([], "")  # a string is no container here
+
+
 def test_assert_equal_compares_dict_views_with_sequences_in_order():
     tc = testcase.TestCase()
     d = {"Model ID": "899", "Task ID": "9469", "Op Name": "MatMul"}

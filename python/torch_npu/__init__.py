@@ -184,6 +184,10 @@ from torch_npu._checksum import matmul_checksum  # noqa: E402
 matmul_checksum.__module__ = __name__  # a public name of torch_npu (torch_npu.asd.checksum's in torch_npu)
 __all__ += ["matmul_checksum"]
 
+from torch_npu.utils.hif8_tensor import _HiFloat8Tensor as HiFloat8Tensor  # noqa: E402
+
+__all__ += ["HiFloat8Tensor"]
+
 from torch_npu import _op_docs  # noqa: E402
 
 _op_docs.install(__import__(__name__), _operators)  # the operators' docstrings (their signatures)
@@ -202,3 +206,7 @@ def _sanitizer_if_requested() -> None:
 
 
 _sanitizer_if_requested()
+
+# torch_npu.hifloat8, torch_npu.float8_e5m2, ...: the custom dtype numbers of _C._cd.DType (the `int`
+# dtype arguments of the operators take them). Set last: `bool` is one of them.
+globals().update({name: getattr(_C._cd.DType, name) for name in dir(_C._cd.DType) if not name.startswith("_")})

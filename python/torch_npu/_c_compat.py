@@ -165,8 +165,8 @@ def _npu_fused_infer_attention_score_out_graph(stream, handle, event, *args, **k
 
 
 def install(c_module) -> None:
-    """Put the functions above, and the submodules ``_mstx`` and ``_npurt``, on ``torch_npu._C`` (where the
-    extension has none of its own)."""
+    """Put the functions above, and the submodules ``_mstx``, ``_npurt`` and ``_cd``, on ``torch_npu._C``
+    (where the extension has none of its own)."""
     functions = {"_npu_get_soc_version": _npu_get_soc_version,
                  "_get_cann_version": _get_cann_version,
                  "_empty_strided_npu": _empty_strided_npu,
@@ -189,6 +189,23 @@ def install(c_module) -> None:
             setattr(c_module, name, fn)
     from torch_npu import _mstx, _npurt
 
-    for name, module in (("_mstx", _mstx), ("_npurt", _npurt)):  # the markers' runtime, raw runtime calls
+    for name, module in (("_mstx", _mstx), ("_npurt", _npurt), ("_cd", _custom_dtype_module())):
+        # the markers' runtime, raw runtime calls, the custom dtypes and their casts
         if not hasattr(c_module, name):
             setattr(c_module, name, module)
+    if not hasattr(c_module, "_cd_init"):
+        from torch_npu import _custom_dtype
+
+        c_module._cd_init = _custom_dtype._cd_init
+
+
+def _custom_dtype_module():
+    """``torch_npu._C._cd`` as torch_npu has it: ``DType`` and the three casts (torch_npu._custom_dtype)."""
+    import types
+
+    from torch_npu import _custom_dtype
+
+    module = types.ModuleType("torch_npu._C._cd", "_cd bindings")
+    for name in ("DType", "cast_to_fp8", "cast_to_fp8_noalloc", "cast_from_fp8"):
+        setattr(module, name, getattr(_custom_dtype, name))
+    return module

@@ -19,21 +19,27 @@ import math
 import torch
 import torch.nn.functional as F
 
+from torch_npu import _custom_dtype as _cdt
+
 _lib = torch.library.Library("npu", "FRAGMENT")
 
 # c10::ScalarType codes (an `int dtype` argument given a torch.dtype receives its code).
-_SCALAR_TYPES = (
-    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
-    torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
-    torch.quint8, torch.qint32, torch.bfloat16, torch.quint4x2, torch.quint2x4, torch.bits1x8,
-    torch.bits2x4, torch.bits4x2, torch.bits8, torch.bits16, torch.float8_e5m2, torch.float8_e4m3fn,
-    torch.float8_e5m2fnuz, torch.float8_e4m3fnuz, torch.uint16, torch.uint32, torch.uint64,
-)
+_SCALAR_TYPES = _cdt.SCALAR_TYPES
+_HIFLOAT8 = _cdt.HIFLOAT8
 
 
 def _dtype(op: str, arg: str, code) -> torch.dtype:
+    """The torch.dtype an `int dtype` argument names: a ScalarType code, or a torch_npu dtype number
+    (torch_npu.float16, torch_npu.float8_e4m3fn, ...) of a dtype torch has. torch_npu.hifloat8 and
+    the other formats torch lacks raise here: the operators that take them check for them first."""
     if isinstance(code, torch.dtype):
         return code
+    if _cdt.is_custom(code):
+        dtype = _cdt.torch_dtype(code)
+        if dtype is None:
+            raise NotImplementedError(f"{op}: {arg}={_cdt.to_string(code)} is not supported by this operator "
+                                      f"in the NPU simulator")
+        return dtype
     if not isinstance(code, int) or not 0 <= code < len(_SCALAR_TYPES):
         raise TypeError(f"{op}: {arg} must be a torch.dtype, got {code!r}")
     return _SCALAR_TYPES[code]
@@ -72,7 +78,18 @@ def _check(cond: bool, msg: str) -> None:
 
 @_op("npu_dtype_cast(Tensor self, int dtype, int? input_dtype=None) -> Tensor")
 def _npu_dtype_cast(self, dtype, input_dtype=None):
-    return self.to(_dtype("npu_dtype_cast", "dtype", dtype))
+    """self (read as input_dtype when given: torch_npu.hifloat8 reads uint8 codes) converted to dtype
+    (a torch.dtype or a torch_npu dtype: torch_npu.hifloat8 gives uint8 codes; torch_npu.int4 uint8
+    bytes of two values' low 4 bits along the last dimension, the first in the low nibble)."""
+    if input_dtype is None and not _cdt.is_custom(dtype):
+        return self.to(_dtype("npu_dtype_cast", "dtype", dtype))
+    if dtype == _cdt.DType.int4:
+        _check(self.dim() >= 1 and self.size(-1) % 2 == 0,
+               "The last dim input shape must be divisible by 2 if output dtype is torch_npu.float4_e2m1fn_x2, "
+               "torch_npu.float4_e1m2fn_x2 or torch_npu.int4")
+        nibbles = _cdt.values_of(self, input_dtype, "npu_dtype_cast", "input_dtype").to(torch.int64) & 0xF
+        return (nibbles[..., 0::2] | (nibbles[..., 1::2] << 4)).to(torch.uint8)
+    return _cdt.cast(self, dtype, input_dtype, op="npu_dtype_cast", arg="dtype")
 
 
 @_op("npu_dtype_cast_(Tensor(a!) self, Tensor src) -> Tensor(a!)")
@@ -855,12 +872,32 @@ def _pack_int4(values):
 
 @_op("npu_anti_quant(Tensor x, Tensor scale, *, Tensor? offset=None, int? dst_dtype=None, int? src_dtype=None) -> Tensor")
 def _npu_anti_quant(x, scale, *, offset=None, dst_dtype=None, src_dtype=None):
-    """(x + offset) * scale in dst_dtype (default float16); int32 x holds packed int4 values."""
+    """(x + offset) * scale in dst_dtype (default float16); int32 x holds packed int4 values, uint8
+    x HiFloat8 codes, float8 x its values."""
     out_dtype = torch.float16 if dst_dtype is None else _dtype("npu_anti_quant", "dst_dtype", dst_dtype)
     _check(out_dtype in (torch.float16, torch.bfloat16),
            f"npu_anti_quant: dst_dtype must be torch.float16 or torch.bfloat16, got {out_dtype}")
-    _check(x.dtype in (torch.int8, torch.int32), f"npu_anti_quant: x must be int8 or int32 (packed int4), got {x.dtype}")
-    values = (_unpack_int4(x) if x.dtype == torch.int32 else x).float()
+    src_of = {torch.uint8: _HIFLOAT8, torch.int8: torch.int8, torch.float8_e4m3fn: torch.float8_e4m3fn,
+              torch.float8_e5m2: torch.float8_e5m2}
+    _check(x.dtype in src_of or x.dtype == torch.int32,
+           "Input x must be int8, int32, hifloat8, float8_e5m2 or float8_e4m3fn")
+    if src_dtype is not None:
+        if x.dtype == torch.int32:
+            _check(src_dtype in (torch.quint4x2, _SCALAR_TYPES.index(torch.quint4x2), _cdt.DType.int4),
+                   "The datatype of x is int32, src_dtype must be int4")
+        else:
+            given = src_dtype if src_dtype == _HIFLOAT8 else _dtype("npu_anti_quant", "src_dtype", src_dtype)
+            _check(given == src_of[x.dtype], "The datatype of x must match src_dtype")
+    if x.dtype in (torch.uint8, torch.float8_e4m3fn, torch.float8_e5m2):
+        _check(scale.dtype == torch.float32 and (offset is None or offset.dtype == torch.float32),
+               "When x datatype is hifloat8, float8_e5m2 or float8_e4m3fn, scale_dtype and offset_dtype is only "
+               "support float")
+    if x.dtype == torch.int32:
+        values = _unpack_int4(x).float()
+    elif x.dtype == torch.uint8:
+        values = _cdt.hifloat8_decode(x)
+    else:
+        values = x.float()
     if offset is not None:
         values = values + offset.float()
     return (values * scale.float()).to(out_dtype)
@@ -875,12 +912,16 @@ _QUANT_STORAGE = {torch.qint8: torch.int8, torch.quint8: torch.uint8, torch.qint
 def _npu_quantize(self, scales, zero_points, dtype, axis=1, div_mode=True):
     """round(self / scales + zero_points) (div_mode) or round(self * scales + zero_points),
     saturated to dtype; per-channel scales broadcast along `axis`. torch.quint4x2 (div_mode=False):
-    int4 values packed eight to an int32 along the last dimension, the lowest nibble first."""
-    target = _dtype("npu_quantize", "dtype", dtype)
+    int4 values packed eight to an int32 along the last dimension, the lowest nibble first.
+    torch_npu.hifloat8 (uint8 codes), torch.float8_e4m3fn and torch.float8_e5m2: the value
+    self / scales + zero_points (or self * scales + ...) cast to the format, not rounded to integers."""
+    target = _HIFLOAT8 if dtype == _HIFLOAT8 else _dtype("npu_quantize", "dtype", dtype)
     int4 = target == torch.quint4x2 and not div_mode
-    _check(target in _QUANT_RANGE or int4, f"npu_quantize: dtype must be one of torch.qint8, torch.quint8, "
-                                           f"torch.qint32, torch.int8, torch.uint8, torch.int32 (or torch.quint4x2 "
-                                           f"with div_mode=False); got {target}")
+    to_float = target in (_HIFLOAT8, torch.float8_e4m3fn, torch.float8_e5m2)
+    _check(target in _QUANT_RANGE or int4 or to_float,
+           f"npu_quantize: dtype must be one of torch.qint8, torch.quint8, torch.qint32, torch.int8, torch.uint8, "
+           f"torch.int32, torch_npu.hifloat8, torch.float8_e4m3fn, torch.float8_e5m2 (or torch.quint4x2 with "
+           f"div_mode=False); got {_cdt.to_string(dtype) if isinstance(dtype, int) else target}")
     if int4:
         _check(self.dim() >= 1 and self.size(-1) % 8 == 0, "Input shape last dim must be divded by 8")
     if not div_mode and axis >= -1:
@@ -894,6 +935,8 @@ def _npu_quantize(self, scales, zero_points, dtype, axis=1, div_mode=True):
         x = x + zero_points.float().reshape(shape)
     if int4:
         return _pack_int4(torch.round(x).clamp(-8, 7))
+    if to_float:
+        return _cdt.cast(x, target, op="npu_quantize")
     lo, hi = _QUANT_RANGE[target]
     return torch.round(x).clamp(lo, hi).to(_QUANT_STORAGE.get(target, target))
 
@@ -1424,6 +1467,15 @@ def _npu_moe_re_routing(tokens, expert_token_num_per_rank, *, per_token_scales=N
     permute_token_idx (int32, gather index): permute_tokens[d] = tokens[permute_token_idx[d]];
     expert_token_num: tokens per expert (count mode)."""
     name = "npu_moe_re_routing"
+    _check(tokens.dim() > 1, "tokens dim should larger than 1")
+    _check(expert_token_num_per_rank.dim() > 1, "expert_token_num_per_rank dim should larger than 1")
+    if tokens_dtype is not None:
+        # The rows are moved as they are, so HiFloat8 codes and packed FP4 pairs need nothing more.
+        _check(tokens_dtype in (_HIFLOAT8, _cdt.DType.float4_e2m1fn_x2, _cdt.DType.float4_e1m2fn_x2),
+               f"The optional parameter tokens_dtype only supports hifloat8, float4_e2m1fn_x2, float4_e1m2fn_x2 or "
+               f"None, but now is {_cdt.to_string(tokens_dtype)}.")
+        _check(tokens.element_size() == 1, f"{name}: tokens_dtype={_cdt.to_string(tokens_dtype)} needs 1-byte "
+                                           f"tokens (uint8), got {tokens.dtype}")
     _check(expert_token_num_type == 1, f"{name}: only expert_token_num_type=1 (count) is supported, "
                                        f"got {expert_token_num_type}")
     _check(idx_type == 0, f"{name}: only idx_type=0 (gather index) is supported, got {idx_type}")
@@ -1542,15 +1594,46 @@ def _int8_only(name, arg, code):
         _check(target in (torch.int8, torch.qint8), f"{name}: only {arg}=torch.int8 is simulated, got {target}")
 
 
+# The float formats the norm-quant operators also give, with the largest value they saturate to.
+_FLOAT_QUANT_MAX = {_HIFLOAT8: 32768.0, torch.float8_e5m2: 57344.0, torch.float8_e4m3fn: 448.0}
+
+
+def _quant_target(name, arg, code):
+    """None for int8 (the default), else torch_npu.hifloat8, torch.float8_e5m2 or torch.float8_e4m3fn."""
+    if code is None:
+        return None
+    target = _HIFLOAT8 if code == _HIFLOAT8 else _dtype(name, arg, code)
+    if target in (torch.int8, torch.qint8):
+        return None
+    _check(target in _FLOAT_QUANT_MAX, f"{name}: {arg} must be torch.int8, torch_npu.hifloat8, torch.float8_e5m2 "
+                                       f"or torch.float8_e4m3fn, got {_cdt.to_string(code)}")
+    return target
+
+
+def _quantize_to(y, scale, offset, div_mode, target, name):
+    """_quantize_int8 (target None), or y / scale + offset (y * scale + offset without div_mode)
+    saturated to the float format's range and cast to it (HiFloat8: uint8 codes)."""
+    if target is None:
+        return _quantize_int8(y, scale, offset, div_mode, name)
+    _check(scale is not None, f"{name}: a quantization scale is required")
+    q = y / scale.float() if div_mode else y * scale.float()
+    if offset is not None:
+        q = q + offset.float()
+    top = _FLOAT_QUANT_MAX[target]
+    return _cdt.cast(q.clamp(-top, top), target, op=name)
+
+
 @_op("npu_rms_norm_quant(Tensor x, Tensor gamma, Tensor beta, Tensor scale, Tensor offset, float epsilon=1e-06, *, "
      "int? dst_dtype=None) -> Tensor")
 def _npu_rms_norm_quant(x, gamma, beta, scale, offset, epsilon=1e-6, *, dst_dtype=None):
     """int8 quantization of RMSNorm(x) * gamma + beta (normalised over the last dimension; gamma
-    and beta [D] or [1, D]): round(y / scale + offset), in x's shape."""
-    _int8_only("npu_rms_norm_quant", "dst_dtype", dst_dtype)
+    and beta [D] or [1, D]): round(y / scale + offset), in x's shape. dst_dtype torch_npu.hifloat8
+    (uint8 codes), torch.float8_e5m2 or torch.float8_e4m3fn: y / scale + offset saturated to the
+    format's largest value and cast to it."""
+    target = _quant_target("npu_rms_norm_quant", "dst_dtype", dst_dtype)
     xf = x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + epsilon) * gamma.float() + beta.float()
-    return _quantize_int8(y, scale, offset, True, "npu_rms_norm_quant").reshape(x.shape)
+    return _quantize_to(y, scale, offset, True, target, "npu_rms_norm_quant").reshape(x.shape)
 
 
 @_op("npu_add_rms_norm_quant(Tensor x1, Tensor x2, Tensor gamma, Tensor scales1, Tensor? zero_points1, "
@@ -1558,21 +1641,23 @@ def _npu_rms_norm_quant(x, gamma, beta, scale, offset, epsilon=1e-6, *, dst_dtyp
      "bool div_mode=True, int? dst_type=None) -> (Tensor, Tensor, Tensor)")
 def _npu_add_rms_norm_quant(x1, x2, gamma, scales1, zero_points1, beta=None, scales2=None, zero_points2=None, *,
                             axis=-1, epsilon=1e-6, div_mode=True, dst_type=None):
-    """x = x1 + x2; y = RMSNorm(x) * gamma (+ beta) in float; y1 (and y2 when scales2 is given,
-    else empty) = round(y / scales + zero_points) as int8 (y * scales without div_mode).
-    Returns (y1, y2, x)."""
+    """x = x1 + x2; y = RMSNorm(x) * gamma (+ beta) in float; y1 (and y2, with scale 1 when scales2
+    is None, as op-plugin's golden) = round(y / scales + zero_points) as int8 (y * scales without
+    div_mode), both in x's shape as torch_npu allocates them; dst_type
+    torch_npu.hifloat8 / torch.float8_e5m2 / torch.float8_e4m3fn: the unrounded value saturated to the
+    format's range and cast to it (HiFloat8: uint8 codes). Returns (y1, y2, x)."""
     name = "npu_add_rms_norm_quant"
     _check(axis == -1, f"{name}: only axis=-1 is supported, got {axis}")
-    _int8_only(name, "dst_type", dst_type)
+    target = _quant_target(name, "dst_type", dst_type)
     x = x1 + x2
     dims = list(range(x.dim() - gamma.dim(), x.dim()))
     xf = x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(dims, keepdim=True) + epsilon) * gamma.float()
     if beta is not None:
         y = y + beta.float()
-    y1 = _quantize_int8(y, scales1, zero_points1, div_mode, name)
-    y2 = (_quantize_int8(y, scales2, zero_points2, div_mode, name) if scales2 is not None
-          else x.new_empty(0, dtype=torch.int8))
+    y1 = _quantize_to(y, scales1, zero_points1, div_mode, target, name)
+    y2 = _quantize_to(y, scales2 if scales2 is not None else torch.ones((), device=y.device), zero_points2,
+                      div_mode, target, name)
     return y1, y2, x
 
 

@@ -706,6 +706,15 @@ int64_t aclsimDeviceBusyNs(int32_t deviceId) {
   return d ? d->busy_ns.load(std::memory_order_relaxed) : -1;
 }
 
+aclError aclsimDeviceAddBusyNs(int32_t deviceId, int64_t ns) {
+  aclError err = ACL_SUCCESS;
+  Device* d = DeviceOrFail(deviceId, "aclsimDeviceAddBusyNs", &err);
+  if (d == nullptr) return err;
+  if (ns < 0) return Fail(ACL_ERROR_INVALID_PARAM, "aclsimDeviceAddBusyNs: ns is negative (%lld)", (long long)ns);
+  d->busy_ns.fetch_add(ns, std::memory_order_relaxed);
+  return ACL_SUCCESS;
+}
+
 int aclsimHostRefusedLastAllocation(size_t* available) {
   size_t bytes = 0;
   if (!HostRefusedLastAllocation(&bytes)) return 0;

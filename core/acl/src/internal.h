@@ -208,7 +208,10 @@ struct Stream {
 
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> completed_{0};
-  std::atomic<int> sync_waiters_{0};
+  // The smallest completion count a host waiter sleeps for (UINT64_MAX: nobody waits).
+  // The worker wakes waiters only when it reaches it, not after every task: a waiter
+  // woken per task steals a core from the kernel's threads.
+  std::atomic<uint64_t> wake_at_{UINT64_MAX};
   std::mutex done_mu_;
   std::condition_variable done_cv_;
 

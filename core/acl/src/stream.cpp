@@ -5,7 +5,7 @@
 // the whole chain of chunks under the lock and runs it without holding the lock;
 // emptied chunks go back to a per-stream free list (no allocation in steady state, no
 // copying on bursts). Completion is a counter; host waiters block on a condition
-// variable that the worker signals only when someone is waiting.
+// variable that the worker signals only when the count a waiter sleeps for is reached.
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/syscall.h>
@@ -204,22 +204,27 @@ Stream::~Stream() {
 }
 
 void Stream::MarkDone() {
-  completed_.fetch_add(1, std::memory_order_seq_cst);
-  if (sync_waiters_.load(std::memory_order_seq_cst) > 0) {
-    { std::lock_guard<std::mutex> g(done_mu_); }
+  const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  if (done >= wake_at_.load(std::memory_order_seq_cst)) {
+    {
+      std::lock_guard<std::mutex> g(done_mu_);
+      wake_at_.store(UINT64_MAX, std::memory_order_seq_cst);  // woken waiters re-register
+    }
     done_cv_.notify_all();
   }
 }
 
 void Stream::WaitIdle() {
-  uint64_t target = enqueued_.load(std::memory_order_acquire);
+  const uint64_t target = enqueued_.load(std::memory_order_acquire);
   if (completed_.load(std::memory_order_acquire) >= target) return;
-  sync_waiters_.fetch_add(1, std::memory_order_seq_cst);
-  {
-    std::unique_lock<std::mutex> lk(done_mu_);
-    done_cv_.wait(lk, [&] { return completed_.load(std::memory_order_seq_cst) >= target; });
+  std::unique_lock<std::mutex> lk(done_mu_);
+  for (;;) {
+    uint64_t at = wake_at_.load(std::memory_order_seq_cst);
+    while (target < at && !wake_at_.compare_exchange_weak(at, target, std::memory_order_seq_cst)) {
+    }
+    if (completed_.load(std::memory_order_seq_cst) >= target) return;
+    done_cv_.wait(lk);
   }
-  sync_waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 void Stream::RecordError(const char* name, const char* msg, int rc) {

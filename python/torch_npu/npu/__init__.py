@@ -310,6 +310,15 @@ def _drain_autograd_threads_at_exit() -> None:
         pass
 
 
+def _npu_shutdown():
+    """Drains every device's streams before the interpreter finalizes (torch_npu's exit hook):
+    a kernel still queued would otherwise run while Python tears down."""
+    if is_initialized():
+        _C._npu_shutdown_synchronize()
+
+
+# atexit runs the last registered first: the autograd drain (which queues work) before this.
+atexit.register(_npu_shutdown)
 atexit.register(_drain_autograd_threads_at_exit)
 
 

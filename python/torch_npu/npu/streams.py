@@ -457,7 +457,6 @@ def stream(stream):
 
 
 _SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
-_sync_debug_mode = 0
 
 
 def set_sync_debug_mode(debug_mode):
@@ -466,9 +465,10 @@ def set_sync_debug_mode(debug_mode):
     Args:
         debug_mode (str or int): ``"default"``/0, ``"warn"``/1 or ``"error"``/2.
 
-    The simulator records the mode; it does not yet warn on synchronising ops.
+    Synchronising operations are those that wait for the device: ``.item()``, copies to
+    the host and blocking copies from pageable host memory, ``Stream.synchronize()``.
+    ``"warn"`` warns "called a synchronizing NPU operation" at each, ``"error"`` raises.
     """
-    global _sync_debug_mode
     if isinstance(debug_mode, str):
         if debug_mode not in _SYNC_DEBUG_MODES:
             raise RuntimeError("invalid value of debug_mode, expected one of `default`, `warn`, "
@@ -480,12 +480,12 @@ def set_sync_debug_mode(debug_mode):
     elif debug_mode not in (0, 1, 2):
         raise RuntimeError(f"invalid value of debug_mode, expected one of 0,1,2, got {debug_mode}"
                            + pta_error(ErrCode.PARAM))
-    _sync_debug_mode = debug_mode
+    _C._npu_set_sync_debug_mode(debug_mode)
 
 
 def get_sync_debug_mode():
     r"""Return the debug mode for synchronising operations (0, 1 or 2)."""
-    return _sync_debug_mode
+    return _C._npu_get_sync_debug_mode()
 
 
 def _erase_stream(tensor, stream):

@@ -23,6 +23,7 @@ import os
 from collections import defaultdict
 
 from .analysis.prof_common_func._constant import convert_ns2us_str
+from .analysis.prof_common_func._csv_headers import CsvHeaders
 
 NPU_PID_BASE = 10_000_000  # chrome-trace pid of device d: NPU_PID_BASE + d
 _TASK_NAMES = {"memcpy": "MEMCPY_ASYNC", "memset": "MEMSET_ASYNC", "callback": "HOST_CALLBACK",
@@ -233,8 +234,7 @@ def write_results(raw, out_dir, with_cpu=True, export_type=None, rank=None):
 def _write_device_views(tasks, steps, out, stamp):
     # kernel_details.csv: every task, with its wait since the previous one on its stream.
     # Start times are absolute (µs since the epoch), as torch_npu writes them.
-    headers = ["Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)", "Wait Time(us)",
-               "Block Num", "Input Shapes"]
+    headers = CsvHeaders.OP_SUMMARY_KERNEL_BASE_HEADERS + ["Input Shapes"]
     rows, last_end = [], {}
     for t in tasks:
         key = (t.device, t.stream)
@@ -319,9 +319,7 @@ def _write_step_trace(tasks, steps, out):
             rows.append([device, "" if n is None else n, f"{c:.3f}", f"{m - overlapped:.3f}", f"{overlapped:.3f}",
                          f"{m:.3f}", f"{max(0.0, stage - both):.3f}", f"{stage:.3f}", "0.000",
                          f"{m - overlapped:.3f}", f"{max(0.0, first - start):.3f}"])
-    _write_csv(os.path.join(out, "step_trace_time.csv"),
-               ["Device_id", "Step", "Computing", "Communication(Not Overlapped)", "Overlapped", "Communication",
-                "Free", "Stage", "Bubble", "Communication(Not Overlapped and Exclude Receive)", "Preparing"], rows)
+    _write_csv(os.path.join(out, "step_trace_time.csv"), CsvHeaders.STEP_TRACE_TIME, rows)
 
 
 _NPU_DEVICE_TYPE = 20  # c10::DeviceType::PrivateUse1 in the allocator's reports
@@ -361,9 +359,7 @@ def _write_memory_views(trace, by_tid, out, stamp):
     rows = [["PTA", stamp(e['ts']), f"{e['args']['Total Allocated'] / _MB:.3f}",
              f"{e['args']['Total Reserved'] / _MB:.3f}", f"{e['args']['Total Allocated'] / _MB:.3f}", "",
              f"NPU:{e['args']['Device Id']}"] for e in events]
-    _write_csv(os.path.join(out, "memory_record.csv"),
-               ["Component", "Timestamp(us)", "Total Allocated(MB)", "Total Reserved(MB)", "Total Active(MB)",
-                "Stream Ptr", "Device Type"], rows)
+    _write_csv(os.path.join(out, "memory_record.csv"), CsvHeaders.MEMORY_RECORD, rows)
 
     def row(name, alloc, free):
         a = alloc["args"]
@@ -377,9 +373,5 @@ def _write_memory_views(trace, by_tid, out, stamp):
                   f"{f['Total Allocated'] / _MB:.3f}"] if f else ["", "", ""]
         return cells + ["", f"NPU:{a['Device Id']}"]
 
-    _write_csv(os.path.join(out, "operator_memory.csv"),
-               ["Name", "Size(KB)", "Allocation Time(us)", "Release Time(us)", "Active Release Time(us)",
-                "Duration(us)", "Active Duration(us)", "Allocation Total Allocated(MB)",
-                "Allocation Total Reserved(MB)", "Allocation Total Active(MB)", "Release Total Allocated(MB)",
-                "Release Total Reserved(MB)", "Release Total Active(MB)", "Stream Ptr", "Device Type"],
+    _write_csv(os.path.join(out, "operator_memory.csv"), CsvHeaders.OPERATOR_MEMORY,
                [row(*block) for block in memory_blocks(events, by_tid)])

@@ -15,18 +15,18 @@ import socket
 from collections import defaultdict
 
 from . import _analysis
+from .analysis.prof_common_func._constant import ApiType, DbConstant, TableColumnsManager
 from .analysis.prof_common_func._db_manager import DbManager
 
-_TORCH_OP, _TASK_QUEUE, _PYTHON_TRACE, _MSTX_OP = 50001, 50002, 50003, 50004  # ENUM_API_TYPE
-_INVALID = 4294967295  # torch_npu's "no value" in integer columns
+_INVALID = DbConstant.DB_INVALID_VALUE  # torch_npu's "no value" in integer columns
 
-_TABLES = {
+# The tables in the order they are written: torch_npu's columns (TableColumnsManager, shared
+# with the parsers of prof_view.prof_db_parse), and msprof's for the ones below.
+_TABLE_ORDER = ["STRING_IDS", "ENUM_API_TYPE", "PYTORCH_API", "CONNECTION_IDS", "TASK", "COMPUTE_TASK_INFO",
+                "MEMORY_RECORD", "OP_MEMORY", "STEP_TIME", "META_DATA", "RANK_DEVICE_MAP", "HOST_INFO"]
+_MSPROF_TABLES = {
     "STRING_IDS": "id INTEGER PRIMARY KEY, value TEXT",
     "ENUM_API_TYPE": "id INTEGER PRIMARY KEY, name TEXT",
-    "PYTORCH_API": "startNs TEXT, endNs TEXT, globalTid INTEGER, connectionId INTEGER, name INTEGER, "
-                   "sequenceNumber INTEGER, fwdThreadId INTEGER, inputDtypes INTEGER, inputShapes INTEGER, "
-                   "callchainId INTEGER, type INTEGER",
-    "CONNECTION_IDS": "id INTEGER, connectionId INTEGER",
     "TASK": "startNs INTEGER, endNs INTEGER, deviceId INTEGER, connectionId INTEGER, globalTaskId INTEGER, "
             "globalPid INTEGER, taskType INTEGER, contextId INTEGER, streamId INTEGER, taskId INTEGER, "
             "modelId INTEGER",
@@ -34,18 +34,14 @@ _TABLES = {
                          "taskType INTEGER, opType INTEGER, inputFormats INTEGER, inputDataTypes INTEGER, "
                          "inputShapes INTEGER, outputFormats INTEGER, outputDataTypes INTEGER, "
                          "outputShapes INTEGER, attrInfo INTEGER, opState INTEGER, hf32Eligible INTEGER",
-    "MEMORY_RECORD": "component INTEGER, timestamp INTEGER, totalAllocated INTEGER, totalReserved INTEGER, "
-                     "totalActive INTEGER, streamPtr INTEGER, deviceId INTEGER",
-    "OP_MEMORY": "name INTEGER, size INTEGER, allocationTime INTEGER, releaseTime INTEGER, "
-                 "activeReleaseTime INTEGER, duration INTEGER, activeDuration INTEGER, "
-                 "allocationTotalAllocated INTEGER, allocationTotalReserved INTEGER, allocationTotalActive INTEGER, "
-                 "releaseTotalAllocated INTEGER, releaseTotalReserved INTEGER, releaseTotalActive INTEGER, "
-                 "streamPtr INTEGER, deviceId INTEGER",
-    "STEP_TIME": "id INTEGER, startNs INTEGER, endNs INTEGER",
-    "META_DATA": "name TEXT, value TEXT",
-    "RANK_DEVICE_MAP": "rankId INTEGER, deviceId INTEGER",
-    "HOST_INFO": "hostUid TEXT, hostName TEXT",
 }
+
+
+def _headers(table):
+    """[(column, SQLite type)] of a table."""
+    if table in _MSPROF_TABLES:
+        return [tuple(column.split(None, 1)) for column in _MSPROF_TABLES[table].split(", ")]
+    return TableColumnsManager.TableColumns[table]
 
 
 def db_name(rank):
@@ -101,12 +97,12 @@ def write_db(raw, tasks, host, steps, out, rank=None):
             api_rows.append((str(ns(e["ts"])), str(ns(e["ts"] + e.get("dur", 0))), global_tid(tid), conn,
                              sid(e["name"]), args.get("Sequence number", _INVALID), args.get("Fwd thread id", 0),
                              sid(";".join(map(str, dtypes)) if dtypes else ""), sid(_analysis._shapes(e)), _INVALID,
-                             _TORCH_OP))
+                             ApiType.TORCH_OP))
 
     for e in trace.get("traceEvents", []):  # torch_npu.npu.mstx's marks and ranges
         if e.get("cat") == "mstx":
             api_rows.append((str(ns(e["ts"])), str(ns(e["ts"] + e.get("dur", 0))), global_tid(e["tid"]), _INVALID,
-                             sid(e["name"]), _INVALID, 0, sid(""), sid(""), _INVALID, _MSTX_OP))
+                             sid(e["name"]), _INVALID, 0, sid(""), sid(""), _INVALID, ApiType.MSTX_OP))
 
     events = _analysis.memory_events(trace)
     pta = sid("PTA")
@@ -129,7 +125,8 @@ def write_db(raw, tasks, host, steps, out, rank=None):
              for k, v in raw.get("metadata", {}).items()]
     devices = sorted({t.device for t in tasks})
     rows = {
-        "ENUM_API_TYPE": [(_TORCH_OP, "op"), (_TASK_QUEUE, "queue"), (_PYTHON_TRACE, "trace"), (_MSTX_OP, "mstx")],
+        "ENUM_API_TYPE": [(ApiType.TORCH_OP, "op"), (ApiType.TASK_QUEUE, "queue"), (ApiType.PYTHON_TRACE, "trace"),
+                          (ApiType.MSTX_OP, "mstx")],
         "PYTORCH_API": api_rows, "CONNECTION_IDS": conn_rows, "TASK": task_rows, "COMPUTE_TASK_INFO": info_rows,
         "MEMORY_RECORD": mem_rows, "OP_MEMORY": op_mem_rows,
         "STEP_TIME": [(n, ns(start), ns(end)) for n, start, end in steps], "META_DATA": meta,
@@ -146,9 +143,8 @@ def write_db(raw, tasks, host, steps, out, rank=None):
     if not conn:
         raise RuntimeError(f"torch_npu.profiler: cannot create the profiler database {path}")
     try:
-        for table, columns in _TABLES.items():
-            headers = [tuple(column.split(None, 1)) for column in columns.split(", ")]
-            DbManager.create_table_with_headers(conn, cur, table, headers)
+        for table in _TABLE_ORDER:
+            DbManager.create_table_with_headers(conn, cur, table, _headers(table))
             DbManager.insert_data_into_table(conn, table, rows[table])
     finally:
         DbManager.destroy_db_connect(conn, cur)

@@ -27,6 +27,7 @@ from torch.testing._internal import common_utils as _torch_common_utils
 from .common_utils import set_npu_device
 
 _DICT_VIEWS = (KeysView, ValuesView, ItemsView)
+_CONTAINERS = (list, tuple, dict, set, frozenset) + _DICT_VIEWS
 
 __all__ = ["TestCase", "run_tests"]
 
@@ -199,6 +200,10 @@ class TestCase(_torch_common_utils.TestCase):
             # torch_npu compares two iterables element by element, in order:
             # assertEqual(d.keys(), list(d.keys())) passes there.
             x, y = list(x), list(y)
+        if all(isinstance(v, _CONTAINERS) and len(v) == 0 for v in (x, y)):
+            # torch_npu compares two iterables by length, then element by element: any two
+            # empty containers are equal there (assertEqual(parser._json_load(""), {}) with a []).
+            return
         if _is_storage(x) and _is_storage(y):
             # torch_npu compares storages element by element (bytes of an UntypedStorage),
             # on any devices: as tensors over them here.

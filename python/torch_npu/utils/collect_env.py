@@ -11,6 +11,8 @@ from collections import namedtuple
 import torch
 from torch.utils import collect_env as _torch_env
 
+import torch_npu
+
 __all__ = ["SystemEnv", "get_cann_version", "get_torch_npu_version", "get_env_info",
            "get_pretty_env_info", "pretty_str", "check_directory_path_readable", "main",
            "get_torch_npu_install_path", "check_path_owner_consistent"]
@@ -131,8 +133,17 @@ def pretty_str(envinfo):
     return _FORMAT.format(**fields)
 
 
+def _public_switches():
+    """torch_npu's environment switches, one line each: name=value (meaning), the defaults marked."""
+    lines = []
+    for name, value, effective, mode in torch_npu._C._npu_public_envs():
+        meaning = mode or "not a value it takes"
+        lines.append(f"{name}={value} ({meaning})" if value else f"{name} unset: {effective} ({meaning})")
+    return "\n".join(lines)
+
+
 def get_pretty_env_info():
-    return pretty_str(get_env_info())
+    return pretty_str(get_env_info()) + "\n\ntorch_npu switches:\n" + _public_switches()
 
 
 def _add_collect_env_methods() -> None:

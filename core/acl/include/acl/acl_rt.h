@@ -339,8 +339,12 @@ int aclsimOnWorkerOf(aclrtStream stream);
 // (kind in aclrtMemcpyKind). Used by tests proving "no hidden copies".
 uint64_t aclsimCopiedBytes(aclrtMemcpyKind kind);
 // Nanoseconds the streams of a device spent running tasks since start, summed over its
-// streams (kernels run on the launching thread are not included); -1 for an invalid id.
+// streams (kernels run on the launching thread count once reported with
+// aclsimDeviceAddBusyNs); -1 for an invalid id.
 int64_t aclsimDeviceBusyNs(int32_t deviceId);
+// Adds the time of a task the host ran in a stream's place (in stream order, on the calling
+// thread) to the device's busy time.
+aclError aclsimDeviceAddBusyNs(int32_t deviceId, int64_t ns);
 // Capacity of a device in bytes (profile or ASCEND_SIM_HBM_BYTES override).
 size_t aclsimDeviceCapacity(int32_t deviceId);
 // 1 when the calling thread's last device allocation failed because the host could not

@@ -1,12 +1,10 @@
-// Per-device NPU random generator. It owns a CPUGeneratorImpl and forwards seed and
-// state to it under its mutex, so that CPU kernels running on NPU memory draw from
-// the NPU generator (torch.npu.manual_seed makes them reproducible). Fused kernels with
-// counter-based (Philox) randomness take (seed, offset) pairs instead, as on CUDA and
-// Ascend: the offset advances with each draw, is reset by a new seed and is part of
-// the state.
+// The runtime's side of the NPU generator (the class is torch_npu's public
+// at_npu::NPUGeneratorImpl, core/sdk/torch_npu/csrc/aten/NPUGeneratorImpl.h): default
+// generators per device, and the draw order of NPU graphs with random kernels.
 #pragma once
 
 #include <ATen/core/Generator.h>
+#include "torch_npu/csrc/aten/NPUGeneratorImpl.h"
 #include <acl/acl_rt.h>
 
 #include <functional>
@@ -18,44 +16,7 @@ namespace torch_npu {
 
 class NPUStream;
 
-struct NPUGeneratorImpl : public c10::GeneratorImpl {
-  explicit NPUGeneratorImpl(c10::DeviceIndex device, uint64_t seed = c10::default_rng_seed_val);
-
-  void set_current_seed(uint64_t seed) override;
-  uint64_t current_seed() const override;
-  uint64_t seed() override;
-  void set_offset(uint64_t offset) override;
-  uint64_t get_offset() const override;
-  void set_state(const c10::TensorImpl& new_state) override;
-  c10::intrusive_ptr<c10::TensorImpl> get_state() const override;
-  static c10::DeviceType device_type() { return c10::DeviceType::PrivateUse1; }
-
-  // The CPU generator CPU kernels consume in place of this one.
-  const at::Generator& cpu_generator() const { return cpu_; }
-
-  // The seed and the current Philox offset, advancing the offset by `increment`
-  // (rounded up to a multiple of 4: one Philox call yields four 32-bit numbers).
-  std::pair<uint64_t, uint64_t> philox_seed_and_offset(uint64_t increment);
-
-  // A random kernel using this generator was recorded into an NPU graph (called at
-  // launch, on the host): the graph's position in the generator's sequence moves on.
-  void note_captured_draw();
-
- private:
-  NPUGeneratorImpl* clone_impl() const override;
-  // Graph-safe state, as CUDA's generator: during an NPU graph capture, nothing runs, so
-  // the host cannot read or set the state the graph's kernels will see. get_state()
-  // records a task that snapshots the state when a replay reaches that point, and returns
-  // the host state tagged with the capture and its position in it; set_state() of such a
-  // state records a task restoring the snapshot; any other state, or a seed, may only
-  // keep the seed (torch_npu's error otherwise), and is applied by a recorded task.
-  struct Capture;
-  Capture* capture() const;  // the current capture on this generator's device, or nullptr
-  mutable at::Generator cpu_;  // mutable: get_state() const locks its mutex
-  uint64_t philox_offset_ = 0;  // guarded by cpu_'s mutex
-  mutable std::shared_ptr<Capture> capture_;  // the last capture seen, guarded by cpu_'s mutex
-  mutable uint32_t captures_ = 0;
-};
+using at_npu::NPUGeneratorImpl;
 
 // NPU graphs with random kernels draw from their generators when a replay runs, not
 // when it is enqueued. For the numbers CUDA's graph-safe generators give (drawn in the

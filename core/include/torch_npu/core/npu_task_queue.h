@@ -12,11 +12,29 @@ namespace torch_npu {
 
 bool task_queue_enabled();
 
+// Tensors up to this many elements are processed by one thread (ATen's grain size).
+constexpr int64_t kInlineNumel = 32768;
+
+// Whether a kernel the task queue could take (touching at most `work_numel` elements; < 0:
+// unknown) runs on the calling thread instead, in stream order, after the stream drained:
+//  - up to kInlineNumel elements, when nothing is queued on `stream`: its worker would start
+//    it at once, and the hand-off costs more than the kernel;
+//  - more, always: ATen splits such a kernel across an OpenMP team, and a worker's team beside
+//    the host's makes libgomp throttle the spin-waits of every team (its threads then outnumber
+//    the cores), so that each parallel region of the process pays futex wake-ups, the host's
+//    own CPU work included. Run here, the kernel uses the host's team, the only one.
+// ASCEND_SIM_INLINE=0: never (every kernel the task queue can take is queued; async_fuzz.py
+// runs programs so too).
+bool runs_on_caller(const NPUStream& stream, int64_t work_numel);
+// Turns that off (false) or on again at run time; returns the previous setting.
+bool set_runs_on_caller(bool on);
+
 // Runs `fn` in `stream` order. `name` must outlive the task (e.g. an operator name);
 // an exception thrown by fn surfaces at the next synchronisation of the stream as
 // an error naming it. While fn runs, the executing thread's current device and
-// current stream are the stream's.
-void launch(const NPUStream& stream, const char* name, std::function<void()> fn);
+// current stream are the stream's. A kernel touching `work_numel` elements (< 0: unknown)
+// runs on the calling thread where runs_on_caller says so; it then throws at the call.
+void launch(const NPUStream& stream, const char* name, std::function<void()> fn, int64_t work_numel = -1);
 
 // Queues a task keeping `stream` busy for `cycles` AI Core cycles (at the simulated
 // 910B's 1.8 GHz), whatever TASK_QUEUE_ENABLE says: torch.npu._sleep, which tests use
@@ -44,10 +62,11 @@ void collect_finished_kernels();
 // True while the calling thread executes an npu kernel (stream worker or inline).
 bool in_kernel();
 
-// Put around a kernel that runs on the calling thread instead of a stream's worker:
-// while torch_npu.profiler records, it becomes a task of `stream` on the profile's device
-// timeline, as queued kernels are (nested kernels and worker threads are not recorded
-// here: the stream records what its worker runs).
+// Put around a kernel that runs on the calling thread instead of a stream's worker: its time
+// counts in the device's busy time (torch.npu.utilization), and while torch_npu.profiler
+// records, it becomes a task of `stream` on the profile's device timeline, as queued kernels
+// are (nested kernels and worker threads are not recorded here: the stream records what its
+// worker runs).
 // While on, every thread's launches are tagged with the RecordFunction (host operator)
 // it is inside, which torch.profiler's trace names "Record function id".
 void track_host_ops(bool on);

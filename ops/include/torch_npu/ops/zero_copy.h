@@ -16,6 +16,7 @@
 #include <c10/util/SmallVector.h>
 
 #include "torch_npu/core/npu_stream.h"
+#include "torch_npu/core/npu_task_queue.h"
 
 #include <functional>
 #include <vector>
@@ -111,29 +112,18 @@ at::Tensor twin(const at::Tensor& t);
 // when they free in stream order (see AliasMap::borrow_stream_ordered_memory), else twin(t).
 at::Tensor borrowed_twin(const at::Tensor& t);
 
-// Tensors up to this many elements are processed by one thread (ATen's grain size).
-constexpr int64_t kInlineNumel = 32768;
-
-// True when a kernel touching at most `numel` elements (kInlineNumel) may run on the
-// calling thread although the task queue is on, because nothing is queued on `stream`:
-// its worker would start it at once, and handing it over would cost more than the
-// kernel. ASCEND_SIM_INLINE_SMALL=0 turns this off, so that every kernel the task queue
-// can take is queued (full asynchrony: async_fuzz.py runs programs so too).
-bool small_on_idle_stream(const torch_npu::NPUStream& stream, int64_t numel);
-
 // Runs `kernel` (CPU work on aliases of NPU memory of `device`) and returns when it is
-// done. A small kernel on an idle stream runs on the calling thread; others run on the
-// stream's worker while the caller waits: OpenMP keeps a thread team per thread that
-// enters a parallel region, and a second team (the host's) would fight the worker's
-// for the cores. Exceptions reach the caller with their own type.
+// done, on the calling thread where runs_on_caller (npu_task_queue.h) says so, else on the
+// stream's worker while the caller waits (a small kernel behind queued work). Exceptions
+// reach the caller with their own type.
 void run_now(const char* name, c10::DeviceIndex device, int64_t max_numel, const std::function<void()>& kernel);
 
 // Runs a kernel whose outputs the caller has allocated (fused operators): `kernel`
 // receives CPU aliases of `tensors`, in order (undefined ones stay undefined, CPU
 // tensors pass as they are). It is queued on the current stream of `device` and the
-// call returns at once, unless the task queue is off or the work (`work_numel`
-// elements) is small and the stream idle: then it runs here. An exception thrown by
-// the kernel surfaces at the next synchronisation, so callers check arguments first.
+// call returns at once, unless the task queue is off or runs_on_caller (npu_task_queue.h)
+// keeps the work (`work_numel` elements) here. An exception thrown by a queued kernel
+// surfaces at the next synchronisation, so callers check arguments first.
 void launch_kernel(const char* name, c10::DeviceIndex device, std::vector<at::Tensor> tensors, int64_t work_numel,
                    std::function<void(const std::vector<at::Tensor>&)> kernel);
 

@@ -11,24 +11,51 @@ and the system counter (frequency, start count, start monotonic time; msprof's
 The FRAMEWORK records carry raw times: ``get_timestamp_from_syscnt(syscnt)`` makes a counter
 value monotonic ns (unchanged when the run did not record with the system counter) and
 ``get_local_time(ns)`` adds the wall-clock offset. Before ``load_info`` both are the identity.
+
+What the parsers take from it: ``get_prune_config()`` (the CANN layers trace_view.json leaves
+out at Level0), ``is_all_kernel_headers()`` (every op_summary column in kernel_details.csv
+above Level0) and ``get_parser_bean()`` (msprof's summary files copied into the output).
 """
 import json
 import re
 from configparser import ConfigParser, Error as ConfigParserError
 from json import JSONDecodeError
 
+from .prof_bean._ai_cpu_bean import AiCpuBean
+from .prof_bean._api_statistic_bean import ApiStatisticBean
+from .prof_bean._hccs_bean import HccsBean
+from .prof_bean._l2_cache_bean import L2CacheBean
+from .prof_bean._nic_bean import NicBean
+from .prof_bean._npu_module_mem_bean import NpuModuleMemoryBean
+from .prof_bean._op_statistic_bean import OpStatisticBean
+from .prof_bean._pcie_bean import PcieBean
+from .prof_bean._roce_bean import RoCEBean
+from .prof_bean._soc_pmu_bean import SocPmuBean
+from .prof_bean._task_time_bean import TaskTimeBean
 from .prof_common_func._constant import Constant, print_error_msg, print_warn_msg
 from .prof_common_func._file_manager import FileManager
 from .prof_common_func._path_manager import ProfilerPathManager
 from .prof_common_func._singleton import Singleton
+from .prof_parse._cann_file_parser import CANNDataEnum
 
 __all__ = []
 
 _NUMBER = re.compile(r"^[-+]?[0-9]{0,20}\.?[0-9]{1,20}([eE][-+]?[0-9]{1,20})?$")
 
 
+_LEVEL1_FILES = [(CANNDataEnum.OP_STATISTIC, OpStatisticBean), (CANNDataEnum.API_STATISTIC, ApiStatisticBean),
+                 (CANNDataEnum.NPU_MODULE_MEM, NpuModuleMemoryBean), (CANNDataEnum.TASK_TIME, TaskTimeBean)]
+
+
 @Singleton
 class ProfilerConfig:
+    # msprof's summary files copied into ASCEND_PROFILER_OUTPUT at each level (IntegrateParser)
+    LEVEL_PARSER_CONFIG = {
+        Constant.LEVEL_NONE: [],
+        Constant.LEVEL0: _LEVEL1_FILES[2:],
+        Constant.LEVEL1: _LEVEL1_FILES,
+        Constant.LEVEL2: [(CANNDataEnum.AI_CPU, AiCpuBean)] + _LEVEL1_FILES,
+    }
     # host-side trace events dropped from the timeline at each profiler level
     LEVEL_TRACE_PRUNE_CONFIG = {
         Constant.LEVEL_NONE: [],
@@ -109,6 +136,17 @@ class ProfilerConfig:
 
     def is_all_kernel_headers(self) -> bool:
         return self._profiler_level != Constant.LEVEL0
+
+    def get_parser_bean(self) -> list:
+        """[(CANNDataEnum, bean)] of the msprof summary files this run's config asks for."""
+        files = list(self.LEVEL_PARSER_CONFIG.get(self._profiler_level, []))
+        if self._l2_cache:
+            files += [(CANNDataEnum.L2_CACHE, L2CacheBean), (CANNDataEnum.SOC_PMU, SocPmuBean)]
+        if self._sys_io:
+            files += [(CANNDataEnum.NIC, NicBean), (CANNDataEnum.ROCE, RoCEBean)]
+        if self._sys_interconnection:
+            files += [(CANNDataEnum.PCIE, PcieBean), (CANNDataEnum.HCCS, HccsBean)]
+        return files
 
     @classmethod
     def _get_json_data(cls, json_file_path: str) -> dict:

@@ -9,6 +9,8 @@ import os
 import sqlite3
 import warnings
 
+from ._singleton import Singleton
+
 __all__ = []
 
 
@@ -149,3 +151,60 @@ class DbManager:
         except sqlite3.Error as err:
             _report(f"SQLite Error: {' '.join(map(str, err.args))}")
             return []
+
+
+class BasicDb:
+    """One database of a parse: ``init(db_path)`` names it (the first name given stays),
+    ``create_connect_db()`` opens it (True when open), and the DbManager operations on its
+    connection. ``close()`` closes it and forgets the name."""
+
+    def __init__(self) -> None:
+        self.db_path = None
+        self.conn = None
+        self.curs = None
+
+    def init(self, db_path: str) -> None:
+        if self.db_path is None:
+            self.db_path = db_path
+
+    def create_connect_db(self) -> bool:
+        if not (self.conn and self.curs):
+            if self.db_path is None:
+                return False
+            self.conn, self.curs = DbManager.create_connect_db(self.db_path)
+        return bool(self.conn and self.curs)
+
+    def get_db_path(self) -> str:
+        return self.db_path
+
+    def close(self) -> None:
+        DbManager.destroy_db_connect(self.conn, self.curs)
+        self.db_path = self.conn = self.curs = None
+
+    def judge_table_exist(self, table_name: str) -> bool:
+        return DbManager.judge_table_exist(self.curs, table_name)
+
+    def create_table_with_headers(self, table_name: str, headers: list) -> None:
+        DbManager.create_table_with_headers(self.conn, self.curs, table_name, headers)
+
+    def insert_data_into_table(self, table_name: str, data: list) -> None:
+        DbManager.insert_data_into_table(self.conn, table_name, data)
+
+    def clear_table_data(self, table_name: str) -> None:
+        DbManager.clear_table_data(self.conn, self.curs, table_name)
+
+    def fetch_all_data(self, sql: str) -> list:
+        return DbManager.fetch_all_data(self.curs, sql)
+
+    def fetch_one_data(self, sql: str):
+        return DbManager.fetch_one_data(self.curs, sql)
+
+
+@Singleton
+class TorchDb(BasicDb):
+    """``ascend_pytorch_profiler[_{rank}].db``, the db export of a run."""
+
+
+@Singleton
+class AnalysisDb(BasicDb):
+    """``analysis.db``, the communication analysis of a run."""

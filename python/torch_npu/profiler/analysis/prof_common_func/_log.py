@@ -2,7 +2,8 @@
 creates ``<output_dir>/logs/profiler_<YYYYmmddHHMMSS>_<pid>[_<custom_name>].log`` (rotated at
 10 MB, 3 backups) behind the logger ``AscendProfiler[_<custom_name>]`` (INFO, not propagated);
 once per process (a forked child makes its own). ``get_instance()`` (RuntimeError before
-``init``), ``set_level(level)`` (the logger and its handlers), ``destroy()``."""
+``init``), ``set_level(level)`` (the logger and its handlers), ``destroy()``.
+``get_logger()``: the parse's logger, or before ``init`` the (unconfigured) logger of that name."""
 import logging
 import os
 from datetime import datetime, timezone
@@ -70,3 +71,9 @@ class ProfilerLogger:
                 cls._instance.removeHandler(handler)
                 handler.close()
             cls._instance = None
+
+
+def get_logger() -> logging.Logger:
+    """The parse's logger once ``ProfilerLogger.init`` ran, else ``logging.getLogger("AscendProfiler")``
+    (for the parsers' helpers that are called outside a parse)."""
+    return ProfilerLogger._instance or logging.getLogger(ProfilerLogger.DEFAULT_LOGGER_NAME)
