@@ -530,14 +530,20 @@ def test_npu_lstm_sequence_mask_matches_packed_lstm():
                            c0[:1].npu(), True, 1, 0.0, True, False, False, True, False)
 
 
+def _lstm_problem(seed, steps, batch, features, hidden):
+    """x, w_ih, w_hh, b, h0, c0 of an LSTM layer and output gradients gy, gh, gc [T, B, H]."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(steps, batch, features, generator=g)
+    w_ih, w_hh = torch.randn(4 * hidden, features, generator=g), torch.randn(4 * hidden, hidden, generator=g)
+    b = torch.randn(4 * hidden, generator=g)
+    h0, c0 = torch.randn(1, batch, hidden, generator=g), torch.randn(1, batch, hidden, generator=g)
+    gy, gh, gc = (torch.randn(steps, batch, hidden, generator=g) for _ in range(3))
+    return x, w_ih, w_hh, b, h0, c0, gy, gh, gc
+
+
 @pytest.mark.parametrize("reverse,masked", [(False, False), (True, False), (False, True), (True, True)])
 def test_npu_lstm_backward(reverse, masked):
-    steps, batch, features, hidden = 5, 3, 4, 6
-    g = torch.Generator().manual_seed(2)
-    x, w_ih, w_hh = (torch.randn(s, generator=g) for s in ((steps, batch, features), (4 * hidden, features),
-                                                          (4 * hidden, hidden)))
-    b, h0, c0 = torch.randn(4 * hidden, generator=g), torch.randn(1, batch, hidden), torch.randn(1, batch, hidden)
-    gy, gh, gc = (torch.randn(steps, batch, hidden, generator=g) for _ in range(3))
+    x, w_ih, w_hh, b, h0, c0, gy, gh, gc = _lstm_problem(2, 5, 3, 4, 6)
     lengths = torch.tensor([5, 2, 3], dtype=torch.int32) if masked else None
     leaves = [t.clone().requires_grad_() for t in (x, w_ih, w_hh, b, h0, c0)]
     ys, hs, cs = _lstm_steps(*leaves, lengths=lengths, reverse=reverse)
@@ -558,12 +564,7 @@ def test_npu_lstm_backward(reverse, masked):
 
 def test_npu_lstm_backward_operator():
     # npu_lstm_backward (DynamicRNNGrad): grady for every step, the last step of gradh and gradc
-    steps, batch, features, hidden = 4, 2, 3, 5
-    g = torch.Generator().manual_seed(3)
-    x, w_ih, w_hh = (torch.randn(s, generator=g) for s in ((steps, batch, features), (4 * hidden, features),
-                                                          (4 * hidden, hidden)))
-    b, h0, c0 = torch.randn(4 * hidden, generator=g), torch.randn(1, batch, hidden), torch.randn(1, batch, hidden)
-    gy, gh, gc = (torch.randn(steps, batch, hidden, generator=g) for _ in range(3))
+    x, w_ih, w_hh, b, h0, c0, gy, gh, gc = _lstm_problem(3, 4, 2, 3, 5)
     leaves = [t.clone().requires_grad_() for t in (x, w_ih, w_hh, b, h0, c0)]
     ys, hs, cs = _lstm_steps(*leaves)
     ((ys * gy).sum() + (hs[-1] * gh[-1]).sum() + (cs[-1] * gc[-1]).sum()).backward()
@@ -577,10 +578,13 @@ def test_npu_lstm_backward_operator():
     assert [tuple(t.shape) for t in grads] == [tuple(t.shape) for t in want]
     for got, expected in zip(grads, want):
         _close(got, expected, rtol=1e-4, atol=1e-4)
-    # no gradient for the states: zeros there
+    # without gradh / gradc: the gradients of y alone
     grads = torch_npu.npu_lstm_backward(gy.npu(), None, None, x.npu(), weight.npu(), b.npu(), h0.npu(), c0.npu(),
                                         *out)
-    assert grads[0].shape == x.shape
+    leaves = [t.clone().requires_grad_() for t in (x, w_ih, w_hh, b, h0, c0)]
+    dx, dw_ih, dw_hh, db, dh0, dc0 = torch.autograd.grad((_lstm_steps(*leaves)[0] * gy).sum(), leaves)
+    for got, expected in zip(grads, (dx, torch.cat([dw_ih.t(), dw_hh.t()]), db, dh0, dc0)):
+        _close(got, expected, rtol=1e-4, atol=1e-4)
 
 
 def test_npu_lstm_shapes_and_errors():
@@ -1063,14 +1067,23 @@ def test_multi_head_attention_matches_fairseq_attention():
         torch_npu.npu_multi_head_attention(*npu, None, heads, dim, src, 48, 0.0, True)
 
 
+def _corners(box):
+    """Corners of a rotated box (x, y, w, h, degrees), counter-clockwise."""
+    x, y, w, h, t = box
+    c, s = math.cos(math.radians(t)), math.sin(math.radians(t))
+    return [(x + c * px - s * py, y + s * px + c * py)
+            for px, py in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))]
+
+
+def _random_boxes(gen, b, n):
+    """[b, n, 5] rotated boxes: centres in [0, 10), sides in [1, 6), angles in [-180, 180)."""
+    return torch.cat([torch.rand(b, n, 2, generator=gen) * 10, torch.rand(b, n, 2, generator=gen) * 5 + 1,
+                      torch.rand(b, n, 1, generator=gen) * 360 - 180], -1)
+
+
 def _clip_area(box_a, box_b):
     """Intersection area of two rotated boxes (x, y, w, h, degrees) by Sutherland-Hodgman clipping."""
-    def corners(box):
-        x, y, w, h, t = box
-        c, s = math.cos(math.radians(t)), math.sin(math.radians(t))
-        return [(x + c * px - s * py, y + s * px + c * py)
-                for px, py in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))]
-    poly, clip = corners(box_a), corners(box_b)
+    poly, clip = _corners(box_a), _corners(box_b)
     for i in range(4):
         (ax, ay), (bx, by) = clip[i], clip[(i + 1) % 4]
         side = [(bx - ax) * (py - ay) - (by - ay) * (px - ax) for px, py in poly]
@@ -1090,11 +1103,7 @@ def _clip_area(box_a, box_b):
 
 def test_rotated_overlaps():
     gen = torch.Generator().manual_seed(0)
-
-    def boxes(b, n):
-        return torch.cat([torch.rand(b, n, 2, generator=gen) * 10, torch.rand(b, n, 2, generator=gen) * 5 + 1,
-                          torch.rand(b, n, 1, generator=gen) * 360 - 180], -1)
-    a, q = boxes(2, 6), boxes(2, 4)
+    a, q = _random_boxes(gen, 2, 6), _random_boxes(gen, 2, 4)
     out = torch_npu.npu_rotated_overlaps(a.npu(), q.npu())
     assert out.shape == (2, 6, 4) and out.dtype == torch.float32
     expected = torch.tensor([[[_clip_area(x.tolist(), y.tolist()) for y in q[i]] for x in a[i]] for i in range(2)])
@@ -1117,13 +1126,6 @@ def test_rotated_overlaps():
         torch_npu.npu_rotated_overlaps(a[0].npu(), q[0].npu())
     with pytest.raises(RuntimeError, match="query_boxes"):
         torch_npu.npu_rotated_overlaps(a.npu(), q[..., :4].npu())
-
-
-def _corners(box):
-    x, y, w, h, t = box
-    c, s = math.cos(math.radians(t)), math.sin(math.radians(t))
-    return [(x + c * px - s * py, y + s * px + c * py)
-            for px, py in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2), (-w / 2, h / 2))]
 
 
 def _threshold_area(box_a, box_b, v, e):
@@ -1166,11 +1168,7 @@ def _ratio(inter, denom):
 
 def test_rotated_iou():
     gen = torch.Generator().manual_seed(1)
-
-    def boxes(b, n):
-        return torch.cat([torch.rand(b, n, 2, generator=gen) * 10, torch.rand(b, n, 2, generator=gen) * 5 + 1,
-                          torch.rand(b, n, 1, generator=gen) * 360 - 180], -1)
-    a, q = boxes(2, 6), boxes(2, 4)
+    a, q = _random_boxes(gen, 2, 6), _random_boxes(gen, 2, 4)
     area = lambda box: box[2] * box[3]  # noqa: E731
     inter = [[[_clip_area(x.tolist(), y.tolist()) for y in q[i]] for x in a[i]] for i in range(2)]
     iou = torch.tensor([[[_ratio(inter[i][n][k], area(a[i, n]) + area(q[i, k]) - inter[i][n][k])

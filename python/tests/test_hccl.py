@@ -667,7 +667,8 @@ def test_torchrun_env_init(tmp_path):
         t = torch.full((3,), float(dist.get_rank() + 1), device="npu")
         dist.all_reduce(t)
         assert t.cpu().tolist() == [3.0] * 3, t
-        assert isinstance(dist.ProcessGroupHCCL.Options(), dist.ProcessGroupHCCL.Options)
+        hccl = torch_npu._C._distributed_c10d.ProcessGroupHCCL
+        assert isinstance(hccl.Options(), hccl.Options)
         dist.destroy_process_group()
         print("ok", local)
     """))
@@ -683,13 +684,13 @@ def test_torchrun_env_init(tmp_path):
 
 
 def test_options_and_registration():
-    opts = dist.ProcessGroupHCCL.Options()
+    opts = torch_npu._C._distributed_c10d.ProcessGroupHCCL.Options()
     assert opts.is_high_priority_stream is False
     opts.hccl_config = {"hccl_buffer_size": 200, "group_name": "x"}
     assert opts.hccl_config["hccl_buffer_size"] == 200
     import datetime
     opts.op_timeout = datetime.timedelta(seconds=5)
     assert opts.op_timeout == datetime.timedelta(seconds=5)
-    assert torch_npu._C._distributed_c10d.ProcessGroupHCCL is dist.ProcessGroupHCCL
+    assert not hasattr(dist, "ProcessGroupHCCL")  # as torch_npu: only torch_npu._C._distributed_c10d's
     assert "hccl" in dist.Backend.backend_list
     assert dist.Backend.default_device_backend_map.get("npu") == "hccl"

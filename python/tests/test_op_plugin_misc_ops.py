@@ -139,7 +139,10 @@ def test_atb_ops_are_exposed_as_in_torch_npu():
     assert torch_npu._npu_paged_attention is torch.ops.atb._npu_paged_attention
     assert torch_npu._npu_quantize_per_tensor is torch.ops.atb._npu_quantize_per_tensor
     # the newer ATB operators are attributes of the module torch_npu.atb
-    assert all(getattr(torch_npu.atb, n) is getattr(torch.ops.atb, n) for n in torch_npu.atb.__all__)
+    from torch_npu import _atb_ops
+    assert all(getattr(torch_npu.atb, n) is getattr(torch.ops.atb, n) for n in _atb_ops.ATB_NAMES)
+    import importlib
+    assert importlib.import_module("torch_npu.atb") is torch_npu.atb  # a module object, not a file (as op-plugin's)
 
 
 def test_quantize_per_tensor_rounds_half_to_even_and_saturates():

@@ -248,7 +248,7 @@ def test_unsupported_ops_of_a_model():
 def test_cli_lists_unsupported_operators(tmp_path):
     script = tmp_path / "model.py"
     script.write_text("import torch\nprint(torch.linalg.lstsq(torch.randn(4, 3), torch.randn(4, 2)).solution.shape)\n")
-    result = run_python(f"from torch_npu.npu import op_support; raise SystemExit(op_support.main([{str(script)!r}]))")
+    result = run_python(f"from torch_npu.npu import op_support; raise SystemExit(op_support._main([{str(script)!r}]))")
     expect_missing = NEEDS_CANN_91 not in _op_table.SUPPORTED
     assert _op_table.UNSUPPORTED[NEEDS_CANN_91].split(":")[0] in result.stdout, result.stdout + result.stderr
     assert "not supported on NPU" in result.stdout

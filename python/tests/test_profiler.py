@@ -93,6 +93,16 @@ def test_schedule_and_result_directory(tmp_path):
     assert device_time("aten::linear", "Device Total Duration(us)") == pytest.approx(addmm_kernels, abs=0.01)
 
 
+@pytest.mark.parametrize("make_schedule", [torch_npu.profiler.schedule, torch.profiler.schedule])
+def test_profile_takes_torch_npu_and_torch_schedules(make_schedule):
+    # torch_npu's schedule returns torch_npu's ProfilerAction, torch's torch's: both drive profile
+    ready = []
+    with torch_npu.profiler.profile(activities=BOTH, schedule=make_schedule(wait=1, warmup=0, active=1, repeat=2),
+                                    on_trace_ready=lambda p: ready.append(p.step_num)) as prof:
+        _train_steps(prof, 6)
+    assert ready == [2, 4]
+
+
 @pytest.mark.parametrize("queued", [True, False])
 def test_trace_links_host_ops_to_npu_tasks(tmp_path, queued):
     x = torch.randn(1024, 1024, device="npu")
@@ -216,7 +226,7 @@ def test_schedule_is_torch_npus_class():
     for wait, warmup, active, repeat, skip_first in settings:
         ours = Schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
         ref = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
-        assert [ours(s) for s in range(30)] == [ref(s) for s in range(30)]
+        assert [ours(s).name for s in range(30)] == [ref(s).name for s in range(30)]
         assert (ours.wait, ours.warmup, ours.active, ours.repeat) == (wait, warmup, active, repeat)
     # Invalid settings are reset with a warning naming them (torch_npu), not raised.
     with warnings.catch_warnings(record=True) as caught:
@@ -226,6 +236,10 @@ def test_schedule_is_torch_npus_class():
     text = " ".join(str(w.message) for w in caught)
     assert all(name in text for name in ("wait", "active", "warmup", "repeat", "skip_first"))
     A = torch_npu.profiler.ProfilerAction
+    # torch_npu's own Enum (as in torch_npu), with torch's members NONE ... RECORD_AND_SAVE and values
+    assert A is torch_npu.profiler.scheduler.ProfilerAction and A.__module__ == "torch_npu.profiler.scheduler"
+    assert [(a.name, a.value) for a in A] == [("NONE", 0), ("WARMUP", 1), ("RECORD", 2), ("RECORD_AND_SAVE", 3)]
+    assert all(torch.profiler.ProfilerAction[a.name].value == a.value for a in A)
     assert [bad(s) for s in range(3)] == [A.RECORD_AND_SAVE] * 3
     # skip_first_wait: the first cycle starts without its wait steps.
     s = Schedule(skip_first=1, wait=2, warmup=1, active=2, repeat=2, skip_first_wait=1)

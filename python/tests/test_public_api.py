@@ -19,6 +19,12 @@ value tables quoted from a C++ source) -- see the data file's ``_excluded_prefix
   ``torch._ops.npu`` objects: "checked in op-plugin"), and the operator's schema is op-plugin's.
 * Names listed in ``tests/data/torch_npu_api_gaps.txt`` (with why) are known not to match yet;
   any other mismatch fails, and so does a listed name that now matches: the list only shrinks.
+* ``__module__`` of public names (Huawei's test/npu/test_public_bindings.py rule): in a module
+  with ``__all__``, a callable or class looks public when its name has no leading ``_`` and its
+  ``__module__`` starts with the module's path with no ``._`` in it; it must be in ``__all__``
+  exactly when it looks public. torch_npu's exported operators (``torch._ops.npu``, listed in
+  ``torch_npu.__all__`` when op-plugin marks them ``exposed``) are the exception Huawei's test
+  lets through with op-plugin's allow-list.
 * ``func: name[.overload]`` entries are NPU native functions: the schema of
   ``torch.ops.npu.name.overload`` must match; an empty recorded signature means an ATen op that
   torch_npu implements for npu (a PrivateUse1 kernel must be registered for ``aten::name``).
@@ -186,3 +192,51 @@ def test_exported_operators_have_docstrings():
     assert torch.ops.npu.npu_linear.__doc__ == torch_npu.npu_linear.__doc__
     # a docstring of its own is kept
     assert torch_npu.matmul_checksum.__doc__ and "torch_npu.matmul_checksum(" not in torch_npu.matmul_checksum.__doc__
+
+
+def _module_name_violations(modname, exempt=()):
+    """Names of module ``modname`` that break the __module__ rule (see the module docstring)."""
+    import collections.abc
+
+    mod = importlib.import_module(modname)
+    bad = []
+    for elem in dir(mod):
+        obj = getattr(mod, elem)
+        if elem in exempt or not (isinstance(obj, (collections.abc.Callable, torch.dtype)) or inspect.isclass(obj)):
+            continue
+        module = getattr(obj, "__module__", None) or ""
+        looks_public = not elem.startswith("_") and module.startswith(modname) and "._" not in module
+        public = elem in mod.__all__ if hasattr(mod, "__all__") else not elem.startswith("_")
+        if public != looks_public and (hasattr(mod, "__all__") or not elem.startswith("_")):
+            bad.append(f"{elem} (__module__ {module!r}, {'in' if public else 'not in'} __all__)")
+    return bad
+
+
+@pytest.mark.parametrize("modname", [
+    "torch_npu.npu.utils", "torch_npu.npu.memory", "torch_npu.npu.npu_config", "torch_npu.npu.config",
+    "torch_npu.npu.op_support", "torch_npu.contrib.function.anchor_generator", "torch_npu.contrib.module.focus",
+    "torch_npu.contrib.module.channel_shuffle", "torch_npu.contrib.module.linear_quant",
+    "torch_npu.contrib.module.linear_a8w8_quant", "torch_npu.contrib.module.linear_weight_quant",
+    "torch_npu.multiprocessing.reductions", "torch_npu.testing.common_utils", "torch_npu.testing.common_distributed",
+    "torch_npu.profiler.scheduler", "torch_npu.distributed"])
+def test_public_names_have_their_modules(modname):
+    assert not _module_name_violations(modname)
+
+
+def test_public_names_of_packages_with_allowlisted_exceptions():
+    # the exceptions Huawei's allow-list (test/allowlist_for_publicAPI.json) names
+    assert not _module_name_violations("torch_npu.profiler", exempt=("ProfilerActivity", "_ExperimentalConfig"))
+    assert not _module_name_violations("torch_npu.profiler.profiler", exempt=("_KinetoProfile",))
+    tensor_types = ("BoolTensor", "ByteTensor", "CharTensor", "DoubleTensor", "FloatTensor", "HalfTensor", "IntTensor",
+                    "LongTensor", "ShortTensor", "BFloat16Tensor", "restart_device", "stop_device", "set_op_timeout_ms",
+                    "NpuGraphOpHandler", "register_npu_graph_handler")
+    assert not _module_name_violations("torch_npu.npu", exempt=tensor_types)
+    # torch_npu: only operators (torch.ops.npu packets, exported by name) keep torch's module
+    bad = _module_name_violations("torch_npu")
+    assert bad and all("'torch._ops.npu'" in b for b in bad), bad
+    from torch_npu import _fused_ops
+    ops = [n for n in torch_npu.__all__ if isinstance(getattr(torch_npu, n), torch._ops.OpOverloadPacket)]
+    assert set(ops) <= _fused_ops.EXPOSED and {"npu_rms_norm", "npu_lstm", "npu_rotated_iou"} <= set(ops)
+    assert "npu_lstm_backward" not in torch_npu.__all__ and hasattr(torch_npu, "npu_lstm_backward")
+    assert not hasattr(torch.distributed, "ProcessGroupHCCL")  # torch_npu sets none (its class is in _C)
+

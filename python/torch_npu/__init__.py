@@ -137,23 +137,24 @@ import torch_npu._afd  # noqa: E402,F401  (its scheduler ops, exported below wit
 from torch_npu import _composite_ops  # noqa: E402,F401  (op-plugin's ATen-composed operators)
 from torch_npu import _fused_ops  # noqa: E402
 
-# torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name.
+# torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name; those
+# torch_npu exposes (_fused_ops.EXPOSED) are in __all__, as there.
+_operators = _fused_ops.export(__import__(__name__))
 __all__ = ["npu", "utils", "__version__", "get_storage_size", "npu_change_data_ptr",
-           "erase_stream"] + _fused_ops.export(__import__(__name__))
+           "erase_stream"] + [name for name in _operators if name in _fused_ops.EXPOSED]
 from torch_npu import _atb_ops  # noqa: E402  (op-plugin's ATB operators, torch.ops.atb)
 
 # torch_npu._npu_paged_attention, ...; the others are torch_npu.atb.<name>
 globals().update({name: getattr(torch.ops.atb, name) for name in _atb_ops.TORCH_NPU_NAMES})
-import torch_npu.atb  # noqa: E402,F401
+_atb_ops._make_atb_module(__import__(__name__))  # torch_npu.atb (a module object, as op-plugin's)
 from torch_npu import _formats  # noqa: E402
 
 _formats.install(__import__(__name__))  # torch_npu.Format, get_npu_format -> Format
-__all__ += ["Format"]
 
 import torch_npu.distributed  # noqa: E402,F401  (registers the "hccl" c10d backend)
 from torch_npu.multiprocessing import reductions as _reductions  # noqa: E402
 
-_reductions.install()  # npu tensors through torch.multiprocessing share device memory
+_reductions._install()  # npu tensors through torch.multiprocessing share device memory
 from torch_npu import profiler  # noqa: E402,F401
 import torch_npu._inductor  # noqa: E402,F401  (torch.compile on npu, Inductor and MLIR; registers lazily)
 
@@ -180,6 +181,7 @@ def _transfer_to_npu_if_requested() -> None:
 
 from torch_npu._checksum import matmul_checksum  # noqa: E402
 
+matmul_checksum.__module__ = __name__  # a public name of torch_npu (torch_npu.asd.checksum's in torch_npu)
 __all__ += ["matmul_checksum"]
 
 from torch_npu.utils.hif8_tensor import _HiFloat8Tensor as HiFloat8Tensor  # noqa: E402
@@ -188,7 +190,7 @@ __all__ += ["HiFloat8Tensor"]
 
 from torch_npu import _op_docs  # noqa: E402
 
-_op_docs.install(__import__(__name__))  # the exported operators' docstrings (their signatures)
+_op_docs.install(__import__(__name__), _operators)  # the operators' docstrings (their signatures)
 
 _transfer_to_npu_if_requested()
 

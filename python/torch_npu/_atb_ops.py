@@ -950,3 +950,17 @@ def _npu_fused_add_topk_div_out(x, add_num, *, mapping_num=None, mapping_table=N
                                 enable_expert_mapping=False, y, indices):
     return _fused_add_topk_div(x, add_num, mapping_num, mapping_table, activation_type, group_num, group_topk, n, k,
                                is_norm, scale, enable_expert_mapping, y, indices)
+
+
+def _make_atb_module(package):
+    """``torch_npu.atb``: a module made here, as op-plugin makes it (``types.ModuleType`` in
+    sys.modules, not a file of the package), holding the ATB_NAMES operators."""
+    import sys
+    import types
+
+    module = types.ModuleType("torch_npu.atb", "op-plugin's newer ATB operators (torch.ops.atb.*) by name.")
+    for name in ATB_NAMES:
+        setattr(module, name, getattr(torch.ops.atb, name))
+    sys.modules["torch_npu.atb"] = module
+    package.atb = module
+    return module

@@ -2185,18 +2185,22 @@ def _convex_hull_area(points, valid):
     return torch.where(count.squeeze(-1) >= 3, area.abs(), torch.zeros_like(area))
 
 
+def _check_rotated_box_sets(name, boxes, query_boxes, dims_message):
+    """boxes [B, N, 5] and query_boxes [B, K, 5] of the same batch B."""
+    shapes = f"self {list(boxes.shape)} and query_boxes {list(query_boxes.shape)}"
+    _check(boxes.dim() == 3 and query_boxes.dim() == 3, f"{name}: {dims_message} (got {shapes})")
+    _check(boxes.size(-1) == 5 and query_boxes.size(-1) == 5 and boxes.size(0) == query_boxes.size(0),
+           f"{name}: self [B, N, 5] and query_boxes [B, K, 5] must be rotated boxes of the same batch, got {shapes}")
+
+
 @_op("npu_rotated_overlaps(Tensor self, Tensor query_boxes, bool trans=False) -> Tensor")
 def _npu_rotated_overlaps(self, query_boxes, trans=False):
     """Overlap (intersection) areas of rotated boxes: self [B, N, 5] and query_boxes [B, K, 5], each
     box (x_centre, y_centre, w, h, angle) or, with trans, (x1, y1, x2, y2, angle), angles in degrees.
     Returns [B, N, K] in self's dtype, computed in float32 as CANN's RotatedOverlaps."""
     name = "npu_rotated_overlaps"
-    _check(self.dim() == 3 and query_boxes.dim() == 3,
-           f"{name}: boxes' dim should be equal to query_boxes' ndimension() and equal to 3! "
-           f"(got self {list(self.shape)} and query_boxes {list(query_boxes.shape)})")
-    _check(self.size(-1) == 5 and query_boxes.size(-1) == 5 and self.size(0) == query_boxes.size(0),
-           f"{name}: self [B, N, 5] and query_boxes [B, K, 5] must be rotated boxes of the same batch, "
-           f"got {list(self.shape)} and {list(query_boxes.shape)}")
+    _check_rotated_box_sets(name, self, query_boxes, "boxes' dim should be equal to query_boxes' ndimension() "
+                                                     "and equal to 3!")
     a = _rotated_corners(self.float(), trans)[:, :, None]
     b = _rotated_corners(query_boxes.float(), trans)[:, None, :]
     a, b = torch.broadcast_tensors(a, b)
@@ -2247,12 +2251,7 @@ def _npu_rotated_iou(self, query_boxes, trans=False, mode=0, is_cross=True, v_th
     Computed in float32 as CANN's kernel (ratio = intersection / (denominator + 1e-6), 0 where
     the denominator is not positive); returned in self's dtype."""
     name = "npu_rotated_iou"
-    _check(self.dim() == 3 and query_boxes.dim() == 3,
-           f"{name}: self and query_boxes must be 3-D ([B, N, 5] and [B, K, 5]), got "
-           f"{list(self.shape)} and {list(query_boxes.shape)}")
-    _check(self.size(-1) == 5 and query_boxes.size(-1) == 5 and self.size(0) == query_boxes.size(0),
-           f"{name}: self [B, N, 5] and query_boxes [B, K, 5] must be rotated boxes of the same batch, "
-           f"got {list(self.shape)} and {list(query_boxes.shape)}")
+    _check_rotated_box_sets(name, self, query_boxes, "self and query_boxes must be 3-D ([B, N, 5] and [B, K, 5]),")
     _check(mode in (0, 1), f"{name}: mode must be 0 (iou) or 1 (iof), got {mode}")
     _check(is_cross or self.size(1) == query_boxes.size(1),
            f"{name}: is_cross=False pairs box n with query box n and needs as many of each, "

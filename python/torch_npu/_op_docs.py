@@ -23,11 +23,11 @@ def docstring(module_name: str, name: str, packet) -> str:
     return "\n".join(lines)
 
 
-def install(module) -> list:
-    """Gives every name of ``module.__all__`` that is an operator packet without a docstring
-    its generated one; returns those names."""
+def install(module, names=None) -> list:
+    """Gives every name of ``names`` (default ``module.__all__``) that is an operator packet
+    without a docstring its generated one; returns those names."""
     done = []
-    for name in module.__all__:
+    for name in (module.__all__ if names is None else names):
         obj = getattr(module, name, None)
         if isinstance(obj, torch._ops.OpOverloadPacket) and not obj.__doc__:
             obj.__doc__ = docstring(module.__name__, name, obj)

@@ -44,7 +44,7 @@ subsystem is (lazily, or only on request) or need its private state:
   only when ``PROF_CONFIG_PATH`` is set (dynamic profiling driven by ``optimizer.step()``).
   Tests: test_profiler.py.
 * ``distributed/__init__.py``: the ``hccl`` backend of ``torch.distributed`` (registered
-  through its plugin API) and ``torch.distributed.ProcessGroupHCCL``. Tests: test_hccl.py.
+  through its plugin API). Tests: test_hccl.py.
 * ``contrib/transfer_to_npu.py``: rewrites ``torch.cuda`` and CUDA device arguments to npu,
   only when a script imports it. Tests: test_transfer_to_npu.py.
 * ``testing/testcase.py``: ``run_tests`` swaps
@@ -61,6 +61,7 @@ must be this one or be named here: above, or in the docstring of the entry of :d
 that installs it (test_import.py checks it).
 """
 
+import functools
 import os
 import sys
 import types
@@ -291,6 +292,7 @@ def _default_tensor_type_npu() -> None:
     original = torch.set_default_tensor_type
     state = {"npu": False}
 
+    @functools.wraps(original)  # torch's name, module and docstring (it stays torch.set_default_tensor_type)
     def set_default_tensor_type(t, /):
         from torch_npu.npu import _tensor_types
 
@@ -308,7 +310,6 @@ def _default_tensor_type_npu() -> None:
             torch.set_default_device(None)
             state["npu"] = False
 
-    set_default_tensor_type.__doc__ = original.__doc__
     torch.set_default_tensor_type = set_default_tensor_type
 
 

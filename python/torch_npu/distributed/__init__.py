@@ -9,8 +9,7 @@ import os
 import torch
 import torch.distributed as dist
 
-__all__ = ["ProcessGroupHCCL", "is_available", "is_hccl_available", "reduce_scatter_tensor_uneven",
-           "all_gather_into_tensor_uneven"]
+__all__ = ["is_available", "is_hccl_available", "reduce_scatter_tensor_uneven", "all_gather_into_tensor_uneven"]
 
 _logger = logging.getLogger("torch_npu.distributed")
 # Intra-op threads as the process started with (torch.set_num_threads not yet called).
@@ -58,7 +57,8 @@ if dist.is_available():
     if "HCCL" not in dist.Backend._plugins:
         dist.Backend.register_backend("hccl", _create_process_group_hccl, extended_api=True,
                                       devices=["npu"])
-    dist.ProcessGroupHCCL = ProcessGroupHCCL
+    # The class is torch_npu._C._distributed_c10d.ProcessGroupHCCL (torch_npu sets no
+    # torch.distributed.ProcessGroupHCCL; transfer_to_npu makes it ProcessGroupNCCL).
 
 
 def is_available():

@@ -132,7 +132,7 @@ def _npu_reduce_event(event):
     return (rebuild_npu_event, (event.device, handle))
 
 
-def install() -> None:
+def _install() -> None:
     """npu storages get their sharing methods; torch.multiprocessing's pickler the npu reductions."""
     torch.UntypedStorage._share_npu_ = _share_npu_
     torch.UntypedStorage._new_shared_npu = classmethod(_new_shared_npu)

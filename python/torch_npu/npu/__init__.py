@@ -152,7 +152,7 @@ __all__ = [
     "Stream", "Event", "ExternalEvent", "ExternalStream", "SyncLaunchStream", "StreamContext", "stream", "set_stream",
     "current_stream", "default_stream", "set_sync_debug_mode", "get_sync_debug_mode",
     # memory
-    "OutOfMemoryError", "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "ipc_collect",
+    "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "ipc_collect",
     "memory_stats", "memory_stats_as_nested_dict", "host_memory_stats", "host_memory_stats_as_nested_dict",
     "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats", "host_empty_cache", "reset_accumulated_memory_stats",
     "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
@@ -177,6 +177,8 @@ __all__ = [
     "aclnn", "preferred_linalg_library", "enable_deterministic_with_backward",
     "disable_deterministic_with_backward",
 ] + _tensor_types.__all__ + _storage_types.__all__ + backends.__all__
+# as torch_npu's: the complex tensor types and OutOfMemoryError (torch's) are attributes only
+__all__ = [name for name in __all__ if name not in ("ComplexFloatTensor", "ComplexDoubleTensor")]
 
 # ----------------------------------------------------------------------------------
 # Initialisation. _lazy_init() runs once per process, on the first npu tensor or torch.npu
@@ -388,7 +390,7 @@ from .npu_config import (set_aoe, set_dump, init_dump, finalize_dump, set_device
                          get_device_limit, set_stream_limit, get_stream_limit, reset_stream_limit)
 from . import mstx as _mstx_module  # noqa: E402,F401
 from .mstx import mstx  # noqa: E402
-from .utils import (get_npu_overflow_flag, clear_npu_overflow_flag, npu_check_overflow,  # noqa: E402
+from .utils import (get_npu_overflow_flag, clear_npu_overflow_flag,  # noqa: E402
                     stress_detect, check_uce_in_memory, set_op_timeout_ms)
 from ._recovery import restart_device  # noqa: E402
 

@@ -21,7 +21,6 @@ from .utils import _valid_device_index, _lazy_init
 from ..utils._error_code import ErrCode, pta_error
 
 __all__ = [
-    "OutOfMemoryError",
     "caching_allocator_alloc",
     "caching_allocator_delete",
     "set_per_process_memory_fraction",
@@ -46,7 +45,6 @@ __all__ = [
     "max_memory_cached",
     "memory_snapshot",
     "memory_summary",
-    "mem_get_info",
     "get_allocator_backend",
     "NPUPluggableAllocator",
     "change_current_allocator",

@@ -1,8 +1,9 @@
 """``torch_npu.npu.npu_config``: runtime options, core limits, operator dump and AOE settings.
 
-The option functions live in :mod:`torch_npu.npu.config` (re-exported here, as torch_npu keeps
-them in this module). Core limits (``set_device_limit``/``set_stream_limit``) are recorded per
-device / per stream and reported back by the getters; the simulator runs every kernel on the
+The option functions (``set_option``, ``set_compile_mode``, ...) are defined here, as in
+torch_npu; :mod:`torch_npu.npu.config` reads the options back (``get_option``, the HF32
+switches). Core limits (``set_device_limit``/``set_stream_limit``) are recorded per device /
+per stream and reported back by the getters; the simulator runs every kernel on the
 host CPU, so a limit does not change how many cores a kernel uses (README: "APIs whose behaviour
 needs real hardware"). Likewise the dump configuration and the AOE path are validated and kept,
 but no operator data is dumped and no tuning runs.
@@ -11,16 +12,110 @@ but no operator data is dumped and no tuning runs.
 import json
 import os
 import threading
+from typing import Dict
 
 import torch
 
-from .config import (get_mm_bmm_format_nd, get_option, is_jit_compile_false, set_compile_mode,
-                     set_mm_bmm_format_nd, set_option)
+from torch_npu.utils._error_code import ErrCode, pta_error
 
 __all__ = ["set_option", "set_compile_mode", "is_jit_compile_false", "set_mm_bmm_format_nd",
            "get_mm_bmm_format_nd", "set_aoe", "set_dump", "init_dump", "finalize_dump",
            "set_device_limit", "get_device_limit", "set_stream_limit", "get_stream_limit",
            "reset_stream_limit"]
+
+_options_lock = threading.Lock()  # the options (set_option, get_option, ...)
+_options: Dict[str, str] = {}
+
+
+def _aicore_num(value: str) -> bool:
+    return value.isdigit() and 1 <= int(value) <= 32
+
+
+# Allowed values of the options CANN validates (None: any string).
+_OPTION_VALUES = {
+    "ACL_PRECISION_MODE": ("allow_fp32_to_fp16", "must_keep_origin_dtype"),
+    "ACL_OP_SELECT_IMPL_MODE": ("high_performance", "high_precision"),
+    "ACL_AICORE_NUM": _aicore_num,
+    "ACL_OPTYPELIST_FOR_IMPLMODE": None,
+    "ACL_OP_DEBUG_LEVEL": ("0", "1", "2", "3", "4"),
+    "ACL_DEBUG_DIR": None,
+    "ACL_OP_COMPILER_CACHE_MODE": ("disable", "enable", "force"),
+    "ACL_OP_COMPILER_CACHE_DIR": None,
+    "ACL_OP_DEBUG_OPTION": None,
+    "MM_BMM_ND_ENABLE": ("enable", "disable"),
+    "NPU_FUZZY_COMPILE_BLACKLIST": None,
+}
+#: Every option name torch_npu's runtime knows (others are rejected, as there).
+_OPTION_NAMES = frozenset(_OPTION_VALUES) | {
+    "ALLOW_CONV_HF32", "ALLOW_INTERNAL_FORMAT", "ALLOW_MATMUL_HF32", "CUBE_MATH_TYPE",
+    "FORCE_ACLNN_OP_LIST", "OP_HOOK_ENABLE", "STRONG_CONSISTENCY",
+    "TORCH_NPU_USE_COMPATIBLE_IMPL", "autotune", "autotunegraphdumppath", "bmmv2_enable",
+    "jitCompile", "jitCompileInit", "mdldumpconfigpath", "mdldumpswitch",
+}
+
+
+def set_option(option):
+    r"""Set NPU runtime options, e.g. ``{"ACL_PRECISION_MODE": "must_keep_origin_dtype"}``.
+
+    Values are converted to ``str``; the options CANN validates must have one of
+    their allowed values (``ValueError`` otherwise); an unknown option name is a
+    ``RuntimeError``. The error texts are torch_npu's, with the argument named.
+    """
+    if not isinstance(option, dict):
+        raise TypeError(f"npu option must be a dict (set_option(): argument 'option'), got "
+                        f"{type(option).__name__}" + pta_error(ErrCode.PARAM))
+    checked = {}
+    for name, value in option.items():
+        if not isinstance(name, str):
+            raise TypeError(f"set_option(): option names must be str, got {type(name).__name__}")
+        if name not in _OPTION_NAMES:
+            raise RuntimeError(f"invalid npu option name:{name} (set_option(): known options are "
+                               f"{sorted(_OPTION_NAMES)})" + pta_error(ErrCode.PARAM))
+        text = str(value)
+        allowed = _OPTION_VALUES.get(name)
+        if callable(allowed):
+            if not allowed(text):
+                raise ValueError(f"set_option(): value of {name} should be an integer in [1, 32] "
+                                 f"but got {value}" + pta_error(ErrCode.PARAM))
+        elif allowed is not None and text not in allowed:
+            raise ValueError(f"set_option(): value of {name} should be in {list(allowed)} "
+                             f"but got {value}" + pta_error(ErrCode.PARAM))
+        checked[name] = text
+    global _mm_bmm_nd
+    with _options_lock:
+        _options.update(checked)
+        if "MM_BMM_ND_ENABLE" in checked:
+            _mm_bmm_nd = checked["MM_BMM_ND_ENABLE"] == "enable"
+
+
+def set_compile_mode(jit_compile=False):
+    r"""Choose online operator compilation (``True``) or precompiled binary kernels (``False``)."""
+    if not isinstance(jit_compile, bool):
+        raise TypeError("set_compile_mode(): argument 'jit_compile' must be a bool, got "
+                        f"{type(jit_compile).__name__}")
+    with _options_lock:
+        _options["jitCompile"] = "enable" if jit_compile else "disable"
+
+
+def is_jit_compile_false() -> bool:
+    r"""Return whether operators use precompiled kernels (the default of CANN 8.x)."""
+    with _options_lock:
+        return _options.get("jitCompile", "disable") == "disable"
+
+
+_mm_bmm_nd = True
+
+
+def set_mm_bmm_format_nd(is_nd=True):
+    r"""Make ``mm``/``bmm`` in ``Linear`` keep the ND format (default ``True``)."""
+    global _mm_bmm_nd
+    _mm_bmm_nd = bool(is_nd)
+
+
+def get_mm_bmm_format_nd():
+    r"""Return the value set by :func:`set_mm_bmm_format_nd`."""
+    return _mm_bmm_nd
+
 
 _lock = threading.Lock()
 _device_limits = {}     # device index -> {"cube_core_num": n, "vector_core_num": n}

@@ -115,14 +115,14 @@ def unsupported_ops_of(fn, *args, **kwargs) -> Dict[str, str]:
     return {op: unsupported_reason(op) for op in sorted(rec.ops) if unsupported_reason(op)}
 
 
-def main(argv=None) -> int:
+def _main(argv=None) -> int:
     """python -m torch_npu.npu.op_support script.py [args...]: runs the script with every
     ATen call recorded and prints the operators this pair does not support."""
     import argparse
     import runpy
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m torch_npu.npu.op_support", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m torch_npu.npu.op_support", description=_main.__doc__)
     p.add_argument("script", help="a Python script (run as __main__; use CPU or npu tensors)")
     p.add_argument("args", nargs=argparse.REMAINDER)
     ns = p.parse_args(argv)
@@ -138,4 +138,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_main())

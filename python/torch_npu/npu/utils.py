@@ -36,6 +36,12 @@ __all__ = [
     "get_soc_version",
     "current_blas_handle",
     "get_cann_version",
+    "get_npu_overflow_flag",
+    "clear_npu_overflow_flag",
+    "npu_check_overflow",
+    "check_uce_in_memory",
+    "stress_detect",
+    "set_op_timeout_ms",
 ]
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 from .analysis.prof_common_func._constant import print_warn_msg
 from .profiler_interface import _ProfInterface
-from .scheduler import ProfilerAction
+from .scheduler import ProfilerAction, _from_torch_action
 
 __all__ = []
 
@@ -25,6 +25,7 @@ class ProfActionController:
         self.on_trace_ready = on_trace_ready
 
     def transit_action(self, prev_action, current_action) -> None:
+        prev_action, current_action = _from_torch_action(prev_action), _from_torch_action(current_action)
         for action in self.action_map.get((prev_action, current_action)) or ():
             action()
 

@@ -31,12 +31,11 @@ from ._c_profiler import ProfilerActivity, _supported_npu_activities  # (torch_n
 from ._flops_hook import FlopsHookManager
 from ._profiler_path_creator import ProfPathCreator
 from .experimental_config import _ExperimentalConfig
-from .scheduler import ProfilerAction, Schedule
+from .scheduler import ProfilerAction, Schedule, _to_torch_action
 
 schedule = Schedule  # torch_npu.profiler.schedule is the class
 
-__all__ = ["ProfilerActivity", "supported_activities", "profile", "_KinetoProfile", "tensorboard_trace_handler",
-           "analyse", "schedule", "ProfilerAction"]
+__all__ = ["supported_activities", "profile", "_KinetoProfile", "tensorboard_trace_handler", "analyse"]
 
 _RAW = os.path.join("FRAMEWORK", "torch_npu_raw.json")  # host side of a run
 _TASKS = "sim_task_records.json"  # device side, per device, under PROF_*/device_{d}/data/
@@ -98,6 +97,9 @@ class profile(_tp.profile):
         self._records = []
         self._mstx_markers = []  # torch_npu.npu.mstx's, see torch_npu/_mstx.py
         self._npu_metadata = {}
+        if schedule is not None:  # torch_npu's or torch's ProfilerAction -> torch's, which torch's profile uses
+            user_schedule = schedule
+            schedule = lambda step: _to_torch_action(user_schedule(step))  # noqa: E731
         kwargs = dict(activities=[_tp.ProfilerActivity.CPU], schedule=schedule, on_trace_ready=self._collect_run,
                       record_shapes=record_shapes, profile_memory=profile_memory, with_stack=with_stack,
                       with_flops=with_flops, with_modules=with_modules,

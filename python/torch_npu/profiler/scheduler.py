@@ -3,14 +3,36 @@
 Unlike ``torch.profiler.schedule`` (a closure that raises on bad arguments), torch_npu's
 schedule is an object that keeps its settings as attributes (``wait``, ``active``, ...)
 and resets an invalid one to its default with a warning, so a training script with a bad
-config keeps running. The actions are torch's ``ProfilerAction`` members, so the object
-drives ``torch_npu.profiler.profile`` (a torch.profiler.profile) directly.
+config keeps running. Its actions are torch_npu's ``ProfilerAction`` (an Enum of its own, as
+in torch_npu, with torch.profiler.ProfilerAction's members NONE ... RECORD_AND_SAVE);
+``torch_npu.profiler.profile`` (a torch.profiler.profile) takes schedules returning either.
 """
 import warnings
+from enum import Enum
 
-from torch.profiler import ProfilerAction
+import torch.profiler
 
 __all__ = ["ProfilerAction", "Schedule"]
+
+
+class ProfilerAction(Enum):
+    """What the profiler does at a step: nothing, warm up, record, or record and save."""
+    NONE = 0
+    WARMUP = 1
+    RECORD = 2
+    RECORD_AND_SAVE = 3
+
+
+def _to_torch_action(action):
+    """torch.profiler.ProfilerAction of the same name (torch's profile drives on those)."""
+    return torch.profiler.ProfilerAction[action.name] if isinstance(action, ProfilerAction) else action
+
+
+def _from_torch_action(action):
+    """torch_npu's ProfilerAction of a torch.profiler.ProfilerAction (others unchanged)."""
+    if isinstance(action, torch.profiler.ProfilerAction):
+        return ProfilerAction.__members__.get(action.name, action)
+    return action
 
 
 def _warn(msg: str) -> None:

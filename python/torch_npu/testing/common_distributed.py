@@ -16,14 +16,13 @@ Meant for ``torch.testing._internal.common_distributed.MultiProcessTestCase`` su
 """
 
 import functools
+import unittest
 from collections import namedtuple
 
 import torch
 import torch.distributed as dist
 
-from .common_utils import skipIfUnsupportMultiNPU
-
-__all__ = ["TEST_SKIPS", "skipIfUnsupportMultiNPU", "with_comms", "init_pg", "hccl_available"]
+__all__ = ["TestSkip", "TEST_SKIPS", "skipIfUnsupportMultiNPU", "with_comms", "init_pg", "hccl_available"]
 
 TestSkip = namedtuple("TestSkip", "exit_code, message")
 TEST_SKIPS = {
@@ -32,6 +31,26 @@ TEST_SKIPS = {
     "hccl": TestSkip(76, "c10d not compiled with HCCL support"),
     "known_issues": TestSkip(77, "Test skipped due to known issues"),
 }
+
+
+def skipIfUnsupportMultiNPU(npu_number_needed):
+    """Decorator: skip the test unless at least ``npu_number_needed`` NPUs are visible."""
+    if isinstance(npu_number_needed, bool) or not isinstance(npu_number_needed, int):
+        raise TypeError("skipIfUnsupportMultiNPU(): argument 'npu_number_needed' must be an int, "
+                        f"got {type(npu_number_needed).__name__}")
+
+    def decorator(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            count = torch.npu.device_count() if torch.npu.is_available() else 0
+            if count < npu_number_needed:
+                raise unittest.SkipTest(f"Need at least {npu_number_needed} NPU devices, "
+                                        f"have {count}")
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorator
 
 
 def hccl_available() -> bool:

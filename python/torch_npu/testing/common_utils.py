@@ -33,7 +33,7 @@ __all__ = [
     "SupportedDevices",
     "SkipIfNoLapack",
     "SkipIfNoLatestTorch",
-    "skipIfUnsupportMultiNPU",
+    "get_cycles_per_ms",
     "SkipIfNotGteCANNVersion",
     "SkipIfNotRegistered",
     "Baseline",
@@ -328,26 +328,6 @@ class SkipIfNoLatestTorch:
         return wrapper
 
 
-def skipIfUnsupportMultiNPU(npu_number_needed):
-    """Decorator: skip the test unless at least ``npu_number_needed`` NPUs are visible."""
-    if isinstance(npu_number_needed, bool) or not isinstance(npu_number_needed, int):
-        raise TypeError("skipIfUnsupportMultiNPU(): argument 'npu_number_needed' must be an int, "
-                        f"got {type(npu_number_needed).__name__}")
-
-    def decorator(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            count = torch.npu.device_count() if torch.npu.is_available() else 0
-            if count < npu_number_needed:
-                raise unittest.SkipTest(f"Need at least {npu_number_needed} NPU devices, "
-                                        f"have {count}")
-            return fn(*args, **kwargs)
-
-        return wrapper
-
-    return decorator
-
-
 class SkipIfNotGteCANNVersion:
     """Decorator: skip the test unless the CANN component ``module`` is at least ``base_version``,
     e.g. ``@SkipIfNotGteCANNVersion("8.1.RC1")``."""
@@ -388,3 +368,7 @@ def _create_scaling_case(device="npu", dtype=torch.float, optimizer_ctor=torch.o
     skip_iter = 2
     return _create_scaling_models_optimizers(device, optimizer_ctor, optimizer_kwargs) + (
         data, torch.nn.MSELoss(), skip_iter)
+
+
+# Defined in common_distributed (as in torch_npu); importable from here too.
+from .common_distributed import skipIfUnsupportMultiNPU  # noqa: E402,F401

@@ -3,7 +3,7 @@ import torch
 
 import torch_npu
 
-__all__ = ["npu_single_level_responsible_flags"]
+__all__ = ["npu_single_level_responsible_flags", "box_dtype_check"]
 
 
 def box_dtype_check(box):

@@ -15,7 +15,9 @@ from .ps_roi_pooling import PSROIPool
 from .bidirectional_lstm import BiLSTM
 from .fusedcolorjitter import FusedColorJitter
 from .sync_batchnorm import FastSyncBatchNorm
-from .linear_quant import LinearQuant, LinearA8W8Quant, LinearWeightQuant
+from .linear_quant import LinearQuant
+from .linear_a8w8_quant import LinearA8W8Quant
+from .linear_weight_quant import LinearWeightQuant
 from .quant_conv2d import QuantConv2d
 from .pregen_dropout import NpuPreGenDropout
 

@@ -1,7 +1,8 @@
 import torch
 from torch import nn
 
-__all__ = ["ChannelShuffle"]
+__all__ = ["ChannelShuffle", "IndexSelectFullImplementation", "IndexSelectHalfImplementation",
+           "indexselect_full_implementation_forward", "indexselect_half_implementation_forward"]
 
 
 class ChannelShuffle(nn.Module):

@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-__all__ = ["Focus"]
+__all__ = ["Focus", "Conv", "autopad", "fast_slice"]
 
 
 def fast_slice(x):
