@@ -243,10 +243,14 @@ def async_cost_table(runs, cases) -> str:
             a_time = statistics.median(a["subject_s"] for a, _ in pairs)
             s_time = statistics.median(s["subject_s"] for _, s in pairs)
             spread = f"{min(costs):.2f}–{max(costs):.2f}" if len(costs) > 1 else "—"
+            # Only a cpu baseline leaves the npu side as the one thing the mode changes.
+            if case.sides[0] == "cpu":
+                target, met = f"<= {ASYNC_COST_TARGET:.2f}", "yes" if cost <= ASYNC_COST_TARGET else "no"
+            else:
+                target, met = NO_TARGET, NO_TARGET
             lines.append(f"| {case.title} | {f'{busy} busy processes' if busy else 'idle'} | {len(pairs)} | "
-                         f"{a_ratio:.2f} | {s_ratio:.2f} | {cost:.2f} | {spread} | <= {ASYNC_COST_TARGET:.2f} | "
-                         f"{'yes' if cost <= ASYNC_COST_TARGET else 'no'} | {fmt_time(a_time, case.unit)} | "
-                         f"{fmt_time(s_time, case.unit)} |")
+                         f"{a_ratio:.2f} | {s_ratio:.2f} | {cost:.2f} | {spread} | {target} | {met} | "
+                         f"{fmt_time(a_time, case.unit)} | {fmt_time(s_time, case.unit)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -311,7 +315,11 @@ minute to the next, so the raw npu times of the two modes, shown for reference, 
 directly comparable.) Rows "N busy processes" come from the loaded pass: the script starts N
 processes spinning on the CPU for the duration of each subprocess, and alternates async and sync
 subprocesses `--load-rounds` times ({args.load_rounds} here); such a row shows the median of the
-rounds' costs and their range.
+rounds' costs and their range. The target applies to cases with a cpu baseline; where the
+baseline runs on npu too (fused vs unfused, compiled vs eager, graph replay vs eager), the mode
+changes both sides, so the quotient shows which side gains more from the task queue rather than
+what it costs (e.g. a graph replays through the stream's worker in both modes, and eager gets
+faster with the queue): shown without a target.
 
 {async_cost_table(runs, cases)}
 ## The cpu baseline of the async process
