@@ -52,5 +52,47 @@ def test_parallel_comm_primitives_on_npu():
     dest = torch.empty(10, 2, device="npu:0")
     comm.gather(out, out=dest)
     torch.testing.assert_close(dest.cpu(), t)
-    with pytest.raises(RuntimeError, match="do not sum"):
+    with pytest.raises(RuntimeError, match="split_sizes to sum exactly to 10"):
         comm.scatter(tn, [0, 1], chunk_sizes=[3, 3])
+
+
+def test_comm_checks_and_messages_as_torch():
+    """torch.npu.comm (torch.cuda.comm's functions): the checks and texts of torch's comm.cpp with
+    NPU for CUDA, negative dims, views for chunks already on their device, memory formats kept."""
+    if torch.npu.device_count() < 2:
+        pytest.skip("needs 2 npu devices")
+    comm = torch.npu.comm
+    x = torch.randn(4, 4)
+    parts = comm.scatter(x.npu(), (0, 1), dim=-2)
+    assert [p.shape for p in parts] == [(2, 4), (2, 4)]
+    assert parts[0].data_ptr() == parts[0]._base.data_ptr()  # a view of the source on npu:0
+    torch.testing.assert_close(comm.gather(parts, dim=-2).cpu(), x)
+    out = [torch.empty(2, 4, device="npu:0"), torch.empty(2, 4, device="npu:1")]
+    cases = [
+        (lambda: comm.scatter(x, (), dim=0), "Expected at least one device to scatter to"),
+        (lambda: comm.scatter(x, dim=0, out=[]), "Expected at least one output tensor to scatter to"),
+        (lambda: comm.scatter(x, (0, 0, 0), dim=0, chunk_sizes=(2, 2)),
+         r"Expected devices and chunk_sizes to be of same length, but got len\(devices\) = 3"),
+        (lambda: comm.scatter(x, dim=0, out=[out[0].cpu(), out[1]]),
+         "Expected all output tensors to be NPU tensors, but output tensor at index 0"),
+        (lambda: comm.scatter(x, dim=0, out=[out[0].unsqueeze(0), out[1]]),
+         "Output tensor at index 0 has incorrect shape"),
+        (lambda: comm.scatter(x, dim=0, out=[out[0][1:], out[1]]),
+         "Total size for output tensors along scatter dim 0 does not match"),
+        (lambda: comm.broadcast(x, out=[x.npu(0), x]),
+         "Expected all output tensors to be NPU tensors, but output tensor at index 1"),
+        (lambda: comm.broadcast(x, out=[x.npu(0), x.npu(1).unsqueeze(0)]),
+         "Expected all output tensors to have same shape as the source .+ at index 1"),
+        (lambda: comm.gather(()), "Expected at least one tensor to gather from"),
+        (lambda: comm.gather((parts[0].cpu(), parts[1])), "Expected all input tensors to be NPU tensors, "),
+        (lambda: comm.gather((parts[0], parts[1].unsqueeze(0))),
+         "Expected all input tensors to have the same number of dimensions"),
+        (lambda: comm.gather((parts[0], parts[1][:, 1:])), "Input tensor at index 1 has invalid shape"),
+    ]
+    for call, message in cases:
+        with pytest.raises(RuntimeError, match=message):
+            call()
+    nhwc = torch.randn(4, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    chunks = comm.scatter(nhwc, (0, 1), None, 0)
+    assert all(c.is_contiguous(memory_format=torch.channels_last) and not c.is_contiguous() for c in chunks)
+    assert comm.gather(chunks).is_contiguous(memory_format=torch.channels_last)

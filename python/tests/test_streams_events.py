@@ -329,3 +329,23 @@ def test_sync_launch_stream_runs_kernels_at_the_call():
     assert torch.equal(z.cpu(), x.cpu() * 2 + 1)
     with pytest.raises(RuntimeError, match="invalid npu stream id"):
         torch.npu.Stream(stream_id=s.stream_id + 4, device_index=0, device_type=s.device_type).npu_stream
+
+
+def test_event_device_is_none_until_recorded():
+    e = torch.npu.Event()
+    assert e.device is None  # torch_npu's and CUDA's: no device before the first record
+    with torch.npu.device(1 if torch.npu.device_count() > 1 else 0):
+        s = torch.npu.Stream()
+        s.record_event(e)
+        assert e.device == s.device
+
+
+def test_rng_state_offset_of_the_default_generator():
+    torch.npu.manual_seed(0)
+    torch.npu._set_rng_state_offset(64)
+    assert torch.npu._get_rng_state_offset() == 64
+    assert torch.npu._get_rng_state_offset("npu:0") == torch.npu.default_generators[0].get_offset() == 64
+    a = torch.rand(8, device="npu")
+    torch.npu.manual_seed(0)
+    torch.npu._set_rng_state_offset(64)
+    assert torch.equal(torch.rand(8, device="npu"), a)

@@ -19,25 +19,48 @@ def _npu(index: Optional[int]) -> torch.device:
     return torch.device("npu", torch.npu.current_device() if index is None else index)
 
 
-def _check_out_shapes(tensor: torch.Tensor, out: Sequence[torch.Tensor], dim: Optional[int] = None) -> None:
+def _shape(t: torch.Tensor) -> str:
+    return "[" + ", ".join(str(s) for s in t.shape) + "]"
+
+
+def _check_npu_outputs(out: Sequence[torch.Tensor]) -> None:
     for i, o in enumerate(out):
-        same = o.dim() == tensor.dim() and all(
-            o.size(d) == tensor.size(d) for d in range(tensor.dim()) if d != dim)
-        if not same:
-            what = f"except dimension {dim} " if dim is not None else ""
-            raise RuntimeError(f"Output tensor at index {i} has a shape {list(o.shape)} that does not match "
-                               f"the input's {list(tensor.shape)} {what}(torch.nn.parallel.comm on npu)")
+        if o.device.type != "npu":
+            raise RuntimeError(f"Expected all output tensors to be NPU tensors, but output tensor at index {i} "
+                               f"has device '{o.device}'")
+
+
+def _check_device_index(index: int) -> None:
+    if index < 0:
+        raise RuntimeError(f"Expected non-negative device index, but got {index}")
+
+
+def _stream_for(streams, i: int, device_index: int):
+    """The stream given for chunk i (checked against its device), or None."""
+    stream = streams[i] if streams is not None and i < len(streams) else None
+    if stream is not None and stream.device_index != device_index:
+        raise RuntimeError(f"Expected the device associated with the stream at index {i} (was "
+                           f"{stream.device_index}) to match the device supplied at that index (expected "
+                           f"{device_index})")
+    return stream
 
 
 def _broadcast(tensor: torch.Tensor, devices: Sequence[int]) -> List[torch.Tensor]:
     """``tensor`` on each device; the tensor itself on its own device."""
-    return [tensor if tensor.device == _npu(d) else tensor.to(_npu(d)) for d in devices]
+    for d in devices:
+        _check_device_index(d)
+    own = tensor.get_device() if tensor.device.type == "npu" else None
+    return [tensor if d == own else tensor.to(_npu(d), non_blocking=True) for d in devices]
 
 
 def _broadcast_out(tensor: torch.Tensor, out: Sequence[torch.Tensor]) -> List[torch.Tensor]:
-    _check_out_shapes(tensor, out)
+    _check_npu_outputs(out)
+    for i, o in enumerate(out):
+        if o.shape != tensor.shape:
+            raise RuntimeError(f"Expected all output tensors to have same shape as the source tensor "
+                               f"{_shape(tensor)}, but output tensor at index {i} has shape {_shape(o)}")
     for o in out:
-        o.copy_(tensor)
+        o.copy_(tensor, non_blocking=True)
     return list(out)
 
 
@@ -49,59 +72,117 @@ def _broadcast_coalesced(tensors: Sequence[torch.Tensor], devices: Sequence[int]
     copies here are per tensor (same results).
     """
     if not devices:
-        raise RuntimeError("_broadcast_coalesced: expected at least one device")
-    source = _npu(devices[0])
+        raise RuntimeError("Expected at least one device to broadcast to")
     for t in tensors:
-        if t.device != source:
-            raise RuntimeError(f"_broadcast_coalesced: all tensors must be on devices[0] ({source}), "
-                               f"got one on {t.device}")
-    return [list(tensors)] + [[t.to(_npu(d)) for t in tensors] for d in devices[1:]]
+        if t.get_device() != devices[0]:
+            raise RuntimeError(f"All tensors must be on devices[0]: {devices[0]}")
+    # Fresh tensors with their own version counters, as CUDA's (re-wrapped after the split).
+    return [list(tensors)] + [[t.detach().to(_npu(d), non_blocking=True) for t in tensors]
+                              for d in devices[1:]]
 
 
 def _scatter(tensor: torch.Tensor, devices: Sequence[int], chunk_sizes: Optional[Sequence[int]], dim: int,
              streams: Optional[Sequence[Optional[torch.Stream]]]) -> List[torch.Tensor]:
-    """Chunks of ``tensor`` along ``dim``, chunk i on devices[i] (copied on streams[i] if given)."""
-    if chunk_sizes is not None:
-        if len(chunk_sizes) != len(devices):
-            raise RuntimeError(f"Expected devices and chunk_sizes to be of same length, got "
-                               f"{len(devices)} and {len(chunk_sizes)}")
-        if sum(chunk_sizes) != tensor.size(dim):
-            raise RuntimeError(f"Chunk sizes {list(chunk_sizes)} do not sum to the size of dimension {dim} "
-                               f"({tensor.size(dim)})")
-        chunks = tensor.split(list(chunk_sizes), dim)
-    else:
-        chunks = tensor.chunk(len(devices), dim)
-    out = []
+    """Chunks of ``tensor`` along ``dim``, chunk i on devices[i] (copied on streams[i] if given);
+    a chunk already on its device is a view of ``tensor``."""
+    if not devices:
+        raise RuntimeError("Expected at least one device to scatter to")
+    if chunk_sizes is not None and len(chunk_sizes) != len(devices):
+        raise RuntimeError(f"Expected devices and chunk_sizes to be of same length, but got len(devices) = "
+                           f"{len(devices)} and len(chunk_sizes) = {len(chunk_sizes)}")
+    dim = dim + tensor.dim() if dim < 0 else dim
+    chunks = list(tensor.split_with_sizes(list(chunk_sizes), dim) if chunk_sizes is not None
+                  else tensor.chunk(len(devices), dim))
+    own = tensor.get_device() if tensor.device.type == "npu" else None
     for i, (chunk, d) in enumerate(zip(chunks, devices)):
-        stream = streams[i] if streams else None
+        if d == own:
+            continue
+        stream = _stream_for(streams, i, d)
+        _check_device_index(d)
         with torch.npu.stream(stream) if stream is not None else torch.npu.device(d):
-            out.append(chunk.to(_npu(d), non_blocking=True))
-    return out
+            chunks[i] = chunk.to(_npu(d), non_blocking=True, memory_format=torch.preserve_format)
+    return chunks
 
 
 def _scatter_out(tensor: torch.Tensor, out: Sequence[torch.Tensor], dim: int,
                  streams: Optional[Sequence[Optional[torch.Stream]]]) -> List[torch.Tensor]:
-    _check_out_shapes(tensor, out, dim)
-    chunks = tensor.split([o.size(dim) for o in out], dim)
+    if not out:
+        raise RuntimeError("Expected at least one output tensor to scatter to")
+    dim = dim + tensor.dim() if dim < 0 else dim
+    _check_npu_outputs(out)
+    total = 0
+    for i, o in enumerate(out):
+        same = o.dim() == tensor.dim() and all(o.size(d) == tensor.size(d) for d in range(o.dim()) if d != dim)
+        if not same:
+            raise RuntimeError(f"Output tensor at index {i} has incorrect shape: {_shape(o)}. Expected same shape "
+                               f"except for scatter dim {dim} as the source tensor: {_shape(tensor)}")
+        total += o.size(dim)
+    if total != tensor.size(dim):
+        raise RuntimeError(f"Total size for output tensors along scatter dim {dim} does not match the source "
+                           f"tensor size at dim {dim}. Expected {tensor.size(dim)}, but got total size {total}")
+    chunks = tensor.split_with_sizes([o.size(dim) for o in out], dim)
     for i, (chunk, o) in enumerate(zip(chunks, out)):
-        stream = streams[i] if streams else None
+        stream = _stream_for(streams, i, o.get_device())
         with torch.npu.stream(stream) if stream is not None else torch.npu.device(o.device):
             o.copy_(chunk, non_blocking=True)
     return list(out)
 
 
-def _gather(tensors: Sequence[torch.Tensor], dim: int, destination: Optional[int]) -> torch.Tensor:
-    """The tensors concatenated along ``dim`` on the destination (-1: CPU, None: current npu)."""
+def _gathered_shape(tensors: Sequence[torch.Tensor], dim: int, device_text) -> List[int]:
+    """The shape of the concatenation along ``dim`` (checked as torch's comm.gather checks)."""
     if not tensors:
         raise RuntimeError("Expected at least one tensor to gather from")
+    expected = list(tensors[0].shape)
+    total = 0
+    for i, t in enumerate(tensors):
+        if t.device.type != "npu":
+            raise RuntimeError(f"Expected all input tensors to be NPU tensors, but tensor at index {i} has device "
+                               f"{device_text(t.device)}")
+        if t.dim() != len(expected):
+            raise RuntimeError(f"Expected all input tensors to have the same number of dimensions, but tensor at "
+                               f"index {i}has {t.dim()} dimensions, (expected {len(expected)})")
+        expected[dim] = t.size(dim)
+        if list(t.shape) != expected:
+            raise RuntimeError(f"Input tensor at index {i} has invalid shape {_shape(t)}, but expected "
+                               f"[{', '.join(map(str, expected))}]")
+        total += t.size(dim)
+    expected[dim] = total
+    return expected
+
+
+def _gather_into(tensors: Sequence[torch.Tensor], out: torch.Tensor, dim: int) -> torch.Tensor:
+    for chunk, t in zip(out.split_with_sizes([t.size(dim) for t in tensors], dim), tensors):
+        chunk.copy_(t, non_blocking=out.device.type == "npu")
+    return out
+
+
+def _wrap(dim: int, tensors: Sequence[torch.Tensor]) -> int:
+    return dim + tensors[0].dim() if tensors and dim < 0 else dim
+
+
+def _gather(tensors: Sequence[torch.Tensor], dim: int, destination: Optional[int]) -> torch.Tensor:
+    """The tensors concatenated along ``dim`` on the destination (-1: CPU, None: current npu),
+    in their common memory format."""
+    dim = _wrap(dim, tensors)
+    shape = _gathered_shape(tensors, dim, str)
+    fmt = torch.contiguous_format
+    first = tensors[0]
+    for candidate in (torch.channels_last, torch.channels_last_3d):
+        if first.dim() == (4 if candidate is torch.channels_last else 5) and \
+                all(t.is_contiguous(memory_format=candidate) and not t.is_contiguous() for t in tensors):
+            fmt = candidate
     device = torch.device("cpu") if destination == -1 else _npu(destination)
-    return torch.cat([t.to(device) for t in tensors], dim)
+    out = torch.empty(shape, dtype=first.dtype, device=device, memory_format=fmt)
+    return _gather_into(tensors, out, dim)
 
 
 def _gather_out(tensors: Sequence[torch.Tensor], out: torch.Tensor, dim: int) -> torch.Tensor:
-    if not tensors:
-        raise RuntimeError("Expected at least one tensor to gather from")
-    return torch.cat([t.to(out.device) for t in tensors], dim, out=out)
+    dim = _wrap(dim, tensors)
+    shape = _gathered_shape(tensors, dim, lambda d: f"'{d}'")
+    if list(out.shape) != shape:
+        raise RuntimeError(f"Expected out tensor to have shape [{', '.join(map(str, shape))}], but got "
+                           f"{_shape(out)}")
+    return _gather_into(tensors, out, dim)
 
 
 def _on_npu(values) -> bool:

@@ -12,7 +12,7 @@ import os
 import threading
 import traceback
 import warnings
-from typing import Callable, List, Tuple
+from typing import Callable, List, Tuple, Union
 
 import torch
 
@@ -124,6 +124,7 @@ from .autocast_utils import (get_amp_supported_dtype, is_autocast_enabled, set_a
 from . import op_support
 from .op_support import get_cpu_fallback, is_op_supported, set_cpu_fallback
 from . import graphs
+from . import comm
 from .graphs import (NPUGraph, graph, graph_pool_handle, graph_task_group_begin, graph_task_group_end,
                      graph_task_update_begin, graph_task_update_end, is_current_stream_capturing,
                      make_graphed_callables, super_kernel_scope_begin, super_kernel_scope_end)
@@ -225,6 +226,33 @@ def _lazy_call(cb: Callable[[], None], seed: bool = False, seed_all: bool = Fals
         _queued_seed = (cb, stack)
     else:
         _queued_calls.append((cb, stack))
+
+
+def _get_device(device: Union[int, str, torch.device]) -> torch.device:
+    """``device`` as a torch.device; an index or "npu" names an npu device."""
+    if isinstance(device, str):
+        device = torch.device(device)
+    elif isinstance(device, int):
+        device = torch.device("npu", device)
+    return device
+
+
+def _get_generator(device: torch.device) -> torch._C.Generator:
+    """The default generator of npu ``device`` (the current device when it has no index)."""
+    index = device.index if device.index is not None else current_device()
+    return default_generators[index]
+
+
+def _set_rng_state_offset(offset: int, device: Union[int, str, torch.device] = "npu") -> None:
+    """Sets the offset (in the Philox counter) of an npu device's default generator."""
+    final_device = _get_device(device)
+    _lazy_call(lambda: _get_generator(final_device).set_offset(offset))
+
+
+def _get_rng_state_offset(device: Union[int, str, torch.device] = "npu") -> int:
+    """The offset (in the Philox counter) of an npu device's default generator."""
+    _lazy_init()
+    return _get_generator(_get_device(device)).get_offset()
 
 
 def init():

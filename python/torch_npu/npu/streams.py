@@ -239,11 +239,12 @@ class Event(torch.Event):
 
     @property
     def device(self):
-        r"""The device of the event (for an interprocess event not yet recorded nor exported:
-        ``None``)."""
+        r"""The device of the event: ``None`` until it is recorded (or, for an interprocess event,
+        exported), as torch_npu's and CUDA's."""
         if self._ipc is not None:
             return torch.device("npu", self._ipc.device) if self._ipc.device >= 0 else None
-        return torch.Event.device.__get__(self)
+        device = torch.Event.device.__get__(self)
+        return device if device.index is not None else None
 
     def record(self, stream=None):
         r"""Record the event on ``stream`` (the current stream if ``None``)."""
@@ -293,7 +294,7 @@ class Event(torch.Event):
             return super().elapsed_time(end_event)
         # torch.Event.elapsed_time() rejects subclasses of torch.Event as its argument
         # (exact type check in torch/csrc/Event.cpp): time the raw events instead.
-        device = self.device.index if self.device.index is not None else -1
+        device = self.device.index if self.device is not None else -1
         return float(_C._npu_eventElapsedTime(self.event_id, end_event.event_id, device))
 
     def recorded_time(self):
