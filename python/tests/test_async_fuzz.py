@@ -144,3 +144,24 @@ def test_an_in_place_op_with_a_grad_marked_integer_mask():
         out.masked_fill_(mask, 3)
         results[device] = out.cpu()
     assert torch.equal(results["npu"], results["cpu"])
+
+
+def test_empty_cache_waits_for_reads_queued_on_other_streams():
+    """Fuzz seed 68898 (queued mode): a tensor made on a side stream, read by a kernel queued on the
+    default stream (no record_stream), deleted, then torch.npu.empty_cache(): its block went back
+    to the device while the read was still queued, and the read saw fresh zero pages. As torch_npu's
+    (and cudaFree on CUDA), releasing cached memory first synchronises the device."""
+    side = torch.npu.Stream()
+    with torch.npu.stream(side):
+        src = torch.arange(1, 40, dtype=torch.int64, device="npu")
+    side.synchronize()
+    expected = torch.arange(1, 40, dtype=torch.float64)
+    prev = torch_npu._C._npu_set_inline(False)  # queue every kernel
+    try:
+        torch.npu._sleep(20_000_000)  # the read below waits behind this on the default stream
+        out = src.to(torch.float64)
+        del src  # its block returns to the side stream's pool at once
+        torch.npu.empty_cache()
+        assert torch.equal(out.cpu(), expected)
+    finally:
+        torch_npu._C._npu_set_inline(prev)

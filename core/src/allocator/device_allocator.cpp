@@ -559,6 +559,14 @@ bool DeviceCachingAllocator::release_available_cached_blocks(const AllocParams& 
 
 bool DeviceCachingAllocator::release_cached_blocks(std::unique_lock<std::mutex>& lock) {
   stats_.num_sync_all_streams += 1;
+  // As torch_npu's (npuSynchronizeDevice before the release; cudaFree synchronises on CUDA):
+  // a cached block may still be read by work queued on a stream that does not own it (used
+  // there without record_stream), which must not see it returned to the device.
+  if (!aclsimOnWorkerThread() && captures_.empty()) {
+    lock.unlock();
+    wait_device(device_);
+    lock.lock();
+  }
   wait_before_release(lock, true, [](const Block*) { return true; });
   process_events();
   release_blocks(large_);
