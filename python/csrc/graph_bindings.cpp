@@ -54,9 +54,9 @@ const char* intern_name(const std::string& name) {
 // aliases that keep their npu storages alive as long as the task (or graph) exists
 // (CPU tensors, e.g. the 0-dim scalars Inductor passes by pointer, are read when the
 // kernel runs too); ints and floats are taken by value: a graph's replays use the values
-// of the capture, as CUDA graphs' kernel arguments. A `parallel` kernel (OpenMP) is never run
-// on the calling thread while the task queue is on: a second OpenMP team there would
-// fight the stream worker's for the cores.
+// of the capture, as CUDA graphs' kernel arguments. A `parallel` kernel (OpenMP) counts as
+// large for runs_on_caller: it runs on the calling thread, on the host's OpenMP team, once
+// the stream has drained.
 void launch_host_kernel(int device, const std::string& name, uintptr_t entry, const py::tuple& args, bool parallel) {
   TORCH_CHECK(entry != 0, "_npu_launch_host_kernel: expected the address of ", name, "'s entry function, got 0");
   std::vector<at::Tensor> tensors;

@@ -6,13 +6,13 @@ memory is host memory. Around those kernels the generated Python wrapper allocat
 buffers (``empty_strided(..., device='npu')``) and calls extern kernels (matmul, conv,
 fallback ops, torch_npu custom ops), which are queued on the current npu stream.
 
-The generated kernels are queued on that stream too, like any npu kernel
+The generated kernels are launched on that stream too, like any npu kernel
 (:func:`torch_npu._inductor.runtime.launch_host_kernel`): :class:`NpuCppScheduling`
-appends to each kernel's source an entry taking its arguments as 64-bit words, which the
-stream's worker calls without Python; the wrapper (:class:`NpuPythonWrapperCodegen`)
-launches every kernel through it. So a kernel runs in stream order after the extern
-kernels that produce its inputs, on the worker's OpenMP team (as eager kernels do), the
-calling thread does not wait, and a capturing stream records it. The wrapper also
+appends to each kernel's source an entry taking its arguments as 64-bit words, which is
+called without Python; the wrapper (:class:`NpuPythonWrapperCodegen`) launches every kernel
+through it. So a kernel runs in stream order after the extern kernels that produce its
+inputs, on the calling thread or the stream's worker by eager kernels' rule, and a
+capturing stream records it. The wrapper also
 allocates buffers on the graph's npu device.
 """
 import functools

@@ -10,17 +10,17 @@ run later on its worker. The wrapper therefore launches each C++ kernel on that 
 the kernel's source by ``codegen.NpuCppScheduling``) with the arguments as 64-bit words:
 
 - the kernel runs in stream order: after the queued work producing its inputs, before any
-  later work reading its outputs or overwriting its inputs, and the calling thread goes on
-  (it waits only where eager code would, e.g. at ``.cpu()`` or a synchronize);
-- it runs on the stream worker's OpenMP team, as eager kernels do: a kernel called on the
-  calling thread would start a second team there, and two teams on the same cores make
-  libgomp stop spin-waiting (its spin count drops once a process has more OpenMP threads
-  than cores), so every parallel region of either team pays futex wake-ups;
+  later work reading its outputs or overwriting its inputs;
+- where it runs is eager kernels' rule (``runs_on_caller`` in
+  core/include/torch_npu/core/npu_task_queue.h): a ``parallel`` kernel (an OpenMP region) runs
+  on the calling thread once the stream has drained, on the host's OpenMP team (a second team
+  on the stream's worker would make libgomp stop spin-waiting in both); a serial one runs
+  there too when the stream is idle, and is queued behind pending work otherwise (the
+  calling thread then goes on); with the task queue off (``TASK_QUEUE_ENABLE=0``) every
+  kernel runs at once on the calling thread;
 - while the stream captures (``torch.npu.graph``, the ``npugraphs`` backend) the kernel is
   recorded: a replay re-runs it on the same memory, with the ints and floats it was
-  launched with (as CUDA graphs replay kernel arguments);
-- with the task queue off (``TASK_QUEUE_ENABLE=0``), or for a small serial kernel on an
-  idle stream, it runs at once on the calling thread (``launch_kernel``'s rule).
+  launched with (as CUDA graphs replay kernel arguments).
 
 A kernel whose arguments cannot travel as words (none Inductor generates today) is called
 on this thread after :func:`wait_for_stream`, which waits for the stream's pending work
@@ -55,10 +55,10 @@ def _entry_address(kernel) -> int:
 
 
 def launch_host_kernel(device_index: int, name: str, kernel, args: tuple, parallel: bool = False) -> None:
-    """Queue ``kernel(*args)`` on the current stream of npu ``device_index`` (recorded while
-    it captures): its entry is called on the stream's worker with the tensors' data
-    pointers, without Python. ``parallel``: the kernel has an OpenMP parallel region, so
-    it never runs on the calling thread while the task queue is on."""
+    """Launch ``kernel(*args)`` on the current stream of npu ``device_index`` (recorded while
+    it captures): its entry is called with the tensors' data pointers, without Python, on
+    the calling thread or the stream's worker (see the module's docstring). ``parallel``:
+    the kernel has an OpenMP parallel region."""
     address = _ENTRY_ADDRESSES.get(kernel)
     if address is None:
         address = _ENTRY_ADDRESSES[kernel] = _entry_address(kernel)
