@@ -349,3 +349,18 @@ def test_rng_state_offset_of_the_default_generator():
     torch.npu.manual_seed(0)
     torch.npu._set_rng_state_offset(64)
     assert torch.equal(torch.rand(8, device="npu"), a)
+
+
+def test_a_completed_event_implies_its_stream_passed_it():
+    """Huawei's test_events_wait, flaky under load: s1 waits on e0 recorded last on s0; after
+    s1.synchronize(), s0.query() was sometimes False (the event completed before its record task
+    was counted done). Stream queries now see the record task through."""
+    s0, s1 = torch.npu.Stream(), torch.npu.Stream()
+    for _ in range(300):
+        e0 = torch.npu.Event()
+        with torch.npu.stream(s0):
+            torch.npu._sleep(1000)
+            s0.record_event(e0)
+        s1.wait_event(e0)
+        s1.synchronize()
+        assert e0.query() and s0.query() and s1.query()

@@ -163,8 +163,9 @@ struct Stream {
   // Blocks until every task enqueued before the call has run (condvar, no spinning).
   void WaitIdle();
   bool Idle() const {
-    return completed_.load(std::memory_order_acquire) >=
-           enqueued_.load(std::memory_order_acquire);
+    if (completed_.load(std::memory_order_seq_cst) >= enqueued_.load(std::memory_order_seq_cst)) return true;
+    while (settling_.load(std::memory_order_seq_cst)) std::this_thread::yield();  // see WorkerMain
+    return completed_.load(std::memory_order_seq_cst) >= enqueued_.load(std::memory_order_seq_cst);
   }
   // Pending task error ("<name>: <msg>"), consumed by the caller. False if none. `rc`
   // (optional) receives the code the first failed task returned.
@@ -208,6 +209,7 @@ struct Stream {
 
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> completed_{0};
+  std::atomic<bool> settling_{false};  // the worker runs an event record not yet counted done
   // The smallest completion count a host waiter sleeps for (UINT64_MAX: nobody waits).
   // The worker wakes waiters only when it reaches it, not after every task: a waiter
   // woken per task steals a core from the kernel's threads.

@@ -165,6 +165,9 @@ void Stream::WorkerMain() {
     lk.unlock();
     for (TaskBlock* b = chain; b; b = b->next) {
       for (int i = 0; i < b->count; ++i) {
+        // An event record completes its event before MarkDone counts the task: until then
+        // Idle() waits, so whoever saw the event complete sees the stream past it too.
+        if (b->tasks[i].kind == kTaskEventRecord) settling_.store(true, std::memory_order_seq_cst);
         Run(b->tasks[i], errbuf, sizeof(errbuf));
         MarkDone();
       }
@@ -205,6 +208,7 @@ Stream::~Stream() {
 
 void Stream::MarkDone() {
   const uint64_t done = completed_.fetch_add(1, std::memory_order_seq_cst) + 1;
+  settling_.store(false, std::memory_order_seq_cst);
   if (done >= wake_at_.load(std::memory_order_seq_cst)) {
     {
       std::lock_guard<std::mutex> g(done_mu_);
