@@ -12,10 +12,10 @@ thread). Inside a subprocess every case is measured on cpu and npu alternately (
 harness.py), and the ratio is npu time / cpu time. Targets apply to the default
 (async) mode; the sync rows show what asynchrony costs or saves.
 
-A loaded pass follows (``--load-cases``, ``--busy``): the cases the asynchrony target names
-(large elementwise ops, a training step) run again, async and sync subprocesses alternated
-``--load-rounds`` times, while ``--busy`` processes started by this script spin on the CPU, the
-normal state of a shared CI runner.
+More rounds follow (``--load-cases``, ``--busy``, ``--load-rounds``): the cases the asynchrony
+target names (large elementwise ops, a training step) run again, async and sync subprocesses
+alternated ``--load-rounds`` times, idle and while ``--busy`` processes started by this script spin
+on the CPU, the normal state of a shared CI runner.
 
 --write keeps everything from the line ``<!-- keep: ... -->`` to the end of an existing
 file (hand-written analysis) and regenerates the rest.
@@ -289,7 +289,7 @@ def spread_table(runs, cases) -> str:
 
 def idle_runs(runs):
     """The runs of the main pass (the loaded pass's rounds only feed the async-cost table)."""
-    return [info for info in runs if not info.get("busy")]
+    return [info for info in runs if not info.get("busy") and not info.get("extra_round")]
 
 
 def markdown(runs, cases, machine, args, elapsed) -> str:
@@ -312,10 +312,11 @@ over that of the sync mode, each first divided by the cpu time measured alongsid
 the same process. Below 1 the task queue helps, above 1 it costs. (The two modes run in
 two subprocesses one after the other; this machine's speed changes by 2x or more from one
 minute to the next, so the raw npu times of the two modes, shown for reference, are not
-directly comparable.) Rows "N busy processes" come from the loaded pass: the script starts N
-processes spinning on the CPU for the duration of each subprocess, and alternates async and sync
-subprocesses `--load-rounds` times ({args.load_rounds} here); such a row shows the median of the
-rounds' costs and their range. The target applies to cases with a cpu baseline; where the
+directly comparable.) The cases of `--load-cases` run again in `--load-rounds` more rounds
+({args.load_rounds} here), idle and loaded, async and sync subprocesses alternated; their rows
+show the median of the rounds' costs and their range. Rows "N busy processes" come from the
+loaded rounds: the script starts N processes spinning on the CPU for the duration of each
+subprocess. The target applies to cases with a cpu baseline; where the
 baseline runs on npu too (fused vs unfused, compiled vs eager, graph replay vs eager), the mode
 changes both sides, so the quotient shows which side gains more from the task queue rather than
 what it costs (e.g. a graph replays through the stream's worker in both modes, and eager gets
@@ -351,8 +352,8 @@ spans ~10-60 s of this noisy machine, so it is less exact than the interleaved r
 ## Method
 
 - Each mode runs in a fresh subprocess with `TASK_QUEUE_ENABLE` set (it is read once per process).
-- The loaded pass (`--load-cases`, `--busy`, `--load-rounds`): the named cases again, async and sync
-  subprocesses alternated `--load-rounds` times, while `--busy` processes
+- The extra rounds (`--load-cases`, `--busy`, `--load-rounds`): the named cases again, async and sync
+  subprocesses alternated `--load-rounds` times, idle and while `--busy` processes
   (`python -c "while True: pass"`) started by the script spin.
 - Per case: the state is built on cpu and on npu from the same seed; garbage is collected once
   and the collector stays disabled until the case is done (as `timeit` does); each device runs
@@ -452,9 +453,15 @@ def main() -> None:
     }
     t0 = time.perf_counter()
     runs = [run_mode(m, args) for m in modes]
-    if load_cases and args.busy > 0:
+    if load_cases:
+        # More rounds, idle and loaded, of the cases the asynchrony target names: one pair of
+        # subprocesses is too few to tell a cost from the machine's drift between them.
         for _ in range(args.load_rounds):
-            runs += [run_mode(m, args, only=load_cases, busy=args.busy) for m in modes]
+            for busy in ([0, args.busy] if args.busy > 0 else [0]):
+                for m in modes:
+                    info = run_mode(m, args, only=load_cases, busy=busy)
+                    info["extra_round"] = True
+                    runs.append(info)
     elapsed = time.perf_counter() - t0
     machine["load_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
 
