@@ -288,7 +288,7 @@ def spread_table(runs, cases) -> str:
 
 
 def idle_runs(runs):
-    """The runs of the main pass (the loaded pass's rounds only feed the async-cost table)."""
+    """The runs of the main pass (the extra rounds only feed the async-cost table)."""
     return [info for info in runs if not info.get("busy") and not info.get("extra_round")]
 
 

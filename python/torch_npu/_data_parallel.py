@@ -19,6 +19,10 @@ def _npu(index: Optional[int]) -> torch.device:
     return torch.device("npu", torch.npu.current_device() if index is None else index)
 
 
+def _wrap_dim(dim: int, ndim: int) -> int:
+    return dim + ndim if dim < 0 else dim
+
+
 def _shape(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(s) for s in t.shape) + "]"
 
@@ -90,7 +94,7 @@ def _scatter(tensor: torch.Tensor, devices: Sequence[int], chunk_sizes: Optional
     if chunk_sizes is not None and len(chunk_sizes) != len(devices):
         raise RuntimeError(f"Expected devices and chunk_sizes to be of same length, but got len(devices) = "
                            f"{len(devices)} and len(chunk_sizes) = {len(chunk_sizes)}")
-    dim = dim + tensor.dim() if dim < 0 else dim
+    dim = _wrap_dim(dim, tensor.dim())
     chunks = list(tensor.split_with_sizes(list(chunk_sizes), dim) if chunk_sizes is not None
                   else tensor.chunk(len(devices), dim))
     own = tensor.get_device() if tensor.device.type == "npu" else None
@@ -108,7 +112,7 @@ def _scatter_out(tensor: torch.Tensor, out: Sequence[torch.Tensor], dim: int,
                  streams: Optional[Sequence[Optional[torch.Stream]]]) -> List[torch.Tensor]:
     if not out:
         raise RuntimeError("Expected at least one output tensor to scatter to")
-    dim = dim + tensor.dim() if dim < 0 else dim
+    dim = _wrap_dim(dim, tensor.dim())
     _check_npu_outputs(out)
     total = 0
     for i, o in enumerate(out):
@@ -156,28 +160,22 @@ def _gather_into(tensors: Sequence[torch.Tensor], out: torch.Tensor, dim: int) -
     return out
 
 
-def _wrap(dim: int, tensors: Sequence[torch.Tensor]) -> int:
-    return dim + tensors[0].dim() if tensors and dim < 0 else dim
-
-
 def _gather(tensors: Sequence[torch.Tensor], dim: int, destination: Optional[int]) -> torch.Tensor:
     """The tensors concatenated along ``dim`` on the destination (-1: CPU, None: current npu),
     in their common memory format."""
-    dim = _wrap(dim, tensors)
+    dim = _wrap_dim(dim, tensors[0].dim()) if tensors else dim
     shape = _gathered_shape(tensors, dim, str)
-    fmt = torch.contiguous_format
     first = tensors[0]
-    for candidate in (torch.channels_last, torch.channels_last_3d):
-        if first.dim() == (4 if candidate is torch.channels_last else 5) and \
-                all(t.is_contiguous(memory_format=candidate) and not t.is_contiguous() for t in tensors):
-            fmt = candidate
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(first.dim())
+    if fmt is None or not all(t.is_contiguous(memory_format=fmt) and not t.is_contiguous() for t in tensors):
+        fmt = torch.contiguous_format
     device = torch.device("cpu") if destination == -1 else _npu(destination)
     out = torch.empty(shape, dtype=first.dtype, device=device, memory_format=fmt)
     return _gather_into(tensors, out, dim)
 
 
 def _gather_out(tensors: Sequence[torch.Tensor], out: torch.Tensor, dim: int) -> torch.Tensor:
-    dim = _wrap(dim, tensors)
+    dim = _wrap_dim(dim, tensors[0].dim()) if tensors else dim
     shape = _gathered_shape(tensors, dim, lambda d: f"'{d}'")
     if list(out.shape) != shape:
         raise RuntimeError(f"Expected out tensor to have shape [{', '.join(map(str, shape))}], but got "

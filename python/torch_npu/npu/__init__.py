@@ -228,31 +228,19 @@ def _lazy_call(cb: Callable[[], None], seed: bool = False, seed_all: bool = Fals
         _queued_calls.append((cb, stack))
 
 
-def _get_device(device: Union[int, str, torch.device]) -> torch.device:
-    """``device`` as a torch.device; an index or "npu" names an npu device."""
-    if isinstance(device, str):
-        device = torch.device(device)
-    elif isinstance(device, int):
-        device = torch.device("npu", device)
-    return device
-
-
-def _get_generator(device: torch.device) -> torch._C.Generator:
+def _get_generator(device: Union[int, str, torch.device]) -> torch._C.Generator:
     """The default generator of npu ``device`` (the current device when it has no index)."""
-    index = device.index if device.index is not None else current_device()
-    return default_generators[index]
+    return random._generator(device, "_get_generator")
 
 
 def _set_rng_state_offset(offset: int, device: Union[int, str, torch.device] = "npu") -> None:
     """Sets the offset (in the Philox counter) of an npu device's default generator."""
-    final_device = _get_device(device)
-    _lazy_call(lambda: _get_generator(final_device).set_offset(offset))
+    _lazy_call(lambda: random._generator(device, "_set_rng_state_offset").set_offset(offset))
 
 
 def _get_rng_state_offset(device: Union[int, str, torch.device] = "npu") -> int:
     """The offset (in the Philox counter) of an npu device's default generator."""
-    _lazy_init()
-    return _get_generator(_get_device(device)).get_offset()
+    return random._generator(device, "_get_rng_state_offset").get_offset()
 
 
 def init():
