@@ -171,6 +171,29 @@ def test_elapsed_time_waits_for_both_events(end_type):
         torch.npu.Event(enable_timing=True).elapsed_time(end)
 
 
+@pytest.mark.parametrize("end_type", ["npu", "native"])
+def test_events_of_two_devices_are_not_timed(end_type):
+    """Each device has its own clock (Huawei's test_events_multi_gpu_elapsed_time): two events
+    recorded on npu:0 and npu:1 raise, from either current device; two of npu:0 time from npu:1."""
+    make = (lambda: torch.npu.Event(enable_timing=True)) if end_type == "npu" else \
+        (lambda: torch.Event("npu", enable_timing=True))
+    start, other, end = make(), make(), make()
+    with torch.npu.device(0):
+        start.record()
+    with torch.npu.device(1):
+        other.record()
+    start.synchronize()
+    other.synchronize()  # (PyTorch's generic Event requires both done)
+    for current in (0, 1):
+        with torch.npu.device(current), pytest.raises(RuntimeError, match="device 0 and the end event on device 1"):
+            start.elapsed_time(other)
+    with torch.npu.device(0):
+        end.record()
+    end.synchronize()
+    with torch.npu.device(1):
+        assert start.elapsed_time(end) >= 0
+
+
 def test_event_record_on_explicit_stream_and_device():
     s = torch.npu.Stream(device=1)
     e = torch.npu.Event(enable_timing=True)

@@ -540,6 +540,7 @@ aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
   e->capture_id.store(0, std::memory_order_release);
   e->Ref();
   e->record_pid.store(getpid(), std::memory_order_relaxed);
+  e->record_device.store(s->device, std::memory_order_relaxed);
   t.n = e->recorded.fetch_add(1, std::memory_order_acq_rel) + 1;
   if ((err = s->Enqueue(t)) != ACL_SUCCESS) {
     e->Complete(t.n);  // keep queries from hanging on a record that never ran
@@ -618,6 +619,14 @@ aclError aclrtEventElapsedTime(float* ms, aclrtEvent start, aclrtEvent end) {
       return Fail(ACL_ERROR_RT_EVENT_NOT_RECORDED,
                   "aclrtEventElapsedTime: %s event was reset after its last record", which);
   }
+  // Each device has its own clock: events of two devices are not comparable.
+  const int start_device = ev[0]->record_device.load(std::memory_order_relaxed);
+  const int end_device = ev[1]->record_device.load(std::memory_order_relaxed);
+  if (start_device != end_device)
+    return Fail(ACL_ERROR_RT_PARAM_INVALID,
+                "aclrtEventElapsedTime: the start event was recorded on device %d and the end event on "
+                "device %d (events of different devices cannot be timed)",
+                start_device, end_device);
   *ms = static_cast<float>(static_cast<double>(stamp[1] - stamp[0]) / 1e6);
   return ACL_SUCCESS;
 }

@@ -252,6 +252,7 @@ struct Event {
   std::atomic<int64_t> stamp_ns{-1};        // steady clock at the latest completion
   std::atomic<uint64_t> capture_id{0};      // capture holding the latest record (0: none)
   std::atomic<int> record_pid{0};           // the process of the latest record call
+  std::atomic<int> record_device{-1};       // the device of the stream of the latest record call
   // ACL_EVENT_EXTERNAL: the flag is set while completed > cleared (Reset sets cleared).
   std::atomic<uint64_t> cleared{0};
   std::mutex mu;

@@ -168,6 +168,16 @@ static void TestElapsed() {
   CHECK_OK(aclrtResetEvent(e2, nullptr));
   CHECK_OK(aclrtSynchronizeStream(nullptr));
   CHECK_RC(aclrtEventElapsedTime(&ms, e1, e2), ACL_ERROR_RT_EVENT_NOT_RECORDED);
+  // Each device has its own clock: events recorded on two devices are not timed.
+  CHECK_OK(aclrtSetDevice(1));
+  CHECK_OK(aclrtRecordEvent(e2, nullptr));
+  CHECK_OK(aclrtSynchronizeEvent(e2));
+  CHECK_OK(aclrtSetDevice(0));
+  CHECK_RC(aclrtEventElapsedTime(&ms, e1, e2), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK(Contains(aclGetRecentErrMsg(), "recorded on device 0 and the end event on device 1"));
+  CHECK_OK(aclrtRecordEvent(e2, nullptr));
+  CHECK_OK(aclrtSynchronizeEvent(e2));
+  CHECK_OK(aclrtEventElapsedTime(&ms, e1, e2));
   CHECK_OK(aclrtDestroyEvent(e1));
   CHECK_OK(aclrtDestroyEvent(e2));
   CHECK_OK(aclrtDestroyEvent(untimed));

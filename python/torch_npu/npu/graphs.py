@@ -111,7 +111,7 @@ def _super_kernel_scope_end(scope_name=None):
     _check_scope_name(scope_name, "super_kernel_scope_end")
 
 
-def super_kernel_scope_begin(scope_name=None):
+def super_kernel_scope_begin(scope_name: typing.Optional[str] = None):
     r"""Open a super kernel scope (``scope_name``: None or a non-empty string) on the current
     stream: on Ascend, the kernels captured inside are fused into one super kernel by
     :meth:`NPUGraph.super_kernel_optimize`. The simulator has no super kernels: the scope is
@@ -119,7 +119,7 @@ def super_kernel_scope_begin(scope_name=None):
     return torch.ops.npu.super_kernel_scope_begin(scope_name)
 
 
-def super_kernel_scope_end(scope_name=None):
+def super_kernel_scope_end(scope_name: typing.Optional[str] = None):
     r"""Close the super kernel scope opened by :func:`super_kernel_scope_begin`."""
     return torch.ops.npu.super_kernel_scope_end(scope_name)
 
