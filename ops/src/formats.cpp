@@ -10,10 +10,12 @@
 #include <torch/csrc/jit/serialization/pickler_helper.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <numeric>
 
 #include "torch_npu/core/npu_caching_allocator.h"
 #include "torch_npu/core/npu_stream.h"
+#include "torch_npu/core/npu_task_queue.h"
 
 namespace torch_npu::ops {
 namespace {
@@ -37,6 +39,24 @@ bool is_label(int64_t format) {
       return false;
   }
 }
+
+// The plain format an internal one tiles (torch_npu's FormatHelper::GetBaseFormat).
+int64_t base_format(int64_t format) {
+  switch (format) {
+    case kFormatNC1HWC0:
+    case kFormatFractalZ:
+      return kFormatNCHW;
+    case kFormatNDC1HWC0:
+    case kFormatFractalZ3D:
+      return kFormatNCDHW;
+    case kFormatFractalNZ:
+      return kFormatND;
+    default:
+      return format;
+  }
+}
+
+std::atomic<bool> g_allow_internal_format{false};
 
 bool is_tiled_format(int64_t format) {
   switch (format) {
@@ -221,6 +241,20 @@ const FormattedStorage* tiled_storage(const at::Tensor& t) {
   if (!t.defined() || !t.has_storage()) return nullptr;
   const FormattedStorage* f = formatted(t.storage().unsafeGetStorageImpl());
   return f != nullptr && f->tiled() ? f : nullptr;
+}
+
+bool allow_internal_format() { return g_allow_internal_format.load(std::memory_order_relaxed); }
+void set_allow_internal_format(bool allow) { g_allow_internal_format.store(allow, std::memory_order_relaxed); }
+
+FormatSizes npu_storage_sizes(const at::Tensor& self) {
+  const c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
+  if (const auto* f = formatted(storage)) return storage_sizes(f->format, f->base_sizes, f->c0);
+  const int64_t itemsize = static_cast<int64_t>(self.itemsize());
+  const int64_t elements = itemsize > 0 ? static_cast<int64_t>(storage->nbytes()) / itemsize : 0;
+  // A tensor viewing its whole storage contiguously from the start describes it.
+  if (self.is_contiguous() && self.storage_offset() == 0 && self.numel() == elements)
+    return FormatSizes(self.sizes().begin(), self.sizes().end());
+  return {elements};
 }
 
 std::string format_name(int64_t format) {
@@ -462,6 +496,63 @@ int64_t get_npu_format(const at::Tensor& self) {
 
 at::Tensor npu_format_cast_internal(const at::Tensor& self, int64_t acl_format) { return format_cast(self, acl_format); }
 
+at::Tensor npu_format_cast_internal_dtype(const at::Tensor& self, int64_t acl_format, int64_t customize_dtype) {
+  return format_cast(self, acl_format, customize_dtype);
+}
+
+at::Tensor npu_format_cast_internal_input_dtype(const at::Tensor& self, int64_t acl_format, int64_t customize_dtype,
+                                                int64_t input_dtype) {
+  check_input_dtype(self, input_dtype);
+  return format_cast(self, acl_format, customize_dtype);
+}
+
+int64_t get_storage_size(const at::Tensor& self) {
+  check_npu(self, "get_storage_size", "self");
+  return product(npu_storage_sizes(self));
+}
+
+// torch_npu's unsafe_empty_with_format: empty_with_format, except that an internal format
+// is created only while allow_internal_format is on, or with keep_format (for kernels that
+// need it); otherwise the base format is used, with a warning.
+at::Tensor unsafe_empty_with_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                    std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                    std::optional<bool> pin_memory, int64_t acl_format, bool keep_format) {
+  if (!keep_format && !allow_internal_format() && is_tiled_format(acl_format)) {
+    acl_format = base_format(acl_format);
+    TORCH_WARN_ONCE("Cannot create tensor with internal format while allow_internal_format=False, "
+                    "tensor will be created with base format.");
+  }
+  return empty_with_format(size, dtype, layout, device, pin_memory, acl_format, std::nullopt);
+}
+
+// torch_npu's npu_change_data_ptr: dst's storage now starts `index` elements into src's
+// (fused optimizers view their parameters in one flat buffer); dst's old memory returns to
+// the caching allocator, and src's storage lives as long as dst's points into it. Unlike
+// torch_npu's check (which adds the element index to a byte count), the whole of dst's
+// storage must lie inside src's.
+int64_t npu_change_data_ptr(const at::Tensor& dst, const at::Tensor& src, int64_t index) {
+  check_npu(dst, "npu_change_data_ptr", "dst");
+  check_npu(src, "npu_change_data_ptr", "src");
+  TORCH_CHECK(index >= 0, "Expect offset(index) equal or greater than zero, got: ", index);
+  TORCH_CHECK(src.scalar_type() == dst.scalar_type(), "Expect src and dst tensors having the same dtype, got: ",
+              "src with dtype ", src.scalar_type(), ", dst with dtype ", dst.scalar_type());
+  TORCH_CHECK(src.scalar_type() == at::kHalf || src.scalar_type() == at::kFloat || src.scalar_type() == at::kBFloat16,
+              "Only supports src and dst tensors with dtype float32, float16 or bfloat16, got: ", src.scalar_type());
+  TORCH_CHECK(src.device() == dst.device(), "npu_change_data_ptr: dst and src must be on one device, got ",
+              dst.device(), " and ", src.device());
+  const int64_t dst_size = product(npu_storage_sizes(dst));
+  const int64_t src_size = product(npu_storage_sizes(src));
+  TORCH_CHECK(index + dst_size <= src_size, "Offsets overflow, got: ", "offset(index) ", index,
+              ", dst storage size ", dst_size, ", src storage size ", src_size);
+  // Work queued on any stream may still read or write dst's present memory.
+  wait_device(dst.device().index());
+  char* data = static_cast<char*>(src.storage().mutable_data()) + index * static_cast<int64_t>(src.itemsize());
+  auto* owner = new c10::Storage(src.storage());
+  dst.storage().set_data_ptr_noswap(
+      at::DataPtr(data, owner, [](void* ctx) { delete static_cast<c10::Storage*>(ctx); }, dst.device()));
+  return 0;
+}
+
 // torch.save / torch.load. A storage's saved bytes are its base array's (what every
 // view reads, zero_copy.h), so the values load right on any device; the format goes
 // in the tensor's metadata and comes back when the tensor is loaded onto an npu.
@@ -511,6 +602,13 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
       "npu_format_cast_(Tensor(a!) self, Tensor src, *, int? customize_dtype=None, int? input_dtype=None) -> "
       "Tensor(a!)");
   m.def("_npu_format_cast(Tensor self, int acl_format) -> Tensor");
+  m.def("_npu_format_cast.aclnn(Tensor self, int acl_format, int customize_dtype) -> Tensor");
+  m.def("_npu_format_cast.input_dtype(Tensor self, int acl_format, int customize_dtype, int input_dtype) -> Tensor");
+  m.def("get_storage_size(Tensor self) -> int");
+  m.def("npu_change_data_ptr(Tensor dst, Tensor src, int index) -> int");
+  m.def(
+      "unsafe_empty_with_format(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
+      "bool? pin_memory=None, int acl_format=2, bool keep_format=False) -> Tensor");
   m.def(
       "empty_with_format(int[] size, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
       "bool? pin_memory=None, int acl_format=2, int? base_addr_aligned_kb=None) -> Tensor");
@@ -521,6 +619,16 @@ TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
   m.impl("npu_format_cast_.acl_format", TORCH_FN(npu_format_cast_inplace));
   m.impl("npu_format_cast_", TORCH_FN(npu_format_cast_from));
   m.impl("_npu_format_cast", TORCH_FN(npu_format_cast_internal));
+  m.impl("_npu_format_cast.aclnn", TORCH_FN(npu_format_cast_internal_dtype));
+  m.impl("_npu_format_cast.input_dtype", TORCH_FN(npu_format_cast_internal_input_dtype));
+  m.impl("get_storage_size", TORCH_FN(get_storage_size));
+  m.impl("npu_change_data_ptr", TORCH_FN(npu_change_data_ptr));
+}
+
+// A cpu argument gets the kernels' own error naming it.
+TORCH_LIBRARY_IMPL(npu, CPU, m) {
+  m.impl("get_storage_size", TORCH_FN(get_storage_size));
+  m.impl("npu_change_data_ptr", TORCH_FN(npu_change_data_ptr));
 }
 
 TORCH_LIBRARY_IMPL(npu, Autograd, m) {
@@ -534,6 +642,7 @@ TORCH_LIBRARY_IMPL(npu, CompositeImplicitAutograd, m) {
 // No tensor argument to dispatch on: the device argument decides.
 TORCH_LIBRARY_IMPL(npu, CompositeExplicitAutograd, m) {
   m.impl("empty_with_format", TORCH_FN(empty_with_format));
+  m.impl("unsafe_empty_with_format", TORCH_FN(unsafe_empty_with_format));
   m.impl("get_npu_format", TORCH_FN(get_npu_format));  // names the device of a cpu tensor
 }
 

@@ -26,16 +26,8 @@ int64_t get_npu_format(const at::Tensor& self) {
 std::vector<int64_t> get_npu_storage_sizes(const at::Tensor& self) {
   TORCH_CHECK(self.defined() && self.device().type() == c10::DeviceType::PrivateUse1,
               "get_npu_storage_sizes: expected 'self' to be an npu tensor");
-  const c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
-  if (const auto* f = torch_npu::ops::formatted(storage)) {
-    const auto sizes = torch_npu::ops::storage_sizes(f->format, f->base_sizes, f->c0);
-    return std::vector<int64_t>(sizes.begin(), sizes.end());
-  }
-  const int64_t itemsize = static_cast<int64_t>(self.itemsize());
-  const int64_t elements = itemsize > 0 ? static_cast<int64_t>(storage->nbytes()) / itemsize : 0;
-  // A tensor viewing its whole storage contiguously from the start describes it.
-  if (self.is_contiguous() && self.storage_offset() == 0 && self.numel() == elements) return self.sizes().vec();
-  return {elements};
+  const auto sizes = torch_npu::ops::npu_storage_sizes(self);
+  return std::vector<int64_t>(sizes.begin(), sizes.end());
 }
 
 at::Tensor npu_format_cast(const at::Tensor& self, int64_t acl_format) {

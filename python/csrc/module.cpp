@@ -16,6 +16,7 @@
 #include "torch_npu/core/npu_trace.h"
 #include "torch_npu/distributed/python.h"
 #include "torch_npu/ops/fft_plan_cache.h"
+#include "torch_npu/ops/formats.h"
 #include "torch_npu/ops/op_support.h"
 #include "torch_npu/ops/zero_copy.h"
 
@@ -146,6 +147,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_npu_get_fft_plan_cache_max_size", &torch_npu::ops::fft_plan_cache::max_size);
   m.def("_npu_set_fft_plan_cache_max_size", &torch_npu::ops::fft_plan_cache::set_max_size, py::arg("size"));
   m.def("_npu_clear_fft_plan_cache", &torch_npu::ops::fft_plan_cache::clear);
+  m.def("_npu_set_allow_internal_format", &torch_npu::ops::set_allow_internal_format, py::arg("allow"));
   m.def("_npu_setDevice", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
   // torch.npu.set_sync_debug_mode: 0 off, 1 warn, 2 error on synchronising operations.
   m.def("_npu_set_sync_debug_mode", [](int mode) {

@@ -83,8 +83,9 @@ def test_get_storage_size():
     assert torch_npu.get_storage_size(x[1]) == 15              # a view: its base's storage
     nz = torch_npu.npu_format_cast(x, torch_npu.Format.FRACTAL_NZ)
     assert torch_npu.get_storage_size(nz) == 16 * 16            # padded to one 16x16 fractal
-    with pytest.raises(RuntimeError, match="expected an npu tensor"):
+    with pytest.raises(RuntimeError, match="expected 'self' to be an npu tensor"):
         torch_npu.get_storage_size(torch.zeros(2))
+    assert torch.ops.npu.get_storage_size(nz) == 16 * 16  # the operator of torch_npu's schema
 
 
 def test_combined_tensors_keep_their_storage_sizes():
@@ -121,6 +122,60 @@ def test_npu_change_data_ptr():
         torch_npu.npu_change_data_ptr(torch.zeros(2).npu().half(), src, 0)
     with pytest.raises(RuntimeError, match="equal or greater than zero"):
         torch_npu.npu_change_data_ptr(torch.zeros(2).npu(), src, -1)
+
+
+def test_npu_change_data_ptr_keeps_src_alive_and_moves_the_whole_storage():
+    """dst's storage (every view of it) points into src, whose memory stays dst's after src
+    is deleted and its block could be reused; torch_npu's check would let index 6 of a
+    10-element src through for a 5-element dst (it compares index + bytes with bytes)."""
+    import gc
+
+    dst = torch.zeros(4).npu()
+    view = dst[1:]
+    src = torch.arange(10, dtype=torch.float32).npu()
+    torch.ops.npu.npu_change_data_ptr(dst, src, 2)
+    del src
+    gc.collect()
+    torch.npu.empty_cache()
+    others = [torch.full((10,), 7.0).npu() for _ in range(4)]  # noqa: F841 (would reuse a freed block)
+    torch.testing.assert_close(dst.cpu(), torch.arange(2., 6.))
+    torch.testing.assert_close(view.cpu(), torch.arange(3., 6.))
+    with pytest.raises(RuntimeError, match="Offsets overflow, got: offset\\(index\\) 6, dst storage size 5"):
+        torch_npu.npu_change_data_ptr(torch.zeros(5).npu(), torch.zeros(10).npu(), 6)
+    with pytest.raises(RuntimeError, match="expected 'src' to be an npu tensor"):
+        torch_npu.npu_change_data_ptr(dst, torch.zeros(10), 0)
+
+
+def test_unsafe_empty_with_format_follows_allow_internal_format():
+    nz = torch_npu.Format.FRACTAL_NZ
+    make = torch.ops.npu.unsafe_empty_with_format
+    assert torch.npu.config.allow_internal_format is False
+    t = make([4, 32], dtype=torch.float16, device="npu", acl_format=nz)
+    assert torch_npu.get_npu_format(t) == torch_npu.Format.ND  # the base format, with a warning
+    assert t.shape == (4, 32) and t.dtype == torch.float16
+    assert torch_npu.get_npu_format(make([4, 32], device="npu", acl_format=nz, keep_format=True)) == nz
+    try:
+        torch.npu.config.allow_internal_format = True
+        assert torch.npu.config.allow_internal_format is True
+        assert torch_npu.get_npu_format(make([4, 32], device="npu", acl_format=nz)) == nz
+        torch.npu.set_option({"ALLOW_INTERNAL_FORMAT": "disable"})
+        assert torch.npu.config.allow_internal_format is False
+        assert torch_npu.get_npu_format(make([4, 32], device="npu", acl_format=nz)) == torch_npu.Format.ND
+    finally:
+        torch.npu.config.allow_internal_format = False
+    with pytest.raises(TypeError, match="must be a bool"):
+        torch.npu.config.allow_internal_format = "yes"
+
+
+def test_npu_format_cast_overloads_of_torch_npu_schema():
+    a = torch.randn(4, 32).npu()
+    cast = torch.ops.npu._npu_format_cast.aclnn(a, torch_npu.Format.FRACTAL_NZ, 1)
+    assert torch_npu.get_npu_format(cast) == torch_npu.Format.FRACTAL_NZ
+    torch.testing.assert_close(cast.cpu(), a.cpu())
+    cast = torch.ops.npu._npu_format_cast.input_dtype(a, torch_npu.Format.FRACTAL_NZ, 1, 6)  # 6: float32
+    torch.testing.assert_close(cast.cpu(), a.cpu())
+    with pytest.raises(RuntimeError, match="input_dtype 5 differs from self's dtype"):
+        torch.ops.npu._npu_format_cast.input_dtype(a, torch_npu.Format.FRACTAL_NZ, 1, 5)
 
 
 # ---------------------------------------------------------------- SoC, CANN, env, allocator

@@ -131,7 +131,6 @@ from torch_npu import _patches  # noqa: E402
 _patches.apply()
 
 import torch_npu.utils  # noqa: E402,F401
-from torch_npu.utils.combine_tensors import get_storage_size, npu_change_data_ptr  # noqa: E402
 from torch_npu.npu.streams import _erase_stream as erase_stream  # noqa: E402
 import torch_npu._afd  # noqa: E402,F401  (its scheduler ops, exported below with the others)
 from torch_npu import _composite_ops  # noqa: E402,F401  (op-plugin's ATen-composed operators)
@@ -140,8 +139,7 @@ from torch_npu import _fused_ops  # noqa: E402
 # torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name; those
 # torch_npu exposes (_fused_ops.EXPOSED) are in __all__, as there.
 _operators = _fused_ops.export(__import__(__name__))
-__all__ = ["npu", "utils", "__version__", "get_storage_size", "npu_change_data_ptr",
-           "erase_stream"] + [name for name in _operators if name in _fused_ops.EXPOSED]
+__all__ = ["npu", "utils", "__version__", "erase_stream"] + [name for name in _operators if name in _fused_ops.EXPOSED]
 from torch_npu import _atb_ops  # noqa: E402  (op-plugin's ATB operators, torch.ops.atb)
 
 # torch_npu._npu_paged_attention, ...; the others are torch_npu.atb.<name>

@@ -14,6 +14,8 @@ defined in :mod:`torch_npu.npu.npu_config`, as in torch_npu, and imported here.
 * ``torch_npu.npu.config.allow_internal_format`` (default ``False``)
 """
 
+import sys
+import types
 from typing import Optional
 
 # set_option, set_compile_mode, ... are defined in torch_npu.npu.npu_config, as in torch_npu
@@ -25,8 +27,30 @@ __all__ = [
     "allow_internal_format",
 ]
 
-#: Whether operators may keep tensors in private NPU formats (NC1HWC0, FRACTAL_NZ, ...).
-allow_internal_format = False
+# ``allow_internal_format``: whether operators may create tensors in private NPU formats
+# (NC1HWC0, FRACTAL_NZ, ...) on their own, e.g. ``torch_npu.unsafe_empty_with_format`` without
+# ``keep_format`` (default ``False``). It is the option ALLOW_INTERNAL_FORMAT: assigning it
+# sets the option, as torch_npu's ``torch.npu.config`` does, and reading it reads the option.
+
+
+class _ConfigModule(types.ModuleType):
+    def __getattr__(self, name):
+        if name == "allow_internal_format":
+            with _lock:
+                return _options.get("ALLOW_INTERNAL_FORMAT") == "enable"
+        raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        if name == "allow_internal_format":
+            if not isinstance(value, bool):
+                raise TypeError("torch.npu.config.allow_internal_format must be a bool, got "
+                                f"{type(value).__name__}")
+            set_option({"ALLOW_INTERNAL_FORMAT": "enable" if value else "disable"})
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _ConfigModule
 
 
 def get_option(name: str) -> Optional[str]:

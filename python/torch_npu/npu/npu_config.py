@@ -16,6 +16,8 @@ from typing import Dict
 
 import torch
 
+import torch_npu
+
 from torch_npu.utils._error_code import ErrCode, pta_error
 
 __all__ = ["set_option", "set_compile_mode", "is_jit_compile_false", "set_mm_bmm_format_nd",
@@ -86,6 +88,8 @@ def set_option(option):
         _options.update(checked)
         if "MM_BMM_ND_ENABLE" in checked:
             _mm_bmm_nd = checked["MM_BMM_ND_ENABLE"] == "enable"
+        if "ALLOW_INTERNAL_FORMAT" in checked:
+            torch_npu._C._npu_set_allow_internal_format(checked["ALLOW_INTERNAL_FORMAT"] == "enable")
 
 
 def set_compile_mode(jit_compile=False):

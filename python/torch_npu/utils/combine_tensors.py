@@ -2,8 +2,7 @@
 one flat npu buffer, so that one kernel can update all of them (torch_npu.optim)."""
 import torch
 
-__all__ = ["npu_combine_tensors", "get_part_combined_tensor", "is_combined_tensor_valid", "get_storage_size",
-           "npu_change_data_ptr"]
+__all__ = ["npu_combine_tensors", "get_part_combined_tensor", "is_combined_tensor_valid"]
 
 
 def npu_combine_tensors(list_of_tensor, require_copy_value=True):
@@ -64,36 +63,6 @@ def _repoint(dst, storage, index, numel):
         dst.set_(part, dst.storage_offset(), dst.size(), dst.stride())
 
 
-def npu_change_data_ptr(dst, src, index):
-    r"""Re-points ``dst``'s storage at ``src``'s storage memory from element ``index`` on
-    (torch_npu.npu_change_data_ptr); ``dst`` keeps its storage size, sizes, strides and
-    storage offset and reads whatever ``src`` holds there. Returns 0.
-
-    Both must be npu tensors of one dtype among float32, float16 and bfloat16, and
-    ``dst``'s storage must fit in ``src``'s from ``index``.
-    """
-    for name, t in (("dst", dst), ("src", src)):
-        if not isinstance(t, torch.Tensor) or t.device.type != "npu":
-            raise RuntimeError(f"npu_change_data_ptr(): argument '{name}' must be an npu tensor, "
-                               f"got {t.device if isinstance(t, torch.Tensor) else type(t).__name__}")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise RuntimeError(f"Expect offset(index) equal or greater than zero, got: {index}")
-    if src.dtype != dst.dtype:
-        raise RuntimeError(f"Expect src and dst tensors having the same dtype, got: src with dtype "
-                           f"{src.dtype}, dst with dtype {dst.dtype}")
-    if src.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise RuntimeError(f"Only supports src and dst tensors with dtype float32, float16 or "
-                           f"bfloat16, got: {src.dtype}")
-    dst_size, src_size = get_storage_size(dst), get_storage_size(src)
-    if index + dst_size > src_size:
-        raise RuntimeError(f"Offsets overflow, got: offset(index) {index}, dst storage size "
-                           f"{dst_size}, src storage size {src_size}")
-    # Kernels still queued on dst's old memory finish first (see npu_combine_tensors).
-    torch.npu.current_stream(dst.device).synchronize()
-    _repoint(dst, src.untyped_storage(), index, dst_size)
-    return 0
-
-
 def get_part_combined_tensor(combined_tensor, index, size):
     r"""The flat slice ``[index, index + size)`` of a combined buffer (sharing its memory),
     or ``None`` when ``combined_tensor`` is ``None`` or ``size`` is 0."""
@@ -119,16 +88,3 @@ def is_combined_tensor_valid(combined_tensor, list_of_tensor):
         if not (start <= t.data_ptr() and t.data_ptr() + t.numel() * t.element_size() <= end):
             return False
     return True
-
-
-def get_storage_size(tensor) -> int:
-    r"""The number of elements of ``tensor``'s npu storage, in its storage format: the
-    physical (padded) size for FRACTAL_NZ and other tiled formats, the whole base
-    allocation for a view."""
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"get_storage_size(): argument 'self' must be a Tensor, got "
-                        f"{type(tensor).__name__}")
-    if tensor.device.type != "npu":
-        raise RuntimeError(f"get_storage_size(): expected an npu tensor, got a tensor on "
-                           f"{tensor.device}")
-    return tensor.untyped_storage().nbytes() // tensor.element_size()

@@ -83,6 +83,12 @@ FormatSizes storage_sizes(int64_t format, c10::IntArrayRef base_sizes, int64_t c
 // The format a cast to `format` gives a tensor of `dim` dimensions (NZ needs >= 2).
 int64_t effective_format(int64_t format, int64_t dim);
 std::string format_name(int64_t format);
+// torch_npu's storage description: the physical shape of t's storage (t an npu tensor).
+FormatSizes npu_storage_sizes(const at::Tensor& t);
+// torch.npu.config.allow_internal_format (option ALLOW_INTERNAL_FORMAT): whether
+// unsafe_empty_with_format may create internal (tiled) formats without keep_format.
+bool allow_internal_format();
+void set_allow_internal_format(bool allow);
 
 // Untiled copy of the whole storage into `nd` (base_nbytes(), host-accessible), and
 // back. Callers order them with the kernels using the storage (stream order).
