@@ -208,6 +208,19 @@ def write_dist_info(repo, folder):
         f.write(text)
 
 
+def link_op_plugin_submodule(args):
+    """Ascend/pytorch holds op-plugin as the submodule third_party/op-plugin, and its tests read
+    files of it (test_public_bindings: op-plugin's allow-list of the exposed operators). A checkout
+    without submodules has the folder empty: it becomes a link to the --op-plugin checkout."""
+    if not (args.pytorch and args.op_plugin):
+        return
+    sub = os.path.join(args.pytorch, "third_party", "op-plugin")
+    if os.path.isdir(sub) and not os.path.islink(sub) and not os.listdir(sub):
+        os.rmdir(sub)
+        os.symlink(os.path.abspath(args.op_plugin), sub)
+        print("linked %s -> %s (the submodule was empty)" % (sub, os.path.abspath(args.op_plugin)))
+
+
 def suite_paths(args):
     """[(suite, root the files run from, folder of the suite)] for the suites that exist."""
     found, missing = [], []
@@ -618,6 +631,7 @@ def main():
         with open(os.path.join(plugin_dir, "hw_stream_plugin.py"), "w") as f:
             f.write(PLUGIN)
         write_dist_info(args.repo, plugin_dir)
+        link_op_plugin_submodule(args)
         ini = os.path.join(plugin_dir, "pytest.ini")
         with open(ini, "w") as f:
             f.write(EMPTY_INI)
