@@ -43,6 +43,21 @@ def test_npu_device_functions_trace_into_one_graph(fn):
     assert counter.frame_count == 1
 
 
+def _reseeded_rand(x):
+    torch.npu.manual_seed(0)
+    return x + torch.rand(3, device="npu")
+
+
+def test_manual_seed_in_a_compiled_function_seeds_every_call():
+    """torch.npu.manual_seed is a graph break, run at every call, as torch.cuda.manual_seed: traced
+    "in graph" it ran once, while tracing, and the second call drew other numbers (silently)."""
+    compiled = torch.compile(_reseeded_rand)
+    x = torch.zeros(3, device="npu")
+    first = compiled(x)
+    torch.rand(5, device="npu")  # moves the generator on
+    torch.testing.assert_close(compiled(x), first, rtol=0, atol=0)  # (Inductor's rand is not eager's)
+
+
 def _add_current_device(x):
     return x + torch.npu.current_device()
 

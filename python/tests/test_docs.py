@@ -133,6 +133,19 @@ def test_every_test_file_is_in_the_tests_readme():
     assert not unnamed, f"python/tests/README.md does not name these test files: {unnamed}"
 
 
+def test_the_readme_example_runs_as_written():
+    """README.md's first Python block, run as a script in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    with open(os.path.join(ROOT, "README.md")) as f:
+        block = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+    assert "import torch, torch_npu" in block
+    run = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "device='npu:0'" in run.stdout
+
+
 def test_the_checks_catch_broken_references(tmp_path):
     assert _exists("core/src", ROOT) and not _exists("core/src/no_such_file.cpp", ROOT)
     assert _exists("python/csrc/*.cpp", ROOT) and not _exists("python/csrc/*.nothing", ROOT)

@@ -71,6 +71,18 @@ def test_cuda_training_script_runs_on_npu():
     assert "SCALER torch_npu.npu.amp.grad_scaler True" in out
 
 
+def test_torch_compile_after_transfer_to_npu():
+    """torch.cuda.manual_seed becomes torch.npu.manual_seed: Dynamo's rule map holds both names,
+    and torch.compile failed ("Duplicate torch object ... with different rules") while they differed."""
+    out = _run("""
+        from torch_npu.contrib import transfer_to_npu
+        model = torch.nn.Linear(2, 2).cuda()
+        x = torch.randn(3, 2).cuda()
+        print(torch.allclose(torch.compile(model)(x), model(x)))
+    """)
+    assert out.strip().endswith("True")
+
+
 def test_torch_cuda_is_torch_npu():
     out = _run("""
         from torch_npu.contrib import transfer_to_npu

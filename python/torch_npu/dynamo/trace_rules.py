@@ -11,12 +11,16 @@ torch_npu (as Huawei's does) adds them to Dynamo's rules:
   ``torch.empty(..., device=torch.npu.current_device())`` or
   ``if torch.npu.is_available():`` compile into one graph.
 * :data:`IN_GRAPH`: called as "torch functions": Dynamo runs them while tracing, and those
-  that are not tensor operations (synchronize, seeding, cache and statistics resets) do not
+  that are not tensor operations (synchronize, cache and statistics resets) do not
   end up in the compiled graph, as with Huawei's torch_npu.
+* :data:`SKIP`: a graph break, the call runs eagerly every time, as ``torch.cuda.manual_seed``'s
+  rule: seeding run only while tracing would leave every later call of the compiled function
+  unseeded. (``transfer_to_npu`` makes ``torch.cuda.manual_seed`` this very function, so the two
+  rules must agree.)
 """
 import torch
 
-__all__ = ["CONSTANT_FOLD", "CONSTANT_FOLD_GUARDED", "IN_GRAPH", "register_trace_rules"]
+__all__ = ["CONSTANT_FOLD", "CONSTANT_FOLD_GUARDED", "IN_GRAPH", "SKIP", "register_trace_rules"]
 
 # functions whose result is the same for the process (folded without a guard)
 CONSTANT_FOLD = (
@@ -50,8 +54,6 @@ IN_GRAPH = (
     "torch.npu.memory.get_per_process_memory_fraction",
     "torch.npu.memory.set_per_process_memory_fraction",
     "torch.npu.memory._get_current_allocator",
-    "torch.npu.random.manual_seed",
-    "torch.npu.random.manual_seed_all",
     "torch.npu.random.seed",
     "torch.npu.random.seed_all",
     "torch.npu.set_sync_debug_mode",
@@ -74,6 +76,12 @@ IN_GRAPH = (
     "torch_npu._C._npu_setMemoryFraction",
 )
 
+# graph breaks, run eagerly at every call (CUDA's counterparts are SkipFunctionVariable)
+SKIP = (
+    "torch.npu.random.manual_seed",
+    "torch.npu.random.manual_seed_all",
+)
+
 
 def _resolve(name: str):
     """The object ``name`` names, or None if this build of torch_npu lacks it."""
@@ -90,11 +98,12 @@ def register_trace_rules() -> None:
     """Add torch.npu's functions to Dynamo's trace rules (idempotent)."""
     from torch._dynamo import trace_rules
     from torch._dynamo.utils import common_constant_types
-    from torch._dynamo.variables import TorchInGraphFunctionVariable
+    from torch._dynamo.variables import SkipFunctionVariable, TorchInGraphFunctionVariable
     from torch._dynamo.variables import torch as torch_variables
 
     names = [n for n in CONSTANT_FOLD + CONSTANT_FOLD_GUARDED + IN_GRAPH if _resolve(n) is not None]
     rules = dict.fromkeys(names, TorchInGraphFunctionVariable)
+    rules.update(dict.fromkeys((n for n in SKIP if _resolve(n) is not None), SkipFunctionVariable))
     if not any(rule == rules for rule in trace_rules.torch_name_rule_map):
         trace_rules.torch_name_rule_map.append(rules)
         trace_rules.clear_lru_cache()  # the object -> rule map is cached
