@@ -239,6 +239,35 @@ def test_paged_attention_matches_sdpa_over_gathered_tokens():
         torch_npu._npu_paged_attention(q.npu(), key_cache.npu(), value_cache.npu(), 3, h, 0.3, table.npu(), lens, out)
 
 
+class _PagedDecoder:
+    """As Huawei's test_compile_aclgraph_update: the lengths and the output are attributes."""
+
+    def __init__(self, lens, out, kvh, h):
+        self.lens, self.out, self.kvh, self.h = lens, out, kvh, h
+
+    def __call__(self, q, key_cache, value_cache, table):
+        torch_npu._npu_paged_attention(query=q, key_cache=key_cache, value_cache=value_cache, num_kv_heads=self.kvh,
+                                       num_heads=self.h, scale_value=0.3, block_table=table, context_lens=self.lens,
+                                       out=self.out)
+
+
+def test_paged_attention_under_torch_compile():
+    """An ATB kernel reached from a compiled frame runs as it is: Dynamo traced it (a graph break
+    left it to the frame evaluation) and failed on get_npu_format of a fake tensor."""
+    torch.manual_seed(0)
+    b, h, kvh, d, bs = 2, 4, 2, 8, 4
+    keys, values = torch.randn(b, 8, kvh, d), torch.randn(b, 8, kvh, d)
+    key_cache, table = _paged(keys, bs, 8, torch.randperm(8))
+    value_cache, _ = _paged(values, bs, 8, table.flatten().long())
+    lens = torch.tensor([8, 5], dtype=torch.int32)
+    q = torch.randn(b, h, d)
+    eager, compiled = torch.zeros(b, h, d).npu(), torch.zeros(b, h, d).npu()
+    args = (q.npu(), key_cache.npu(), value_cache.npu(), table.npu())
+    _PagedDecoder(lens, eager, kvh, h)(*args)
+    torch.compile(_PagedDecoder(lens, compiled, kvh, h), backend="inductor", dynamic=False)(*args)
+    _close(compiled, eager.cpu(), rtol=0, atol=0)
+
+
 def test_paged_attention_mla_reads_values_from_the_key_cache():
     torch.manual_seed(1)
     b, h, d, dv, bs = 2, 4, 12, 8, 4

@@ -13,6 +13,10 @@ torch_npu (as Huawei's does) adds them to Dynamo's rules:
 * :data:`IN_GRAPH`: called as "torch functions": Dynamo runs them while tracing, and those
   that are not tensor operations (synchronize, cache and statistics resets) do not
   end up in the compiled graph, as with Huawei's torch_npu.
+* :data:`KERNEL_MODULES`: files whose functions are operator kernels (``torch.ops.npu`` /
+  ``torch.ops.atb`` written in Python): Dynamo skips them as it skips torch's own files. A
+  kernel called from a compiled frame after a graph break runs as it is; traced, it saw fake
+  tensors, which have no storage format (an ATB paged attention over a FRACTAL_NZ cache).
 * :data:`SKIP`: a graph break, the call runs eagerly every time, as ``torch.cuda.manual_seed``'s
   rule: seeding run only while tracing would leave every later call of the compiled function
   unseeded. (``transfer_to_npu`` makes ``torch.cuda.manual_seed`` this very function, so the two
@@ -20,7 +24,7 @@ torch_npu (as Huawei's does) adds them to Dynamo's rules:
 """
 import torch
 
-__all__ = ["CONSTANT_FOLD", "CONSTANT_FOLD_GUARDED", "IN_GRAPH", "SKIP", "register_trace_rules"]
+__all__ = ["CONSTANT_FOLD", "CONSTANT_FOLD_GUARDED", "IN_GRAPH", "KERNEL_MODULES", "SKIP", "register_trace_rules"]
 
 # functions whose result is the same for the process (folded without a guard)
 CONSTANT_FOLD = (
@@ -82,6 +86,8 @@ SKIP = (
     "torch.npu.random.manual_seed_all",
 )
 
+KERNEL_MODULES = ("torch_npu._composite_ops", "torch_npu._atb_ops", "torch_npu._afd._ops")
+
 
 def _resolve(name: str):
     """The object ``name`` names, or None if this build of torch_npu lacks it."""
@@ -107,6 +113,12 @@ def register_trace_rules() -> None:
     if not any(rule == rules for rule in trace_rules.torch_name_rule_map):
         trace_rules.torch_name_rule_map.append(rules)
         trace_rules.clear_lru_cache()  # the object -> rule map is cached
+    import importlib.util
+
+    for module in KERNEL_MODULES:
+        origin = importlib.util.find_spec(module).origin
+        if origin not in trace_rules.SKIP_DIRS:
+            trace_rules.add(module)
     for name in CONSTANT_FOLD + CONSTANT_FOLD_GUARDED:
         fn = _resolve(name)
         if fn is not None:
