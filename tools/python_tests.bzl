@@ -36,6 +36,7 @@ COMPONENT_TESTS = {
         "ops/test_op_conformance.py",
         "test_fft_plan_cache.py",
         "test_formats.py",
+        "test_nested.py",
         "test_nn_ops.py",
         "test_op_support.py",
         "test_quantized.py",

@@ -268,6 +268,7 @@ void AliasMap::store_untiled() {
 at::Tensor AliasMap::to_npu(const at::Tensor& cpu) {
   if (!cpu.defined()) return cpu;
   if (cpu.device().type() == kNPU) return cpu;
+  if (cpu.is_nested()) return nested_result_to_npu(*this, cpu);
   if (cpu.layout() != c10::kStrided) return sparse_result_to_npu(*this, cpu);
   return tensor_over(npu_storage_for(cpu.storage()), c10::DispatchKey::PrivateUse1, cpu);
 }

@@ -160,6 +160,8 @@ int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret
 // The sparse npu tensor (COO or compressed) for a sparse result of a CPU kernel: each member
 // mapped by `aliases` (views of an argument's members stay views, fresh buffers are adopted).
 at::Tensor sparse_result_to_npu(AliasMap& aliases, const at::Tensor& cpu);
+// A nested CPU result: its storage mapped to npu under the same metadata (nested.cpp).
+at::Tensor nested_result_to_npu(AliasMap& aliases, const at::Tensor& cpu);
 
 // After the CPU kernel: the last return_arg.size() values of `stack`, its results, become
 // npu values. Result r with return_arg[r] >= 0 (a written argument) becomes results[r], the
