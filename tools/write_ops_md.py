@@ -27,7 +27,9 @@ with `TORCH_NPU_FALLBACK_CPU_DISABLE=1` (or
 `torch.npu.set_cpu_fallback(False)`) they raise `NotImplementedError: aten::<op> is not supported
 on NPU (...)`. `torch.npu.is_op_supported("aten::<op>")` and `python -m torch_npu.npu.op_support script.py`
 check ahead of time. The CANN ranges of the table model how CANN releases add kernels in
-this simulator; they are not a statement about real CANN releases.
+this simulator; they are not a statement about real CANN releases. Strided nested npu tensors
+(`torch.nested.nested_tensor(..., device="npu")`, which Huawei's torch_npu lacks) take every operator
+PyTorch has a NestedTensorCPU kernel for, run on the npu buffers (`ops/src/nested.cpp`).
 """
 
 
