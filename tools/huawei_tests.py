@@ -497,7 +497,7 @@ def tables(results, classes_path, markdown=False):
     lines = []
     totals = {}
     header = ["suite", "files", "tests", "passed", "failed", "errors", "skipped", "(a)", "(b)", "(c)", "env",
-              "unclassified", "timeouts/crashes"]
+              "unclassified", "timeouts/crashes", "pass rate"]
     rows = []
     causes = {}
     for suite in sorted(results, key=lambda s: DEFAULT_ORDER.index(s) if s in DEFAULT_ORDER else 99):
@@ -531,7 +531,10 @@ def tables(results, classes_path, markdown=False):
         for i, v in enumerate(rows[-1][1:], 1):
             totals[i] = totals.get(i, 0) + v
     if len(rows) > 1:
-        rows.append(["total"] + [totals[i] for i in range(1, len(header))])
+        rows.append(["total"] + [totals[i] for i in range(1, len(header) - 1)])
+    for r in rows:  # the measure: passed / (tests - skipped - (b) - (c) - env)
+        counted = r[2] - r[6] - r[8] - r[9] - r[10]
+        r.append("%.1f %%" % (100.0 * r[3] / counted) if counted else "—")
     if markdown:
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
