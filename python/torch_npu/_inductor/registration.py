@@ -54,6 +54,9 @@ def register_dynamo() -> None:
     dynamo._register_backends()
     register_trace_rules()
     _npu_rng_state_operators()
+    transfer = sys.modules.get("torch_npu.contrib.transfer_to_npu")
+    if transfer is not None and transfer._is_applied():
+        transfer._patch_dynamo_cuda_interface()
 
 
 def _npu_rng_state_operators() -> None:

@@ -891,6 +891,22 @@ def _is_applied():
     return _is_ours(torch.Tensor.cuda)
 
 
+def _patch_dynamo_cuda_interface():
+    """Dynamo's "cuda" device interface answers for NPUs now, which have no Triton backend:
+    torch's Triton probes (torch.utils._triton, when the triton package is installed) would
+    compare the NPU's compute capability (None, as torch_npu's get_device_capability gives)
+    with CUDA's and fail the first torch.compile. Run when torch._dynamo is imported
+    (torch_npu._inductor.registration) or at once if it is."""
+    from torch._dynamo.device_interface import CudaInterface
+    import torch.utils._triton as triton_utils
+
+    CudaInterface.is_triton_capable = staticmethod(lambda device=None: False)
+    probe = getattr(triton_utils, "_device_supports_tensor_descriptor", None)
+    if probe is not None and hasattr(triton_utils, "has_triton_cpu_backend"):
+        # CUDA's tensor descriptors need compute capability 9.0; NPUs have none.
+        triton_utils._device_supports_tensor_descriptor = functools.cache(triton_utils.has_triton_cpu_backend)
+
+
 def _apply():
     """Apply every mapping once per process; a second call does nothing."""
     if _is_applied():
@@ -901,6 +917,8 @@ def _apply():
     _patch_profiler()
     _do_wrapper_libraries_func(_load_json_file(_CONFIG_PATH))
     _patch_tensor_module_storage()  # last: its Tensor.cuda marks the whole as applied
+    if "torch._dynamo.device_interface" in sys.modules:
+        _patch_dynamo_cuda_interface()
     _warn()
 
 
