@@ -14,7 +14,6 @@
 #include <ATen/native/nested/NestedTensorUtils.h>
 #include <torch/library.h>
 
-#include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/ops/zero_copy.h"
 
@@ -97,30 +96,11 @@ void nested_zero_copy_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet,
   const c10::DeviceIndex device = nested_call_device(*stack, begin, &max_numel);
 
   NestedCall call(device);
-  c10::SmallVector<int, 4> return_arg;
-  for (const auto& ret : schema.returns()) return_arg.push_back(written_argument(schema, ret));
-  c10::SmallVector<c10::IValue, 4> results;
-  for (int i : return_arg) results.push_back(i >= 0 ? (*stack)[begin + i] : c10::IValue());
-
-  for (size_t i = 0; i < num_args; ++i) {
-    c10::IValue& v = (*stack)[begin + i];
-    if (v.isTensor()) {
-      v = call.to_cpu(v.toTensor());
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> cpu;
-      for (const at::Tensor& t : v.toTensorList()) cpu.push_back(call.to_cpu(t));
-      v = std::move(cpu);
-    } else if (v.isDevice() && v.toDevice().type() == kNPU) {
-      v = c10::Device(c10::DeviceType::CPU);
-    } else if (v.isGenerator()) {
-      v = cpu_generator_for(v.toGenerator(), device);
-    } else if (v.isNone() && is_optional_generator(schema.arguments()[i])) {
-      v = cpu_generator_for(std::nullopt, device);
-    }
-  }
   const c10::DispatchKeySet cpu(c10::DispatchKey::NestedTensorCPU);
-  run_now(schema.name().c_str(), device, max_numel, [&] { op.redispatchBoxed(cpu, stack); });
-  results_to_npu(*stack, return_arg, results, [&call](const at::Tensor& t) { return call.to_npu(t); });
+  run_on_cpu_stand_ins(
+      op, stack, device, [&call](const at::Tensor& t, bool) { return call.to_cpu(t); },
+      [&] { run_now(schema.name().c_str(), device, max_numel, [&] { op.redispatchBoxed(cpu, stack); }); },
+      [&call](const at::Tensor& t) { return call.to_npu(t); });
 }
 
 // Tensor.to / .cpu() / .npu() of a nested npu tensor: its storage copied with the dense copies

@@ -43,7 +43,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "torch_npu/core/npu_generator.h"
 #include "torch_npu/core/npu_stream.h"
 #include "torch_npu/ops/zero_copy.h"
 
@@ -307,36 +306,16 @@ void sparse_zero_copy_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet 
   const c10::DeviceIndex device = call_device(op, *stack, begin, &max_numel);
 
   SparseCall call(device);
-  c10::SmallVector<int, 4> return_arg;
-  for (const auto& ret : schema.returns()) return_arg.push_back(written_argument(schema, ret));
-  c10::SmallVector<c10::IValue, 4> results;
-  for (int i : return_arg) results.push_back(i >= 0 ? (*stack)[begin + i] : c10::IValue());
-
-  for (size_t i = 0; i < num_args; ++i) {
-    c10::IValue& v = (*stack)[begin + i];
-    const auto* info = schema.arguments()[i].alias_info();
-    const bool is_written = info && info->isWrite();
-    if (v.isTensor()) {
-      v = call.to_cpu(v.toTensor(), is_written);
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(call.to_cpu(t, is_written));
-      v = std::move(out);
-    } else if (v.isDevice() && v.toDevice().type() == kNPU) {
-      v = c10::Device(c10::DeviceType::CPU);
-    } else if (v.isGenerator()) {
-      v = cpu_generator_for(v.toGenerator(), device);
-    } else if (v.isNone() && is_optional_generator(schema.arguments()[i])) {
-      v = cpu_generator_for(std::nullopt, device);
-    }
-  }
   const c10::DispatchKeySet cpu(cpu_key(ks));
-  run_now(schema.name().c_str(), device, max_numel, [&] {
-    if (!reduced_precision_sparse_add(schema, stack, begin)) op.redispatchBoxed(cpu, stack);
-  });
-  call.sync_written();
-
-  results_to_npu(*stack, return_arg, results, [&call](const at::Tensor& t) { return call.to_npu(t); });
+  run_on_cpu_stand_ins(
+      op, stack, device, [&call](const at::Tensor& t, bool written) { return call.to_cpu(t, written); },
+      [&] {
+        run_now(schema.name().c_str(), device, max_numel, [&] {
+          if (!reduced_precision_sparse_add(schema, stack, begin)) op.redispatchBoxed(cpu, stack);
+        });
+        call.sync_written();
+      },
+      [&call](const at::Tensor& t) { return call.to_npu(t); });
 }
 
 namespace {

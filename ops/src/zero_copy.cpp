@@ -460,6 +460,40 @@ void results_to_npu(torch::jit::Stack& stack, c10::ArrayRef<int> return_arg,
   }
 }
 
+void run_on_cpu_stand_ins(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
+                          c10::function_ref<at::Tensor(const at::Tensor&, bool)> to_cpu,
+                          c10::function_ref<void()> kernel,
+                          c10::function_ref<at::Tensor(const at::Tensor&)> to_npu) {
+  const auto& schema = op.schema();
+  const size_t num_args = schema.arguments().size();
+  const size_t begin = stack->size() - num_args;
+  c10::SmallVector<int, 4> return_arg;
+  for (const auto& ret : schema.returns()) return_arg.push_back(written_argument(schema, ret));
+  c10::SmallVector<c10::IValue, 4> results;
+  for (int i : return_arg) results.push_back(i >= 0 ? (*stack)[begin + i] : c10::IValue());
+
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& v = (*stack)[begin + i];
+    const auto* info = schema.arguments()[i].alias_info();
+    const bool is_written = info && info->isWrite();
+    if (v.isTensor()) {
+      v = to_cpu(v.toTensor(), is_written);
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(to_cpu(t, is_written));
+      v = std::move(out);
+    } else if (v.isDevice() && v.toDevice().type() == kNPU) {
+      v = c10::Device(c10::DeviceType::CPU);
+    } else if (v.isGenerator()) {
+      v = cpu_generator_for(v.toGenerator(), device);
+    } else if (v.isNone() && is_optional_generator(schema.arguments()[i])) {
+      v = cpu_generator_for(std::nullopt, device);
+    }
+  }
+  kernel();
+  results_to_npu(*stack, return_arg, results, to_npu);
+}
+
 namespace {
 
 bool is_npu(const at::Tensor& t) { return t.defined() && t.device().type() == kNPU; }

@@ -149,7 +149,7 @@ void check_and_update_for_copy(const at::Tensor& dst, const at::Tensor& src);
 void install_kernel_allocator();
 
 // Shared by the boxed kernels that run an operator's CPU kernel on CPU stand-ins of its
-// npu arguments (npu_fallback in zero_copy.cpp, sparse_zero_copy_kernel in sparse.cpp).
+// npu arguments (npu_fallback in zero_copy.cpp, the sparse and nested kernels).
 
 // An argument of type Generator? (None: the device's default generator).
 bool is_optional_generator(const c10::Argument& arg);
@@ -170,5 +170,15 @@ at::Tensor nested_result_to_npu(AliasMap& aliases, const at::Tensor& cpu);
 void results_to_npu(torch::jit::Stack& stack, c10::ArrayRef<int> return_arg,
                     c10::SmallVectorImpl<c10::IValue>& results,
                     c10::function_ref<at::Tensor(const at::Tensor&)> to_npu);
+
+// The frame of the kernels that run a CPU layout backend's kernel (sparse.cpp, nested.cpp) on
+// CPU stand-ins of the npu arguments of `op` on `stack`: each tensor argument becomes
+// to_cpu(tensor, written by the op?) (lists element by element), an npu device argument the CPU,
+// a generator the device's CPU stand-in (cpu_generator_for); then `kernel` runs (the caller
+// redispatches, in stream order), and the results become npu values (results_to_npu).
+void run_on_cpu_stand_ins(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
+                          c10::function_ref<at::Tensor(const at::Tensor&, bool)> to_cpu,
+                          c10::function_ref<void()> kernel,
+                          c10::function_ref<at::Tensor(const at::Tensor&)> to_npu);
 
 }  // namespace torch_npu::ops
