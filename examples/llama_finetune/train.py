@@ -2,12 +2,13 @@
 
     python examples/llama_finetune/train.py                       # tiny LLaMA, npu:0, 20 steps
     torchrun --nproc_per_node=2 examples/llama_finetune/train.py  # DDP over hccl, one device per rank
+    torchrun --nproc_per_node=2 examples/llama_finetune/train.py --parallel zero2   # DeepSpeed ZeRO-2
     python examples/llama_finetune/train.py --device cpu          # the same run on the CPU (gloo)
     python examples/llama_finetune/train.py --size 7b             # LLaMA-2 7B's shape: runs or says what it needs
 
 Nothing is downloaded: the model is built from a LlamaConfig (random weights, seeded) and
-the training text is generated and tokenized here (byte-level tokenizer). Options: DDP or
-FSDP2 (``--parallel``), bf16 autocast (``--bf16``), ``torch.optim.AdamW`` or
+the training text is generated and tokenized here (byte-level tokenizer). Options: DDP, FSDP2
+or DeepSpeed ZeRO stage 1-3 (``--parallel``), bf16 autocast (``--bf16``), ``torch.optim.AdamW`` or
 ``torch_npu.optim.NpuFusedAdamW`` (``--optim``), transformers' linear warm-up schedule,
 gradient accumulation, checkpoints (``--save``/``--resume``), torch_npu's profiler around
 two steps (``--profile``), a loss curve PNG (``--plot``) and the losses as JSON (``--losses``).
@@ -97,12 +98,20 @@ def memory_need(config, args, world):
     from transformers import LlamaForCausalLM
     with torch.device("meta"):
         n_params = sum(p.numel() for p in LlamaForCausalLM(config).parameters())
-    states = 16 * n_params // (world if args.parallel == "fsdp" else 1)
+    states = 16 * n_params // (world if sharded(args) else 1)
     b, s, h, a = args.batch, args.seq, config.hidden_size, config.num_attention_heads
     act_bytes = 1 if args.bf16 else 2
     activations = config.num_hidden_layers * s * b * h * (34 + 5 * a * s / h) * act_bytes
     logits = 3 * b * s * config.vocab_size * 4
     return n_params, int(states + activations + logits)
+
+
+def sharded(args):
+    """Weights, gradients and optimizer states divided over the ranks (FSDP2, ZeRO-3)."""
+    return args.parallel in ("fsdp", "zero3")
+
+
+ZERO = {"zero1": 1, "zero2": 2, "zero3": 3}
 
 
 def host_available():
@@ -173,8 +182,8 @@ def parse_args(argv=None):
     p.add_argument("--size", choices=["tiny", "7b"], default="tiny")
     p.add_argument("--layers", type=int, default=None, help="override num_hidden_layers")
     p.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="transformers' attn_implementation")
-    p.add_argument("--parallel", choices=["none", "ddp", "fsdp"], default=None,
-                   help="default: ddp under torchrun, none otherwise")
+    p.add_argument("--parallel", choices=["none", "ddp", "fsdp", *ZERO], default=None,
+                   help="default: ddp under torchrun, none otherwise; zeroN: DeepSpeed's ZeRO stage N")
     p.add_argument("--steps", type=int, default=20, help="optimizer steps in all (a resumed run continues to it)")
     p.add_argument("--batch", type=int, default=4, help="sequences per rank per micro-batch")
     p.add_argument("--seq", type=int, default=64, help="tokens per sequence")
@@ -182,6 +191,8 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps of the linear schedule")
     p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--max-grad-norm", type=float, default=0.0,
+                   help="clip the gradients' global norm to this before each optimizer step (0: no clipping)")
     p.add_argument("--bf16", action="store_true", help="torch.autocast(device, dtype=torch.bfloat16)")
     p.add_argument("--optim", choices=["torch", "npu_fused"], default="torch",
                    help="torch.optim.AdamW or torch_npu.optim.NpuFusedAdamW")
@@ -202,6 +213,9 @@ def parse_args(argv=None):
             p.error(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.optim == "npu_fused" and args.device != "npu":
         p.error("--optim npu_fused is torch_npu.optim.NpuFusedAdamW: it needs --device npu")
+    if args.parallel in ZERO and args.device != "npu":
+        p.error(f"--parallel {args.parallel} is DeepSpeed on npu (its accelerator is torch_npu's); "
+                "the CPU reference is --parallel ddp --device cpu")
     if args.force and args.device != "npu":
         p.error("--force needs --device npu (the simulator raises torch.OutOfMemoryError; "
                 "on the cpu the kernel's OOM killer would end the process)")
@@ -250,7 +264,7 @@ def build_model(config, args, device, world):
         raise SystemExit(
             f"LLaMA-2 {args.size} does not fit: full fine-tuning with AdamW in fp32 needs about "
             f"{need / gib:.1f} GiB per device ({16 * n_params / gib:.1f} GiB of weights, gradients and optimizer "
-            f"states{' over ' + str(world) + ' ranks' if args.parallel == 'fsdp' else ''} + activations "
+            f"states{' over ' + str(world) + ' ranks' if sharded(args) else ''} + activations "
             f"of batch {args.batch} x {args.seq}), this machine has {have}. Use more ranks with "
             f"--parallel fsdp, fewer layers (--layers), or --force to let the allocator raise.")
     torch.manual_seed(args.seed)
@@ -281,6 +295,21 @@ def wrap(model, args, device):
     return model
 
 
+def deepspeed_engine(model, optimizer, scheduler, args):
+    """DeepSpeed's engine around the model and the torch optimizer, ZeRO stage 1-3. DeepSpeed
+    finds the npu through its accelerator (torch_npu) and the CANN home torch_npu exports."""
+    try:
+        import deepspeed
+    except ImportError:
+        raise SystemExit(f"--parallel {args.parallel} needs DeepSpeed (pip install deepspeed)")
+    config = {"train_micro_batch_size_per_gpu": args.batch, "gradient_accumulation_steps": args.accum,
+              "zero_optimization": {"stage": ZERO[args.parallel]}, "steps_per_print": 1 << 30,
+              "gradient_clipping": args.max_grad_norm}  # DeepSpeed's default would clip at 1.0
+    engine, optimizer, _, scheduler = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                           lr_scheduler=scheduler, config=config)
+    return engine, optimizer, scheduler
+
+
 def make_optimizer(model, args):
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -293,6 +322,10 @@ def make_optimizer(model, args):
 
 def save_checkpoint(path, model, optimizer, scheduler, step, args):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+    if args.parallel in ZERO:  # DeepSpeed's own format: each rank writes its partition
+        model.save_checkpoint(path, tag="last", client_state={"step": step, "args": checkpoint_args(args)})
+        log0(f"checkpoint (step {step}) -> {path}")
+        return
     if args.parallel == "fsdp":  # gather the shards into full tensors on rank 0
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=opts)
@@ -303,12 +336,21 @@ def save_checkpoint(path, model, optimizer, scheduler, step, args):
     if not dist.is_initialized() or dist.get_rank() == 0:
         os.makedirs(path, exist_ok=True)
         torch.save({"model": model_sd, "optimizer": optim_sd, "scheduler": scheduler.state_dict(), "step": step,
-                    "args": {k: getattr(args, k) for k in ("size", "layers", "lr", "warmup", "steps", "seed",
-                                                           "batch", "seq", "accum")}},
-                   os.path.join(path, "checkpoint.pt"))
+                    "args": checkpoint_args(args)}, os.path.join(path, "checkpoint.pt"))
         log0(f"checkpoint (step {step}) -> {os.path.join(path, 'checkpoint.pt')}")
     if dist.is_initialized():
         dist.barrier()
+
+
+def checkpoint_args(args):
+    return {k: getattr(args, k) for k in ("size", "layers", "lr", "warmup", "steps", "seed", "batch", "seq", "accum")}
+
+
+def check_resumable(path, saved, args):
+    for k in ("size", "layers", "seed", "batch", "seq", "accum", "steps"):
+        if saved[k] != getattr(args, k):
+            raise SystemExit(f"--resume {path}: the checkpoint was made with --{k} {saved[k]}, "
+                             f"this run has {getattr(args, k)}")
 
 
 def _to_cpu(obj):
@@ -322,11 +364,15 @@ def _to_cpu(obj):
 
 
 def load_checkpoint(path, model, optimizer, scheduler, args, device):
+    if args.parallel in ZERO:  # the engine restores weights, optimizer and scheduler
+        _, client = model.load_checkpoint(path, tag="last")
+        if client is None:
+            raise SystemExit(f"--resume {path}: no DeepSpeed checkpoint there (tag 'last')")
+        check_resumable(path, client["args"], args)
+        log0(f"resumed from {path} after step {client['step']}")
+        return client["step"]
     ckpt = torch.load(os.path.join(path, "checkpoint.pt"), map_location="cpu", weights_only=False)
-    for k in ("size", "layers", "seed", "batch", "seq", "accum", "steps"):
-        if ckpt["args"][k] != getattr(args, k):
-            raise SystemExit(f"--resume {path}: the checkpoint was made with --{k} {ckpt['args'][k]}, "
-                             f"this run has {getattr(args, k)}")
+    check_resumable(path, ckpt["args"], args)
     if args.parallel == "fsdp":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
         set_state_dict(model, optimizer, model_state_dict=ckpt["model"], optim_state_dict=ckpt["optimizer"],
@@ -376,6 +422,8 @@ def train(args, device, rank, world):
     from transformers import get_linear_schedule_with_warmup
     scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=args.warmup,
                                                 num_training_steps=args.steps)
+    if args.parallel in ZERO:
+        model, optimizer, scheduler = deepspeed_engine(model, optimizer, scheduler, args)
     start = load_checkpoint(args.resume, model, optimizer, scheduler, args, device) if args.resume else 0
     last = min(args.steps, args.stop_after) if args.stop_after else args.steps
 
@@ -406,11 +454,18 @@ def train(args, device, rank, world):
             with ctx:
                 with autocast:
                     out = model(input_ids=input_ids, attention_mask=attention_mask, labels=input_ids)
-                (out.loss / args.accum).backward()
+                if args.parallel in ZERO:  # the engine divides by the accumulation steps and steps
+                    model.backward(out.loss)  # optimizer and scheduler on the last micro-batch only
+                    model.step()
+                else:
+                    (out.loss / args.accum).backward()
             total += out.loss.detach().float() / args.accum
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()  # NpuFusedAdamW keeps its gradients (set_to_none=False)
+        if args.parallel not in ZERO:
+            if args.max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()  # NpuFusedAdamW keeps its gradients (set_to_none=False)
         if dist.is_initialized():
             dist.all_reduce(total)
             total /= world

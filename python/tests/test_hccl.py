@@ -402,6 +402,8 @@ def _w_ddp(rank, world, port, result_path):
         opt.step()
     if rank == 0:
         torch.save([p.detach().cpu() for p in model.parameters()], result_path)
+        times = {k: v for k, v in model._get_ddp_logging_data().items() if k.endswith("_time")}
+        torch.save(times, result_path + ".times")
     dist.destroy_process_group()
 
 
@@ -410,6 +412,11 @@ def test_ddp_matches_single_process(tmp_path):
     path = str(tmp_path / "weights.pt")
     _spawn(_w_ddp, world, path)
     _assert_matches_single_process(path, world)
+    # DDP's runtime stats come from the npu timer (torch_npu registers one for PrivateUse1)
+    times = torch.load(path + ".times")
+    for key in ("forward_compute_time", "backward_compute_time", "backward_comm_time",
+                "avg_forward_compute_time", "avg_backward_comm_time"):
+        assert times.get(key, 0) > 0, (key, times)
 
 
 def _w_fsdp2(rank, world, port, result_path):

@@ -3,8 +3,8 @@
 Measured on the simulator: fp32 npu vs cpu losses agree to <= 5e-7 (the same CPU kernels
 run both; only summation order can differ), bf16 autocast npu vs cpu to ~1.3e-4 (the
 npu and cpu autocast policies cast a few ops differently); the tolerances below are
-1e-5 and 2e-3. DDP over hccl (2 ranks x 2 micro-batches x batch 1) and FSDP2 (2 ranks x
-batch 2) match 1 rank x batch 4.
+1e-5 and 2e-3. DDP over hccl (2 ranks x 2 micro-batches x batch 1), FSDP2 (2 ranks x
+batch 2) and DeepSpeed ZeRO-1/2/3 match 1 rank x batch 4.
 """
 import json
 import os
@@ -118,6 +118,32 @@ def test_fused_optimizer_and_profiler(npu_run, tmp_path):
     assert "NpuFusionAttention" in kernels and "NpuFusionAttentionGrad" in kernels
     png = open(tmp_path / "loss.png", "rb").read()
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 500
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_deepspeed_zero_two_ranks_hccl_matches_one_rank(npu_run, tmp_path, stage):
+    # DeepSpeed finds the npu through its accelerator (torch_npu) and CANN through the
+    # ASCEND_HOME_PATH torch_npu exports; 2 ranks x 2 micro-batches x batch 1, the engine
+    # accumulating, = the single run's batch 4.
+    pytest.importorskip("deepspeed", reason="tools/venv.py installs deepspeed")
+    zero, p = run(tmp_path, "--batch", "1", "--accum", "2", "--parallel", f"zero{stage}", name=f"zero{stage}",
+                  torchrun=2)
+    assert zero["world"] == 2 and zero["parallel"] == f"zero{stage}"
+    assert "cannot be compiled" not in p.stdout + p.stderr  # DeepSpeed's npu op builders found CANN
+    close(zero["losses"], npu_run["losses"], FP32_TOL)
+
+
+def test_deepspeed_gradient_clipping_and_resume_match_one_rank(npu_run, tmp_path):
+    # DeepSpeed clips at 1.0 unless told otherwise: --max-grad-norm sets it in every mode.
+    pytest.importorskip("deepspeed", reason="tools/venv.py installs deepspeed")
+    one, _ = run(tmp_path, "--max-grad-norm", "0.05", name="one")
+    assert abs(one["losses"][-1] - npu_run["losses"][-1]) > 1e-3  # the clipping bites
+    ck = tmp_path / "ck"
+    args = ["--batch", "2", "--parallel", "zero3", "--max-grad-norm", "0.05"]
+    first, _ = run(tmp_path, *args, "--stop-after", "2", "--save", str(ck), name="first", torchrun=2)
+    rest, p = run(tmp_path, *args, "--resume", str(ck), name="rest", torchrun=2)
+    assert "resumed from" in p.stdout and rest["first_step"] == 3
+    close(first["losses"] + rest["losses"], one["losses"], FP32_TOL)
 
 
 def test_7b_says_what_it_needs(tmp_path):

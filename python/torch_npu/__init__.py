@@ -88,6 +88,10 @@ def _load_sdk_libs() -> None:
 
 _load_sdk_libs()
 
+from torch_npu import _cann_env  # noqa: E402
+
+_cann_env.apply()  # ASCEND_HOME_PATH & co. name the simulated toolkit (torch_npu/cann) unless set
+
 if _build is None:
     _check_torch_version(torch.__version__, _C.__torch_version__, "(source build)")
     __version__ = _strip_local(_C.__torch_version__) + "+unknown"

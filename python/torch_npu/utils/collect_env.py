@@ -1,8 +1,9 @@
 """Environment report for bug reports, as torch_npu has it (``python -m torch_npu.utils.collect_env``).
 
 It is PyTorch's ``torch.utils.collect_env`` report plus the torch_npu and CANN versions. The
-CANN here is the simulated one: there is no ``$ASCEND_HOME_PATH`` install to read, so the
-version is the one the simulator reports (``torch_npu.utils.get_cann_version()``).
+CANN here is the simulated one, whatever ``$ASCEND_HOME_PATH`` names: the version is the one the
+simulator reports (``torch_npu.utils.get_cann_version()``; the toolkit home torch_npu/cann
+records the same in its ascend_toolkit_install.info).
 """
 import os
 import sys
