@@ -360,7 +360,7 @@ def test_graph_break_falls_back_to_eager():
 
 def test_compiled_flex_attention_takes_the_cpp_template():
     """Inductor sent npu's flex_attention to its Triton templates ("Torch not compiled with
-    CUDA enabled"); it takes the C++ template, as cpu does, inference only as there."""
+    CUDA enabled"); for inference it takes the C++ template, as cpu does."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     torch.manual_seed(0)
@@ -371,8 +371,37 @@ def test_compiled_flex_attention_takes_the_cpp_template():
         out = compiled(q.npu(), k.npu(), v.npu(), block_mask=mask)
     assert out.device.type == "npu"
     _close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    with pytest.raises(Exception, match="only supports inference"):
-        compiled(q.npu().requires_grad_(), k.npu(), v.npu(), block_mask=mask)
+
+
+@pytest.mark.parametrize("gqa", [False, True])
+def test_compiled_flex_attention_trains_on_npu(gqa):
+    """The C++ template is inference only ("torch.compile on CPU only supports inference",
+    transformers' test_flex_attention_with_grads on every model); a compiled flex_attention
+    that needs gradients takes its dense form on npu and matches the eager operator."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    torch.manual_seed(0)
+    heads_kv = 2 if gqa else 4
+    q = torch.randn(2, 4, 64, 16)
+    k, v = torch.randn(2, heads_kv, 64, 16), torch.randn(2, heads_kv, 64, 16)
+    bias = torch.randn(4).npu()  # a buffer the score_mod captures
+
+    def score_mod(score, b, h, qi, ki):
+        return score + bias[h] + (qi - ki) * 0.01
+
+    mask = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, 64, 64, device="npu")
+
+    def run(fn):
+        inputs = [t.npu().requires_grad_() for t in (q, k, v)]
+        out = fn(*inputs, score_mod=score_mod, block_mask=mask, enable_gqa=gqa)
+        (out * out).sum().backward()
+        return [out.detach().cpu()] + [t.grad.cpu() for t in inputs]
+
+    eager = run(flex_attention)
+    compiled = run(torch.compile(flex_attention, fullgraph=True))
+    for got, want in zip(compiled, eager):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert all(g.abs().sum() > 0 for g in compiled[1:])
 
 
 # ---- random numbers in compiled kernels ---------------------------------------------------------

@@ -255,9 +255,8 @@ def _flex_attention_lowers_as_on_cpu() -> None:
     Inductor's flex_attention lowering picks the C++ template for "cpu", Metal for "mps"
     and the Triton templates for every other device: a compiled flex_attention on npu
     tensors (transformers' ``attn_implementation="flex_attention"``) failed with "Torch not
-    compiled with CUDA enabled". The C++ template is inference-only: a graph needing the
-    backward fails in it with "torch.compile on CPU only supports inference", as a cpu one
-    does. Uncompiled, flex_attention on npu runs forward and backward.
+    compiled with CUDA enabled". The C++ template is inference-only: a graph that needs the
+    backward (or the logsumexp) never reaches it on npu (_flex_attention_trains_dense).
     """
     lowerings = _private("torch._inductor.lowering", "lowerings")
     hop = torch.ops.higher_order
@@ -273,6 +272,53 @@ def _flex_attention_lowers_as_on_cpu() -> None:
 
     flex_attention._npu_cpu_template = True
     lowerings[hop.flex_attention] = flex_attention
+
+
+def _flex_attention_dense(*args):
+    """The flex_attention operator's dense form (torch's eager implementation, in aten ops)."""
+    from torch._higher_order_ops.flex_attention import sdpa_dense
+
+    return sdpa_dense(*args)
+
+
+def _flex_attention_trains_dense() -> None:
+    """A compiled flex_attention on npu that must train takes its dense form.
+
+    Inductor's C++ template (the one a cpu or npu graph gets) computes the forward only:
+    one that needs the backward or the logsumexp (``kernel_options["OUTPUT_LOGSUMEXP"]``,
+    which flex_attention sets for inputs requiring grad) failed with "torch.compile on CPU
+    only supports inference" (transformers' ``test_flex_attention_with_grads``). A pre-grad
+    pass, before AOTAutograd, calls torch's eager implementation (score_mod and mask_mod
+    vmapped over the scores) in place of the operator in npu graphs that need it: AOTAutograd
+    traces it into aten ops, so the backward is derived as for any composition and Inductor
+    compiles both (the scores are materialised: memory O(L * S) per head, as eager's).
+    Inference graphs keep the C++ template. The pass joins ``config.pre_grad_custom_pass``;
+    a program that sets that option afterwards replaces it.
+    """
+    config = importlib.import_module("torch._inductor.config")
+    custom = importlib.import_module("torch._inductor.custom_graph_pass")
+    current = custom.get_custom_graph_passes(config.pre_grad_custom_pass)
+    if any(getattr(p, "_npu_flex_dense", False) for p in current):
+        return
+
+    class FlexAttentionDenseOnNpu(custom.CustomGraphPass):
+        _npu_flex_dense = True
+
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            for node in graph.nodes:
+                if node.op != "call_function" or node.target is not torch.ops.higher_order.flex_attention:
+                    continue
+                query = node.args[0].meta.get("example_value", node.args[0].meta.get("val"))
+                kernel_options = node.args[6] if len(node.args) > 6 else {}
+                if (isinstance(query, torch.Tensor) and query.device.type == DEVICE
+                        and kernel_options.get("OUTPUT_LOGSUMEXP")):
+                    node.target = _flex_attention_dense
+
+        def uuid(self):
+            return custom.get_hash_for_files((__file__,))
+
+    passes = [*current, FlexAttentionDenseOnNpu()]
+    config.pre_grad_custom_pass = passes[0] if len(passes) == 1 else passes
 
 
 def _empty_tensors_keep_their_size_when_moved_to_npu() -> None:
@@ -335,3 +381,4 @@ def register_inductor() -> None:
     _vectorized_rand_in_npu_kernels()
     _empty_tensors_keep_their_size_when_moved_to_npu()
     _flex_attention_lowers_as_on_cpu()
+    _flex_attention_trains_dense()
