@@ -191,6 +191,8 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=2, help="warm-up steps of the linear schedule")
     p.add_argument("--weight-decay", type=float, default=0.01)
+    p.add_argument("--offload", action="store_true",
+                   help="with --parallel zero2/zero3: ZeRO-Offload, the optimizer step on the host (DeepSpeedCPUAdam)")
     p.add_argument("--max-grad-norm", type=float, default=0.0,
                    help="clip the gradients' global norm to this before each optimizer step (0: no clipping)")
     p.add_argument("--bf16", action="store_true", help="torch.autocast(device, dtype=torch.bfloat16)")
@@ -216,6 +218,8 @@ def parse_args(argv=None):
     if args.parallel in ZERO and args.device != "npu":
         p.error(f"--parallel {args.parallel} is DeepSpeed on npu (its accelerator is torch_npu's); "
                 "the CPU reference is --parallel ddp --device cpu")
+    if args.offload and args.parallel not in ("zero2", "zero3"):
+        p.error("--offload is DeepSpeed's optimizer offload: it needs --parallel zero2 or zero3")
     if args.force and args.device != "npu":
         p.error("--force needs --device npu (the simulator raises torch.OutOfMemoryError; "
                 "on the cpu the kernel's OOM killer would end the process)")
@@ -305,15 +309,34 @@ def deepspeed_engine(model, optimizer, scheduler, args):
     config = {"train_micro_batch_size_per_gpu": args.batch, "gradient_accumulation_steps": args.accum,
               "zero_optimization": {"stage": ZERO[args.parallel]}, "steps_per_print": 1 << 30,
               "gradient_clipping": args.max_grad_norm}  # DeepSpeed's default would clip at 1.0
-    engine, optimizer, _, scheduler = deepspeed.initialize(model=model, optimizer=optimizer,
-                                                           lr_scheduler=scheduler, config=config)
+    if args.offload:  # DeepSpeed's own AdamW on the host (a C++ op it builds against CANN's home)
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+        config["optimizer"] = {"type": "AdamW", "params": {"lr": args.lr, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                           "weight_decay": args.weight_decay}}
+        config["zero_force_ds_cpu_optimizer"] = True
+    if args.offload:  # the engine makes the optimizer, the schedule is made on it
+        engine, optimizer, _, scheduler = deepspeed.initialize(
+            model=model, model_parameters=param_groups(model, args), config=config,
+            lr_scheduler=lambda opt: make_scheduler(opt, args))
+    else:
+        engine, optimizer, _, scheduler = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                               lr_scheduler=scheduler, config=config)
     return engine, optimizer, scheduler
 
 
-def make_optimizer(model, args):
+def param_groups(model, args):
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_scheduler(optimizer, args):
+    from transformers import get_linear_schedule_with_warmup
+    return get_linear_schedule_with_warmup(optimizer, num_warmup_steps=args.warmup, num_training_steps=args.steps)
+
+
+def make_optimizer(model, args):
+    groups = param_groups(model, args)
     if args.optim == "npu_fused":
         import torch_npu
         return torch_npu.optim.NpuFusedAdamW(groups, lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
@@ -419,9 +442,7 @@ def train(args, device, rank, world):
     model = wrap(model, args, device)
     model.train()
     optimizer = make_optimizer(model, args)
-    from transformers import get_linear_schedule_with_warmup
-    scheduler = get_linear_schedule_with_warmup(optimizer, num_warmup_steps=args.warmup,
-                                                num_training_steps=args.steps)
+    scheduler = make_scheduler(optimizer, args)
     if args.parallel in ZERO:
         model, optimizer, scheduler = deepspeed_engine(model, optimizer, scheduler, args)
     start = load_checkpoint(args.resume, model, optimizer, scheduler, args, device) if args.resume else 0

@@ -37,7 +37,7 @@ def run(tmp_path, *args, name="run", torchrun=0, env=None, check=True):
     if torchrun:
         cmd += ["-m", "torch.distributed.run", f"--nproc_per_node={torchrun}", "--standalone"]
     cmd += [SCRIPT, "--steps", "4", "--losses", str(out), *args]
-    p = subprocess.run(cmd, env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=300,
+    p = subprocess.run(cmd, env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=900,
                        cwd=str(tmp_path))
     if check:
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -144,6 +144,16 @@ def test_deepspeed_gradient_clipping_and_resume_match_one_rank(npu_run, tmp_path
     rest, p = run(tmp_path, *args, "--resume", str(ck), name="rest", torchrun=2)
     assert "resumed from" in p.stdout and rest["first_step"] == 3
     close(first["losses"] + rest["losses"], one["losses"], FP32_TOL)
+
+
+def test_deepspeed_zero_offload_builds_its_cpu_adam_against_the_cann_home(npu_run, tmp_path):
+    # ZeRO-Offload: DeepSpeed JIT-builds its C++ AdamW (DeepSpeedCPUAdam) with CANN's include and
+    # lib64 (-lascendcl) and torch_npu's lib (-ltorch_npu): the packaged CANN home and SDK.
+    pytest.importorskip("deepspeed", reason="tools/venv.py installs deepspeed")
+    zero, p = run(tmp_path, "--batch", "1", "--accum", "2", "--parallel", "zero2", "--offload", name="offload",
+                  torchrun=2)
+    assert "cannot be compiled" not in p.stdout + p.stderr
+    close(zero["losses"], npu_run["losses"], FP32_TOL)  # DeepSpeed's host AdamW is torch's AdamW
 
 
 def test_7b_says_what_it_needs(tmp_path):
