@@ -13,13 +13,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ml_dtypes (iree.runtime imports it): 0.7.0's extension took 0.7-1.0 s to load here, 0.6.0's
 # 8 ms; that second was most of a warm MLIR compile.
 # transformers: examples/llama_finetune (LlamaForCausalLM, get_linear_schedule_with_warmup) and its test;
-# deepspeed, accelerate, peft: the example's ZeRO modes and the ecosystem tests (tests/test_ecosystem.py).
+# deepspeed, accelerate, peft: the example's ZeRO modes and the ecosystem tests (tests/test_ecosystem.py);
+# torchdata: accelerate's stateful data loader cases there.
 # pytest-xdist: the matrix runs each pair's tests in one worker per core, a file per worker.
 # en-dtypes: Huawei's numpy dtypes, the HiFloat8 oracle of tests/test_custom_dtypes.py (and of op-plugin's tests).
 PACKAGES = ["pyyaml", "numpy", "expecttest", "pytest", "pytest-xdist==3.8.0", "hypothesis==6.140.3",
             "iree-base-compiler==3.13.0", "iree-base-runtime==3.13.0", "ml_dtypes==0.6.0",
             "transformers==5.25.0", "deepspeed==0.19.8", "accelerate==1.16.0", "peft==0.21.2",
-            "en-dtypes==0.0.4"]
+            "torchdata==0.11.0", "en-dtypes==0.0.4"]
 
 
 def ensure(pair: str) -> str:

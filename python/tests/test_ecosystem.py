@@ -91,6 +91,22 @@ def test_accelerate_launch_two_processes_over_hccl_matches_one(tmp_path):
         (two["losses"], one["losses"])
 
 
+@pytest.mark.parametrize("script", ["test_script", "test_ops", "test_sync", "test_merge_weights",
+                                    "test_distributed_data_loop"])
+def test_accelerates_own_test_scripts_on_two_npus(script):
+    # accelerate ships its multi-process test scripts (`accelerate test` runs test_script.py);
+    # they run here as on two accelerators, over hccl.
+    pytest.importorskip("accelerate", reason="tools/venv.py installs accelerate")
+    if script == "test_distributed_data_loop":
+        pytest.importorskip("torchdata", reason="its StatefulDataLoader cases need torchdata")
+    import accelerate
+
+    path = os.path.join(os.path.dirname(accelerate.__file__), "test_utils", "scripts", script + ".py")
+    p = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--multi_gpu",
+                        "--main_process_port", "0", path], env=_env(), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
 def _lora_llama(device):
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaConfig, LlamaForCausalLM
