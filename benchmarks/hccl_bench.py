@@ -19,6 +19,11 @@ one line per backend (a dependency-free SVG, e.g. docs/hccl_busbw.svg).
 ``--tcp`` adds an ``hccl-tcp`` column: hccl with each rank made its own "host"
 (TORCH_NPU_HCCL_HOST_ID set per rank), so the data goes over the TCP transport (loopback)
 instead of shared memory, as between machines.
+
+``--two-hosts`` compares one host with two: 2 ranks on this machine (shared memory) against
+one rank in each of two network namespaces joined by a veth pair (python/tests/netns_hosts.py,
+needs root), launched by ``torchrun --nnodes=2``: all-reduce time and bus bandwidth per size,
+and the step time of examples/llama_finetune/train.py with DDP (whose losses must agree).
 """
 import argparse
 import os
@@ -73,18 +78,32 @@ def _worker(rank, world, port, backend, sizes, out_path):
         import torch_npu  # noqa: F401
         torch.npu.set_device(rank)
         device = torch.device("npu", rank)
-        sync = torch.npu.synchronize
     else:
         torch.set_num_threads(1)
         device = torch.device("cpu")
-        sync = lambda: None  # noqa: E731  (gloo's synchronous calls return when done)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    _measure(rank, device, sizes, out_path, all_reduce_only=False)
+
+
+def _torchrun_worker(sizes, out_path):
+    """One rank started by torchrun (env:// rendezvous): hccl all-reduce timings."""
+    import torch_npu  # noqa: F401
+    local = int(os.environ["LOCAL_RANK"])
+    torch.npu.set_device(local)
+    dist.init_process_group("hccl")
+    _measure(dist.get_rank(), torch.device("npu", local), sizes, out_path, all_reduce_only=True)
+
+
+def _measure(rank, device, sizes, out_path, all_reduce_only):
+    """Times the collectives on the initialised group; rank 0 writes 'op bytes seconds' lines."""
+    # gloo's synchronous calls return when done
+    sync = torch.npu.synchronize if device.type == "npu" else (lambda: None)
     rows = []
     for nbytes in sizes:
         x = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
         t = _time_batches(lambda: dist.all_reduce(x), sync, nbytes)
         rows.append(("all_reduce", nbytes, t))
-        if nbytes >= (1 << 20):
+        if nbytes >= (1 << 20) and not all_reduce_only:
             out = torch.empty(nbytes // 4, device=device)
             part = torch.ones(nbytes // 4 // world, device=device)
             t = _time_batches(lambda: dist.all_gather_into_tensor(out, part), sync, nbytes, repeats=3)
@@ -92,9 +111,7 @@ def _worker(rank, world, port, backend, sizes, out_path):
             t = _time_batches(lambda: dist.reduce_scatter_tensor(part, out), sync, nbytes, repeats=3)
             rows.append(("reduce_scatter", nbytes, t))
     # the slowest rank's time counts
-    times = torch.tensor([r[2] for r in rows], dtype=torch.float64)
-    if backend == "hccl":
-        times = times.to(device)
+    times = torch.tensor([r[2] for r in rows], dtype=torch.float64).to(device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     if rank == 0:
         with open(out_path, "w") as f:
@@ -254,13 +271,76 @@ def write_plot(path, results):
         f.write("\n".join(parts) + "\n")
 
 
+def run_two_hosts(sizes, steps=20):
+    """One host (2 ranks, shared memory) vs two hosts (1 rank each, TCP over a veth pair)."""
+    import json
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, os.path.join(root, "python", "tests"))
+    import netns_hosts
+
+    import torch_npu
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        p for p in [os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__))),
+                    os.environ.get("PYTHONPATH")] if p))
+    train = os.path.join(root, "examples", "llama_finetune", "train.py")
+    bench = ["--worker", "--sizes", ",".join(str(n) for n in sizes), "--out"]
+    example = ["--steps", str(steps), "--batch", "2", "--parallel", "ddp", "--losses"]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp, netns_hosts.two_hosts() as ns:
+        def here(argv):
+            subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                            *argv], env=env, cwd=tmp, check=True, capture_output=True)
+
+        def hosts(argv):
+            out = netns_hosts.torchrun_on_hosts(ns, argv, 1, env, timeout=600, cwd=tmp)
+            if any(rc != 0 for rc, _ in out):
+                raise RuntimeError("two-host run failed:\n" + "\n".join(o[-3000:] for _, o in out))
+
+        for name, launch in (("1 host", here), ("2 hosts", hosts)):
+            path = os.path.join(tmp, name.replace(" ", "_"))
+            launch([os.path.abspath(__file__), *bench, path + ".txt"])
+            launch([train, *example, path + ".json"])
+            with open(path + ".txt") as f:
+                timings = {int(n): float(t) for _, n, t in (line.split() for line in f)}
+            with open(path + ".json") as f:
+                run = json.load(f)
+            results[name] = (timings, run)
+    (one, one_run), (two, two_run) = results["1 host"], results["2 hosts"]
+    diff = max(abs(a - b) for a, b in zip(one_run["losses"], two_run["losses"]))
+    print(f"\n{WORLD} ranks: one host (shared memory) vs two hosts (network namespaces, TCP over veth); "
+          f"all-reduce float32, time per call (us) and bus bandwidth (GB/s)")
+    print(f"{'size':>6}{'1 host us':>12}{'1 host GB/s':>13}{'2 hosts us':>12}{'2 hosts GB/s':>14}")
+    for n in sizes:
+        print(f"{_fmt_size(n):>6}{one[n] * 1e6:>12.1f}{_busbw('all_reduce', n, one[n]):>13.2f}"
+              f"{two[n] * 1e6:>12.1f}{_busbw('all_reduce', n, two[n]):>14.2f}")
+    step = {k: statistics.median(r["step_seconds"][3:]) for k, r in (("1", one_run), ("2", two_run))}
+    print(f"\nLLaMA example (tiny, DDP, batch 2 per rank, {steps} steps, median of steps 4-{steps}): "
+          f"1 host {step['1'] * 1e3:.1f} ms/step, 2 hosts {step['2'] * 1e3:.1f} ms/step "
+          f"({step['2'] / step['1']:.2f}x); largest loss difference {diff:g}")
+
+
 def main():
+    if "--worker" in sys.argv:  # a rank under torchrun (--two-hosts)
+        worker = argparse.ArgumentParser()
+        worker.add_argument("--worker", action="store_true")
+        worker.add_argument("--sizes", required=True)
+        worker.add_argument("--out", required=True)
+        args = worker.parse_args()
+        _torchrun_worker([int(n) for n in args.sizes.split(",")], args.out)
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default=DEFAULT_SIZES)
     parser.add_argument("--tcp", action="store_true", help="also hccl over its TCP transport")
     parser.add_argument("--plot", metavar="SVG", help="also write a bus-bandwidth plot here")
     parser.add_argument("--ddp", action="store_true", help="time a DDP training step instead (hccl vs gloo)")
+    parser.add_argument("--two-hosts", action="store_true",
+                        help="one host vs two (network namespaces, needs root): all-reduce and the LLaMA example")
     args = parser.parse_args()
+    if args.two_hosts:
+        run_two_hosts([_parse_size(s) for s in (args.sizes if args.sizes != DEFAULT_SIZES else "64K,1M,16M")
+                       .split(",")])
+        return
     if args.ddp:
         hccl, gloo, diff = run_ddp()
         print(f"DDP step, 4x Linear(512)+GELU, batch 64 per rank, SGD, {WORLD} ranks: hccl {hccl * 1e3:.2f} ms, "

@@ -458,7 +458,7 @@ def train(args, device, rank, world):
     profiler = make_profiler(args) if args.profile else None
     if profiler:
         profiler.start()
-    losses = []
+    losses, step_seconds = [], []
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
     t_start = time.perf_counter()
     for step in range(start, last):
@@ -492,6 +492,7 @@ def train(args, device, rank, world):
             total /= world
         loss = total.item()
         losses.append(loss)
+        step_seconds.append(time.perf_counter() - t0)
         if profiler:
             profiler.step()
         log0(f"step {step + 1}/{args.steps} loss {loss:.6f} lr {scheduler.get_last_lr()[0]:.2e} "
@@ -511,7 +512,7 @@ def train(args, device, rank, world):
             with open(args.losses, "w") as f:
                 json.dump({"losses": losses, "first_step": start + 1, "world": world, "device": device.type,
                            "parallel": args.parallel, "optimizer": type(optimizer).__name__,
-                           "seconds": elapsed}, f)
+                           "seconds": elapsed, "step_seconds": step_seconds}, f)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
-"""HCCL across two "hosts": two Linux network namespaces joined by a veth pair.
+"""HCCL across two "hosts": two Linux network namespaces joined by a veth pair (netns_hosts.py).
 
-Each namespace gets one end of the pair (10.77.0.1/24 and 10.77.0.2/24, addresses only
-inside the namespaces) and runs ``torchrun --nnodes=2 --nproc_per_node=2`` (static
-rendezvous at 10.77.0.1). The backend tells hosts apart by their network namespace, so
-ranks 0, 1 share one "host" (shared memory) and ranks 2, 3 the other; between them the
-collectives go over TCP. Needs root (CAP_NET_ADMIN) for ``ip netns``; skipped otherwise.
+Each namespace runs ``torchrun --nnodes=2 --nproc_per_node=2`` (static rendezvous at
+10.77.0.1). The backend tells hosts apart by their network namespace, so ranks 0, 1 share
+one "host" (shared memory) and ranks 2, 3 the other; between them the collectives go over
+TCP. The LLaMA example runs on both hosts with one host's losses. Needs root
+(CAP_NET_ADMIN) for ``ip netns``; skipped otherwise.
 A third test splits one machine into three "hosts" with TORCH_NPU_HCCL_HOST_ID (a ring of
 three leaders, hosts of one rank), no namespaces needed.
 """
+import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -17,104 +17,34 @@ import textwrap
 import pytest
 import torch.distributed as dist
 
+import netns_hosts
 import torch_npu  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 
-PREFIX = "tnpuhccl"  # namespaces: tnpuhccl<pid>a / b; veths: tnh<pid>a / b
-MASTER = "10.77.0.1"
-
-
-def _ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
-
-
-def _remove_leftovers():
-    """Namespaces of earlier runs whose test process is gone (deleting one deletes its veth)."""
-    res = _ip("netns", "list", check=False)
-    for line in res.stdout.splitlines():
-        name = line.split()[0] if line.split() else ""
-        if name.startswith(PREFIX):
-            pid = name[len(PREFIX):-1]
-            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-                _ip("netns", "del", name, check=False)
+MASTER = netns_hosts.MASTER
 
 
 @pytest.fixture(scope="module")
 def hosts():
-    if os.geteuid() != 0:
-        pytest.skip("creating network namespaces needs root (CAP_NET_ADMIN)")
-    _remove_leftovers()
-    pid = os.getpid()
-    ns = (f"{PREFIX}{pid}a", f"{PREFIX}{pid}b")
-    veth = (f"tnh{pid % 10**9}a", f"tnh{pid % 10**9}b")
     try:
-        try:
-            _ip("netns", "add", ns[0])
-            _ip("netns", "add", ns[1])
-            _ip("link", "add", veth[0], "type", "veth", "peer", "name", veth[1])
-            for i, addr in enumerate((MASTER, "10.77.0.2")):
-                _ip("link", "set", veth[i], "netns", ns[i])
-                _ip("-n", ns[i], "addr", "add", f"{addr}/24", "dev", veth[i])
-                _ip("-n", ns[i], "link", "set", veth[i], "up")
-                _ip("-n", ns[i], "link", "set", "lo", "up")
-        except (subprocess.CalledProcessError, FileNotFoundError) as e:
-            pytest.skip(f"cannot create network namespaces here: {getattr(e, 'stderr', '') or e}")
-        yield ns
-    finally:
-        for name in ns:
-            _ip("netns", "del", name, check=False)
+        with netns_hosts.two_hosts() as ns:
+            yield ns
+    except netns_hosts.Unavailable as e:
+        pytest.skip(str(e))
 
 
-def _kill_tree(pid):
-    """SIGKILL `pid` and all its descendants."""
-    parent = {}
-    for d in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (ValueError, OSError, IndexError):
-            pass
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo += [c for c, pp in parent.items() if pp == p]
-    for p in tree:
-        try:
-            os.kill(p, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+def _env(env=None):
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in [package_root, os.environ.get("PYTHONPATH")] if p), **(env or {}))
 
 
 def _torchrun(ns, script, tmp_path, env=None, timeout=90):
-    """Runs `script` with torchrun on both "hosts"; returns [(returncode, output)] per host."""
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
-    run_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in [package_root, os.environ.get("PYTHONPATH")] if p), **(env or {}))
+    """Runs `script` with torchrun on both "hosts" (2 ranks each); returns [(returncode, output)] per host."""
     path = tmp_path / "worker.py"
     path.write_text(textwrap.dedent(script))
-    port = 29400 + os.getpid() % 1000  # inside fresh namespaces: nothing else listens there
-    procs = [subprocess.Popen(["ip", "netns", "exec", ns[k], sys.executable, "-m", "torch.distributed.run",
-                               "--nnodes=2", "--nproc_per_node=2", f"--node_rank={k}",
-                               f"--master_addr={MASTER}", f"--master_port={port}", str(path)],
-                              env=run_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for k in range(2)]
-    out = []
-    try:
-        for p in procs:
-            try:
-                text, _ = p.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:  # a hang: report what it printed
-                _kill_tree(p.pid)  # the agent and its workers (in sessions of their own)
-                text = p.communicate()[0] + f"\n[killed after {timeout} s]"
-            out.append((p.returncode, text))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                _kill_tree(p.pid)
-                p.wait()
-    return out
+    return netns_hosts.torchrun_on_hosts(ns, [str(path)], 2, _env(env), timeout)
 
 
 # Ranks print one line each with one write() (atomic on a pipe): lines never interleave.
@@ -277,9 +207,7 @@ def _torchrun_here(script, tmp_path, nproc, env):
     """torchrun on this machine (no namespaces); returns its CompletedProcess."""
     path = tmp_path / "worker.py"
     path.write_text(textwrap.dedent(script))
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
-    env = dict(os.environ, **env, PYTHONPATH=os.pathsep.join(
-        p for p in [package_root, os.environ.get("PYTHONPATH")] if p))
+    env = _env(env)
     # --standalone: the rendezvous stores bind port 0 (no port to race for with other runs);
     # MASTER_ADDR 127.0.0.1 (not the host name)
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1",
@@ -400,3 +328,23 @@ def test_mismatch_and_dead_remote_rank_raise(hosts, tmp_path):
         line = next((ln for ln in text.splitlines() if ln.startswith(f"MISMATCH {rank} ")), None)
         assert line is not None, text
         assert "does not match" in line and "1001" in line and "1000" in line, line
+
+
+def test_llama_example_on_two_hosts_gives_one_hosts_losses(hosts, tmp_path):
+    # examples/llama_finetune/train.py with DDP over hccl: one rank on each "host" (TCP between
+    # them) against two ranks on this machine (shared memory); the same global batch.
+    pytest.importorskip("transformers", reason="the LLaMA example needs transformers")
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "llama_finetune", "train.py")
+    if not os.path.exists(script):
+        pytest.skip("needs the repository's examples/")
+    args = ["--steps", "4", "--batch", "2", "--parallel", "ddp"]
+    out = netns_hosts.torchrun_on_hosts(hosts, [script, *args, "--losses", str(tmp_path / "two.json")], 1,
+                                        _env({"OMP_NUM_THREADS": "1"}), timeout=300, cwd=str(tmp_path))
+    assert all(rc == 0 for rc, _ in out), "\n".join(o for _, o in out)
+    one = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                          script, *args, "--losses", str(tmp_path / "one.json")], env=_env({"OMP_NUM_THREADS": "1"}),
+                         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    two, ref = (json.load(open(tmp_path / f)) for f in ("two.json", "one.json"))
+    assert two["world"] == 2 and two["parallel"] == "ddp"
+    assert max(abs(a - b) for a, b in zip(two["losses"], ref["losses"])) <= 1e-6, (two["losses"], ref["losses"])
