@@ -180,8 +180,13 @@ inline void philox(uint64_t key, uint64_t counter, uint32_t out[4]) {
   out[3] = c3;
 }
 
-// keep[j] = whether element e + j is kept, j < n.
-void dropout_keep(const Dropout& d, uint64_t e, int64_t n, uint8_t* keep) {
+// keep[j] = whether element e + j is kept, j < n: bit e + j of `bits` (a caller's mask) when
+// given, else drawn from Philox at (seed, offset + e), as _npu_dropout_gen_mask draws it.
+void dropout_keep(const Dropout& d, const uint8_t* bits, uint64_t e, int64_t n, uint8_t* keep) {
+  if (bits) {
+    for (int64_t j = 0; j < n; ++j, ++e) keep[j] = (bits[e >> 3] >> (e & 7)) & 1;
+    return;
+  }
   uint64_t draw = d.offset + e;
   int64_t j = 0;
   while (j < n) {
@@ -248,6 +253,7 @@ struct Inputs {
   const Tensor& padding_mask;
   const Tensor& atten_mask;
   const Tensor& sink;
+  const Tensor& drop_mask;  // a caller's dropout mask (uint8 bits), or undefined
 };
 
 struct Options {
@@ -498,6 +504,7 @@ struct Operands {
   const uint8_t* mask = nullptr;
   const F* sink = nullptr;
   const int32_t* block_table = nullptr;
+  const uint8_t* drop_mask = nullptr;
 };
 
 template <typename X>
@@ -670,7 +677,7 @@ void forward_kernel(const Problem& p, const Operands<T, F>& a, T* out, F* smax, 
           m[r] = mx;
           if (alpha != F(1)) scale_row(ob + r * p.Dv, p.Dv, alpha);
           if (p.dropout.on) {
-            dropout_keep(p.dropout, p.drop_first[b] + (n * p.sq[b] + i) * skv + j0, jn, keep);
+            dropout_keep(p.dropout, a.drop_mask, p.drop_first[b] + (n * p.sq[b] + i) * skv + j0, jn, keep);
             const F inv = static_cast<F>(p.dropout.inv_keep);
             for (int64_t j = 0; j < jn; ++j) x[j] = keep[j] ? x[j] * inv : F(0);
           }
@@ -719,6 +726,7 @@ Operands<T, F> operands(const std::vector<Tensor>& t) {
   a.mask = t[kMask].defined() ? static_cast<const uint8_t*>(t[kMask].const_data_ptr()) : nullptr;
   a.sink = ptr_or_null<F>(t[kSink]);
   if (t.size() > kBlockTable) a.block_table = ptr_or_null<int32_t>(t[kBlockTable]);
+  if (t.size() > kDropMask) a.drop_mask = ptr_or_null<uint8_t>(t[kDropMask]);
   return a;
 }
 
@@ -747,9 +755,11 @@ namespace {
 void launch_forward(const char* op, const std::shared_ptr<const Problem>& p, const Inputs& in, const Tensor& out,
                     const Tensor& smax, const Tensor& ssum) {
   const Tensor mask = p->use_mask ? dense(in.atten_mask) : Tensor();
-  ops::launch_kernel(op, in.q.device().index(),
-                     {dense(in.q), dense(in.k), dense(in.v), dense(in.pse), mask, dense(in.sink), out, smax, ssum},
-                     work_estimate(*p), [p](const std::vector<Tensor>& t) { forward(*p, t); });
+  std::vector<Tensor> operands{dense(in.q), dense(in.k), dense(in.v), dense(in.pse), mask, dense(in.sink),
+                               out, smax, ssum};
+  if (in.drop_mask.defined()) operands.insert(operands.end(), {Tensor(), dense(in.drop_mask)});
+  ops::launch_kernel(op, in.q.device().index(), std::move(operands), work_estimate(*p),
+                     [p](const std::vector<Tensor>& t) { forward(*p, t); });
 }
 
 Tensor new_output(const Problem& p, c10::IntArrayRef sizes, const at::TensorOptions& options) {
@@ -790,6 +800,21 @@ const Tensor& value_or_undefined(const std::optional<Tensor>& t) {
 
 using FwdResult = std::tuple<Tensor, Tensor, Tensor, Tensor, int64_t, int64_t, int64_t>;
 
+// A caller's dropout mask: uint8 on the query's device with a bit per score element of the
+// problem (its [B, N, S1, S2] elements in order, lowest bit first), as _npu_dropout_gen_mask
+// makes it. Used only with dropout (keep_prob < 1).
+const Tensor& checked_drop_mask(const char* op, const Problem& p, const Tensor& query,
+                                const std::optional<Tensor>& dropout_mask) {
+  const Tensor& m = value_or_undefined(dropout_mask);
+  if (!m.defined() || !p.dropout.on) return value_or_undefined(std::nullopt);
+  npu_device(op, {{"query", query}, {"dropout_mask", m}});
+  TORCH_CHECK(m.scalar_type() == at::kByte, op, ": expected dropout_mask of dtype uint8 (one keep bit per element, ",
+              "as _npu_dropout_gen_mask makes it), got ", m.scalar_type());
+  TORCH_CHECK(m.numel() * 8 >= p.numels, op, ": dropout_mask holds ", m.numel() * 8, " bits, the attention has ",
+              p.numels, " score elements (expected at least ", (p.numels + 7) / 8, " bytes)");
+  return m;
+}
+
 FwdResult npu_fusion_attention(const Tensor& query, const Tensor& key, const Tensor& value, int64_t head_num,
                                c10::string_view input_layout, const std::optional<Tensor>& pse,
                                const std::optional<Tensor>& padding_mask, const std::optional<Tensor>& atten_mask,
@@ -803,14 +828,14 @@ FwdResult npu_fusion_attention(const Tensor& query, const Tensor& key, const Ten
   (void)inner_precise;  // precision modes: the simulator always accumulates in float
   (void)gen_mask_parallel;
   (void)sync;
-  TORCH_CHECK(!dropout_mask.has_value() || !dropout_mask->defined(), op,
-              ": dropout_mask is not supported by the simulator; the mask is generated from seed and offset");
-  const Inputs in{query, key, value, value_or_undefined(pse), value_or_undefined(padding_mask),
-                  value_or_undefined(atten_mask), value_or_undefined(sink)};
+  const Inputs shapes{query, key, value, value_or_undefined(pse), value_or_undefined(padding_mask),
+                      value_or_undefined(atten_mask), value_or_undefined(sink), value_or_undefined(std::nullopt)};
   auto p = std::make_shared<Problem>(make_problem(
-      op, in,
+      op, shapes,
       make_options(head_num, input_layout, scale, keep_prob, pre_tockens, next_tockens, prefix, actual_seq_qlen,
                    actual_seq_kvlen, sparse_mode, softmax_layout)));
+  const Inputs in{query, key, value, shapes.pse, shapes.padding_mask, shapes.atten_mask, shapes.sink,
+                  checked_drop_mask(op, *p, query, dropout_mask)};
   // As torch_npu: with dropout a non-zero seed (and offset) selects the mask, seed 0
   // draws one from the generator; seed and offset are returned for the backward.
   if (p->dropout.on && seed == 0) std::tie(seed, offset) = draw_seed(query.device().index(), p->numels);
@@ -920,7 +945,8 @@ void backward_kernel(const Problem& p, const Operands<T, F>& a, const GradTensor
               exp_shift(x, jn, m[r], il[r]);  // P; masked scores are -inf and give 0
             }
             if (p.dropout.on) {
-              dropout_keep(p.dropout, p.drop_first[b] + (n * p.sq[b] + i0 + r) * skv + j0, jn, keep);
+              dropout_keep(p.dropout, a.drop_mask, p.drop_first[b] + (n * p.sq[b] + i0 + r) * skv + j0, jn,
+                           keep);
               const F inv = static_cast<F>(p.dropout.inv_keep);
               for (int64_t j = 0; j < jn; ++j) {
                 const F kj = keep[j] ? inv : F(0);
@@ -994,32 +1020,30 @@ void backward_kernel(const Problem& p, const Operands<T, F>& a, const GradTensor
   }
 }
 
-enum GradArg { kDy = kBlockTable + 1, kAttn, kDq, kDk, kDv, kDpse, kDsink };
+enum GradArg { kDy = kDropMask + 1, kAttn, kDq, kDk, kDv, kDpse, kDsink };
 
 using GradResult = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor>;
 
-GradResult npu_fusion_attention_grad(
+// The backward; `dropout_mask` is the forward's mask when the caller gave one (autograd keeps
+// it), else the mask is drawn again from seed and offset.
+GradResult fusion_attention_grad(
     const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& dy, int64_t head_num,
     c10::string_view input_layout, const std::optional<Tensor>& pse, const std::optional<Tensor>& padding_mask,
     const std::optional<Tensor>& atten_mask, const std::optional<Tensor>& softmax_max,
-    const std::optional<Tensor>& softmax_sum, const std::optional<Tensor>& softmax_in,
-    const std::optional<Tensor>& attention_in, double scale_value, double keep_prob, int64_t pre_tockens,
-    int64_t next_tockens, int64_t inner_precise, int64_t seed, int64_t offset, int64_t numels,
+    const std::optional<Tensor>& softmax_sum, const std::optional<Tensor>& attention_in, double scale_value,
+    double keep_prob, int64_t pre_tockens, int64_t next_tockens, int64_t seed, int64_t offset,
     at::OptionalIntArrayRef prefix, at::OptionalIntArrayRef actual_seq_qlen, at::OptionalIntArrayRef actual_seq_kvlen,
-    int64_t sparse_mode, bool gen_mask_parallel, bool sync, c10::string_view softmax_layout,
-    const std::optional<Tensor>& sink) {
+    int64_t sparse_mode, c10::string_view softmax_layout, const std::optional<Tensor>& sink,
+    const std::optional<Tensor>& dropout_mask) {
   constexpr const char* op = "npu_fusion_attention_grad";
-  (void)inner_precise;
-  (void)gen_mask_parallel;
-  (void)sync;
-  (void)softmax_in;  // reserved by torch_npu, as the forward's softmax_out
-  (void)numels;      // the mask size follows from the shapes
-  const Inputs in{query, key, value, value_or_undefined(pse), value_or_undefined(padding_mask),
-                  value_or_undefined(atten_mask), value_or_undefined(sink)};
+  const Inputs shapes{query, key, value, value_or_undefined(pse), value_or_undefined(padding_mask),
+                      value_or_undefined(atten_mask), value_or_undefined(sink), value_or_undefined(std::nullopt)};
   auto p = std::make_shared<Problem>(make_problem(
-      op, in,
+      op, shapes,
       make_options(head_num, input_layout, scale_value, keep_prob, pre_tockens, next_tockens, prefix,
                    actual_seq_qlen, actual_seq_kvlen, sparse_mode, softmax_layout)));
+  const Inputs in{query, key, value, shapes.pse, shapes.padding_mask, shapes.atten_mask, shapes.sink,
+                  checked_drop_mask(op, *p, query, dropout_mask)};
   p->dropout.seed = static_cast<uint64_t>(seed);
   p->dropout.offset = static_cast<uint64_t>(offset);
   const auto device = npu_device(op, {{"query", query}, {"dy", dy}});
@@ -1053,7 +1077,8 @@ GradResult npu_fusion_attention_grad(
   ops::launch_kernel(
       op, device,
       {dense(query), dense(key), dense(value), dense(in.pse), p->use_mask ? dense(in.atten_mask) : Tensor(),
-       dense(in.sink), Tensor(), dense(smax), dense(ssum), Tensor(), dense(dy), dense(o), dq, dk, dv,
+       dense(in.sink), Tensor(), dense(smax), dense(ssum), Tensor(), dense(in.drop_mask), dense(dy), dense(o), dq,
+       dk, dv,
        in.pse.defined() ? dpse : Tensor(), in.sink.defined() ? dsink : Tensor()},
       2 * work_estimate(*p), [p](const std::vector<Tensor>& t) {
         NPU_DISPATCH_FLOAT(t[kQ].scalar_type(), "npu_fusion_attention_grad", [&] {
@@ -1072,6 +1097,27 @@ GradResult npu_fusion_attention_grad(
         });
       });
   return {dq, dk, dv, dpse, dsink};
+}
+
+GradResult npu_fusion_attention_grad(
+    const Tensor& query, const Tensor& key, const Tensor& value, const Tensor& dy, int64_t head_num,
+    c10::string_view input_layout, const std::optional<Tensor>& pse, const std::optional<Tensor>& padding_mask,
+    const std::optional<Tensor>& atten_mask, const std::optional<Tensor>& softmax_max,
+    const std::optional<Tensor>& softmax_sum, const std::optional<Tensor>& softmax_in,
+    const std::optional<Tensor>& attention_in, double scale_value, double keep_prob, int64_t pre_tockens,
+    int64_t next_tockens, int64_t inner_precise, int64_t seed, int64_t offset, int64_t numels,
+    at::OptionalIntArrayRef prefix, at::OptionalIntArrayRef actual_seq_qlen, at::OptionalIntArrayRef actual_seq_kvlen,
+    int64_t sparse_mode, bool gen_mask_parallel, bool sync, c10::string_view softmax_layout,
+    const std::optional<Tensor>& sink) {
+  (void)inner_precise;  // precision modes: the simulator always accumulates in float
+  (void)gen_mask_parallel;
+  (void)sync;
+  (void)softmax_in;  // reserved by torch_npu, as the forward's softmax_out
+  (void)numels;      // the mask size follows from the shapes
+  return fusion_attention_grad(query, key, value, dy, head_num, input_layout, pse, padding_mask, atten_mask,
+                               softmax_max, softmax_sum, attention_in, scale_value, keep_prob, pre_tockens,
+                               next_tockens, seed, offset, prefix, actual_seq_qlen, actual_seq_kvlen, sparse_mode,
+                               softmax_layout, sink, std::nullopt);
 }
 
 // ---- autograd -----------------------------------------------------------------------------
@@ -1127,7 +1173,8 @@ class FusionAttention : public torch::autograd::Function<FusionAttention> {
                 a.gen_mask_parallel, a.sync, a.softmax_layout, sink, dropout_mask, a.seed, a.offset);
     *rng = {seed, offset, numels};
     ctx->save_for_backward({q, k, v, value_or_undefined(pse), value_or_undefined(sink),
-                            value_or_undefined(atten_mask), value_or_undefined(padding_mask), out, smax, ssum});
+                            value_or_undefined(atten_mask), value_or_undefined(padding_mask), out, smax, ssum,
+                            value_or_undefined(dropout_mask)});
     ctx->mark_non_differentiable({smax, ssum, softmax_out});
     auto& d = ctx->saved_data;
     d["ints"] = std::vector<int64_t>{a.head_num, a.pre, a.next, a.inner_precise, a.sparse_mode,
@@ -1150,12 +1197,21 @@ class FusionAttention : public torch::autograd::Function<FusionAttention> {
     const auto prefix = list("prefix"), qlen = list("qlen"), kvlen = list("kvlen");
     const std::string layout = d.at("layout").toStringRef(), softmax_layout = d.at("softmax_layout").toStringRef();
     const Tensor& out = s[7];
-    static auto op = op_handle<GradSignature>("npu::npu_fusion_attention_grad");
-    auto [dq, dk, dv, dpse, dsink] =
-        op.call(s[0], s[1], s[2], grads[0].defined() ? grads[0] : at::zeros_like(out), ints[0], layout,
-                optional(s[3]), optional(s[6]), optional(s[5]), s[8], s[9], std::nullopt, out, floats[0], floats[1],
-                ints[1], ints[2], ints[3], ints[7], ints[8], ints[9], to_ref(prefix), to_ref(qlen), to_ref(kvlen),
-                ints[4], ints[5] != 0, ints[6] != 0, softmax_layout, optional(s[4]));
+    const Tensor dy = grads[0].defined() ? grads[0] : at::zeros_like(out);
+    GradResult r;
+    if (s[10].defined()) {  // the caller's dropout mask, which the grad operator cannot take
+      r = fusion_attention_grad(s[0], s[1], s[2], dy, ints[0], layout, optional(s[3]), optional(s[6]),
+                                optional(s[5]), s[8], s[9], out, floats[0], floats[1], ints[1], ints[2], ints[7],
+                                ints[8], to_ref(prefix), to_ref(qlen), to_ref(kvlen), ints[4], softmax_layout,
+                                optional(s[4]), s[10]);
+    } else {
+      static auto op = op_handle<GradSignature>("npu::npu_fusion_attention_grad");
+      r = op.call(s[0], s[1], s[2], dy, ints[0], layout, optional(s[3]), optional(s[6]), optional(s[5]), s[8],
+                  s[9], std::nullopt, out, floats[0], floats[1], ints[1], ints[2], ints[3], ints[7], ints[8], ints[9],
+                  to_ref(prefix), to_ref(qlen), to_ref(kvlen), ints[4], ints[5] != 0, ints[6] != 0, softmax_layout,
+                  optional(s[4]));
+    }
+    auto [dq, dk, dv, dpse, dsink] = r;
     return {dq, dk, dv, s[3].defined() ? dpse : Tensor(), s[4].defined() ? dsink : Tensor(),
             Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
@@ -1178,6 +1234,43 @@ FwdResult npu_fusion_attention_autograd(
   return {r[0], r[1], r[2], r[3], rng[0], rng[1], rng[2]};
 }
 
+// _npu_dropout_gen_mask.Tensor: the dropout mask npu_fusion_attention draws for (seed, offset),
+// as a tensor: bit e (lowest bit first) keeps element e of a tensor of `size` with probability
+// 1 - p; the element count is rounded up to 128 bits (16 bytes), as DropOutGenMask's.
+Tensor npu_dropout_gen_mask_seeded(const Tensor& self, c10::IntArrayRef size, double p, int64_t seed,
+                                   int64_t offset, std::optional<bool> parallel, std::optional<bool> sync) {
+  constexpr const char* op = "_npu_dropout_gen_mask";
+  (void)parallel;
+  (void)sync;
+  const auto device = npu_device(op, {{"self", self}});
+  TORCH_CHECK(p >= 0 && p <= 1, op, ": expected p in [0, 1], got ", p);
+  int64_t n = 1;
+  for (int64_t d : size) {
+    TORCH_CHECK(d >= 0, op, ": expected a size of non-negative dimensions, got ", size);
+    n *= d;
+  }
+  Tensor bits = at::empty({(n + 127) / 128 * 16}, self.options().dtype(at::kByte));
+  Dropout d;
+  d.seed = static_cast<uint64_t>(seed);
+  d.offset = static_cast<uint64_t>(offset);
+  d.threshold = static_cast<uint32_t>(std::min((1.0 - p) * 4294967296.0, 4294967295.0));
+  ops::launch_kernel(op, device, {bits}, n, [d, n](const std::vector<Tensor>& t) {
+    uint8_t* out = t[0].mutable_data_ptr<uint8_t>();
+    const int64_t bytes = t[0].numel();
+    at::parallel_for(0, bytes, 4096, [&](int64_t b0, int64_t b1) {
+      uint8_t keep[8];
+      for (int64_t byte = b0; byte < b1; ++byte) {
+        const int64_t e = byte * 8, count = std::clamp<int64_t>(n - e, 0, 8);
+        dropout_keep(d, nullptr, static_cast<uint64_t>(e), count, keep);
+        uint8_t v = 0;
+        for (int64_t j = 0; j < count; ++j) v |= static_cast<uint8_t>(keep[j] << j);
+        out[byte] = v;  // padding bits beyond the n elements are 0
+      }
+    });
+  });
+  return bits;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(npu, m) {
@@ -1197,11 +1290,15 @@ TORCH_LIBRARY_FRAGMENT(npu, m) {
       "int inner_precise=0, int seed=0, int offset=0, int numels=0, int[]? prefix=None, "
       "int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, "
       "bool sync=False, str softmax_layout=\"\", Tensor? sink=None) -> (Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def(
+      "_npu_dropout_gen_mask.Tensor(Tensor self, int[] size, float p, int seed, int offset, *, bool? parallel=True, "
+      "bool? sync=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(npu, PrivateUse1, m) {
   m.impl("npu_fusion_attention", TORCH_FN(npu_fusion_attention));
   m.impl("npu_fusion_attention_grad", TORCH_FN(npu_fusion_attention_grad));
+  m.impl("_npu_dropout_gen_mask.Tensor", TORCH_FN(npu_dropout_gen_mask_seeded));
 }
 
 TORCH_LIBRARY_IMPL(npu, Autograd, m) { m.impl("npu_fusion_attention", TORCH_FN(npu_fusion_attention_autograd)); }

@@ -149,8 +149,9 @@ void split_cumulative(const char* op, const char* arg, c10::IntArrayRef ends, in
 // ---- the forward kernel -------------------------------------------------------------------
 // The tensors of a forward launch, in this order (CPU aliases; undefined when unused):
 // query, key, value, pse, atten_mask (bool/uint8, read when use_mask), sink (float),
-// out, max (or lse), sum, block_table (int32 [B, max_blocks], when paged).
-enum FwdArg { kQ, kK, kV, kPse, kMask, kSink, kOut, kMax, kSum, kBlockTable };
+// out, max (or lse), sum, block_table (int32 [B, max_blocks], when paged), drop_mask (uint8,
+// one keep bit per score element, lowest bit first: a dropout mask given by the caller).
+enum FwdArg { kQ, kK, kV, kPse, kMask, kSink, kOut, kMax, kSum, kBlockTable, kDropMask };
 
 // Runs the forward of `p` on `t` (dtype dispatch inside): writes out and, when defined,
 // the statistics. Throws (naming block_table) on a block id outside the cache.

@@ -534,6 +534,121 @@ def test_dropout_forward_backward_match_mask(layout):
         torch.testing.assert_close(a.grad.cpu().double(), r.grad, **GRAD_TOL[torch.float32])
 
 
+def _unpack(bits, shape):
+    """_npu_dropout_gen_mask's bytes as a bool tensor of `shape` (lowest bit first)."""
+    flat = bits.cpu().unsqueeze(-1).bitwise_right_shift(torch.arange(8, dtype=torch.uint8)).bitwise_and(1)
+    return flat.flatten()[:math.prod(shape)].reshape(shape).bool()
+
+
+def test_dropout_gen_mask_is_the_attentions_mask():
+    # op-plugin's tests build their goldens from it: the mask the operator draws for (seed, offset)
+    bits = torch_npu._npu_dropout_gen_mask(torch.empty(1).npu(), [2, 2, 30, 40], p=0.3, seed=77, offset=8)
+    assert bits.dtype == torch.uint8 and bits.device.type == "npu"
+    assert bits.shape == ((2 * 2 * 30 * 40 + 127) // 128 * 16,)
+    torch.testing.assert_close(_unpack(bits, [2, 2, 30, 40]), dropout_keep_mask(2, 2, 30, 40, 0.7, 77, 8),
+                               rtol=0, atol=0)
+    # after manual_seed(s), an operator drawing its seed uses (s, 0): the same mask
+    torch.npu.manual_seed(5)
+    q, k, v = (t.npu() for t in make_qkv("BNSD", 1, 2, 2, 16, 16, 8))
+    out, _, _, _, seed, offset, _ = FA(q, k, v, 2, "BNSD", keep_prob=0.5)
+    assert (seed, offset) == (5, 0)
+    gen = torch_npu._npu_dropout_gen_mask(q, [1, 2, 16, 16], p=0.5, seed=5, offset=0)
+    ref = FA(q, k, v, 2, "BNSD", keep_prob=0.5, dropout_mask=gen, seed=1, offset=0)[0]
+    torch.testing.assert_close(out.cpu(), ref.cpu(), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match=r"expected p in \[0, 1\]"):
+        torch_npu._npu_dropout_gen_mask(q, [4], p=1.5, seed=1, offset=0)
+
+
+@pytest.mark.parametrize("layout", ["BSH", "TND"])
+def test_dropout_mask_from_the_caller_forward_and_backward(layout):
+    # a mask of its own (not the seed's): the forward applies it, and autograd's backward too
+    n, keep_prob = 2, 0.6
+    if layout == "TND":
+        qlen, kvlen = [5, 7], [6, 9]
+        kw = dict(actual_seq_qlen=tnd_ends(qlen), actual_seq_kvlen=tnd_ends(kvlen))
+        q, k, v = make_qkv("TND", 0, n, n, 0, 0, 8, qlen=qlen, kvlen=kvlen)
+        count = n * sum(a * c for a, c in zip(qlen, kvlen))
+    else:
+        kw = {}
+        q, k, v = make_qkv("BSH", 2, n, n, 12, 10, 8)
+        count = 2 * n * 12 * 10
+    bits = torch_npu._npu_dropout_gen_mask(torch.empty(1).npu(), [count], p=0.5, seed=31, offset=0)
+    flat = _unpack(bits, [count])
+    if layout == "TND":  # each batch's [N, Sq, Skv], one after the other
+        keep, at = [], 0
+        for a, c in zip(qlen, kvlen):
+            keep.append(flat[at:at + n * a * c].reshape(1, n, a, c))
+            at += n * a * c
+    else:
+        keep = flat.reshape(2, n, 12, 10)
+    leaves = [t.double().requires_grad_() for t in (q, k, v)]
+    ref, _, _ = ref_layout(*leaves, n, layout, 0.5, keep=keep, keep_prob=keep_prob,
+                           qlen=kw.get("actual_seq_qlen"), kvlen=kw.get("actual_seq_kvlen"))
+    npu_leaves = [t.npu().requires_grad_() for t in (q, k, v)]
+    out = FA(*npu_leaves, n, layout, scale=0.5, keep_prob=keep_prob, dropout_mask=bits, seed=3, offset=0, **kw)
+    torch.testing.assert_close(out[0].cpu().double(), ref, **TOL[torch.float32])
+    dout = torch.randn(ref.shape, dtype=torch.float64)
+    ref.backward(dout)
+    out[0].backward(dout.float().npu())
+    for a, r in zip(npu_leaves, leaves):
+        torch.testing.assert_close(a.grad.cpu().double(), r.grad, **GRAD_TOL[torch.float32])
+
+
+def test_fusion_attention_v2_rope_and_pse_type():
+    # query_rope / key_rope: a second part of each head whose scores add to the first's
+    n, d, dr = 2, 8, 4
+    q, k, v = make_qkv("BSH", 2, n, n, 6, 7, d)
+    qr, kr = torch.randn(2, 6, n * dr), torch.randn(2, 7, n * dr)
+    pse = torch.randn(2, n, 6, 7)
+    full_q = torch.cat([q.view(2, 6, n, d), qr.view(2, 6, n, dr)], -1).view(2, 6, -1)
+    full_k = torch.cat([k.view(2, 7, n, d), kr.view(2, 7, n, dr)], -1).view(2, 7, -1)
+    # pse_type 1 (the default): pse added to the scaled scores, i.e. pse / scale inside the scale
+    want = FA(full_q.npu(), full_k.npu(), v.npu(), n, "BSH", pse=(pse / 0.3).npu(), scale=0.3)
+    got = torch_npu.npu_fusion_attention_v2(q.npu(), k.npu(), v.npu(), n, "BSH", query_rope=qr.npu(),
+                                            key_rope=kr.npu(), pse=pse.npu(), scale=0.3)
+    assert len(got) == 7
+    for a, b in zip(got[:3], want[:3]):
+        torch.testing.assert_close(a.cpu(), b.cpu())
+    grads = torch_npu.npu_fusion_attention_grad_v2(
+        q.npu(), k.npu(), v.npu(), torch.ones_like(got[0]), n, "BSH", query_rope=qr.npu(), key_rope=kr.npu(),
+        pse=pse.npu(), scale_value=0.3, softmax_max=got[1], softmax_sum=got[2], attention_in=got[0])
+    leaves = [t.npu().requires_grad_() for t in (q, k, v, qr, kr)]
+    out = torch_npu.npu_fusion_attention_v2(*leaves[:3], n, "BSH", query_rope=leaves[3], key_rope=leaves[4],
+                                            pse=pse.npu(), scale=0.3)[0]
+    out.sum().backward()
+    dq, dk, dv, dpse, dqr, dkr, dsink = grads
+    for g, leaf in zip((dq, dk, dv, dqr, dkr), leaves):
+        torch.testing.assert_close(g.cpu(), leaf.grad.cpu(), **GRAD_TOL[torch.float32])
+    with pytest.raises(RuntimeError, match="pse_type 2"):
+        torch_npu.npu_fusion_attention_v2(q.npu(), k.npu(), v.npu(), n, "BSH", pse=pse.npu(), pse_type=2)
+    with pytest.raises(RuntimeError, match="query_rope and key_rope must be given together"):
+        torch_npu.npu_fusion_attention_v2(q.npu(), k.npu(), v.npu(), n, "BSH", query_rope=qr.npu())
+
+
+def test_fusion_attention_v3_seed_and_offset_tensors():
+    q, k, v = (t.npu() for t in make_qkv("TND", 0, 2, 2, 0, 0, 8, qlen=[3, 5], kvlen=[4, 6]))
+    ends = dict(actual_seq_qlen=torch.tensor(tnd_ends([3, 5])), actual_seq_kvlen=torch.tensor(tnd_ends([4, 6])))
+    torch.npu.manual_seed(9)
+    out = torch_npu.npu_fusion_attention_v3(q, k, v, 2, "TND", keep_prob=0.8, softmax_layout="TND", **ends)
+    assert len(out) == 6 and out[4].dtype == torch.int64 and out[4].shape == (1,) and out[4].device.type == "cpu"
+    assert (out[4].item(), out[5].item()) == (9, 0)
+    ref = FA(q, k, v, 2, "TND", keep_prob=0.8, softmax_layout="TND", seed=9, offset=0,
+             actual_seq_qlen=tnd_ends([3, 5]), actual_seq_kvlen=tnd_ends([4, 6]))
+    torch.testing.assert_close(out[0].cpu(), ref[0].cpu(), rtol=0, atol=0)
+    dy = torch.randn(out[0].shape).npu()
+    g3 = torch_npu.npu_fusion_attention_grad_v3(q, k, v, dy, 2, "TND", softmax_max=out[1], softmax_sum=out[2],
+                                                attention_in=out[0], keep_prob=0.8, seed=out[4], offset=out[5],
+                                                softmax_layout="TND", **ends)
+    g1 = torch_npu.npu_fusion_attention_grad(q, k, v, dy, 2, "TND", softmax_max=out[1], softmax_sum=out[2],
+                                             attention_in=out[0], keep_prob=0.8, seed=9, offset=0,
+                                             softmax_layout="TND", actual_seq_qlen=tnd_ends([3, 5]),
+                                             actual_seq_kvlen=tnd_ends([4, 6]))
+    for a, b in zip(g3[:3], g1[:3]):
+        torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0)
+    with pytest.raises(RuntimeError, match="seed and offset .* are required"):
+        torch_npu.npu_fusion_attention_grad_v3(q, k, v, dy, 2, "TND", keep_prob=0.8, softmax_layout="TND", **ends)
+
+
 def test_dropout_gradcheck_float64():
     g = torch.Generator().manual_seed(1)
     q, k, v = (torch.randn(1, 2, 6, 3, dtype=torch.float64, generator=g).npu().requires_grad_() for _ in range(3))
@@ -598,7 +713,9 @@ def _bad(**over):
     (dict(sink=torch.zeros(3).npu()), r"sink of shape \[head_num\] = \[4\]"),
     (dict(sink=torch.zeros(4).half().npu()), "expected sink to have dtype Float"),
     (dict(padding_mask=torch.zeros(1).npu()), "padding_mask is not supported"),
-    (dict(dropout_mask=torch.zeros(1, dtype=torch.uint8).npu()), "dropout_mask is not supported"),
+    (dict(keep_prob=0.5, dropout_mask=torch.zeros(1, dtype=torch.uint8).npu()),
+     r"dropout_mask holds 8 bits, the attention has 512 score elements"),
+    (dict(keep_prob=0.5, dropout_mask=torch.zeros(64).npu()), "expected dropout_mask of dtype uint8"),
     (dict(softmax_layout="TND"), "softmax_layout"),
     (dict(sparse_mode=5, atten_mask=torch.zeros(8, 8, dtype=torch.bool).npu()), "needs prefix"),
 ])

@@ -630,6 +630,182 @@ def _npu_multi_head_attention(query, key, value, query_weight, key_weight, value
             probs if softmax_use_float else probs.to(dtype), attn.to(dtype), context.to(dtype))
 
 
+# ---- fused attention, later interfaces ------------------------------------------------------
+# npu_fusion_attention_v2 / _v3 and their grads are npu_fusion_attention(_grad) (custom_ops/src/
+# attention.cpp) with other argument forms: v2 adds query_rope/key_rope (a second part of each
+# head whose scores add to the first's) and pse_type; v3 takes the sequence lengths and returns
+# the dropout seed and offset as tensors (int64 [1] on the host, as torch_npu outside graph
+# capture).
+
+_PSE_INSIDE_SCALE, _PSE_OUTSIDE_SCALE = 0, 1
+
+
+def _cat_heads(x, extra, head_num, layout):
+    """x's heads followed by extra's along the head dimension (BSH/SBH: per head)."""
+    if extra is None:
+        return x
+    if layout in ("BSH", "SBH"):
+        a, b = x.shape[:2]
+        return torch.cat([x.reshape(a, b, head_num, -1), extra.reshape(a, b, head_num, -1)], -1).reshape(a, b, -1)
+    return torch.cat([x, extra], -1)
+
+
+def _split_heads(dx, width, head_num, layout):
+    """Inverse of _cat_heads: (the first part of each head, the last `width` of it)."""
+    if layout in ("BSH", "SBH"):
+        a, b = dx.shape[:2]
+        per_head = dx.reshape(a, b, head_num, -1)
+        return (per_head[..., :-width].reshape(a, b, -1), per_head[..., -width:].reshape(a, b, -1))
+    return dx[..., :-width], dx[..., -width:]
+
+
+def _rope_inputs(name, query, key, query_rope, key_rope, head_num, layout):
+    _check((query_rope is None) == (key_rope is None),
+           f"{name}: query_rope and key_rope must be given together, got query_rope "
+           f"{'None' if query_rope is None else 'a tensor'} and key_rope {'None' if key_rope is None else 'a tensor'}")
+    key_heads = head_num
+    if layout in ("BSH", "SBH") and query_rope is not None:
+        d = query.shape[2] // head_num
+        key_heads = key.shape[2] // d
+    return (_cat_heads(query, query_rope, head_num, layout), _cat_heads(key, key_rope, key_heads, layout),
+            key_heads)
+
+
+def _v2_pse(name, pse, pse_type, scale, q_start_idx, kv_start_idx):
+    """pse in npu_fusion_attention's form (added inside the scale)."""
+    _check(pse_type in (_PSE_INSIDE_SCALE, _PSE_OUTSIDE_SCALE) or pse is None,
+           f"{name}: pse_type {pse_type} (ALiBi generated from slopes in pse) is not simulated; "
+           f"use pse_type 0 (pse inside the scale) or 1 (pse added to the scaled scores)")
+    _check(q_start_idx is None and kv_start_idx is None or pse_type in (2, 3),
+           f"{name}: q_start_idx and kv_start_idx apply to pse_type 2 and 3 only")
+    if pse is None or pse_type == _PSE_INSIDE_SCALE:
+        return pse
+    return pse / scale
+
+
+@_op("npu_fusion_attention_v2(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, *, "
+     "Tensor? pse=None, Tensor? padding_mask=None, Tensor? atten_mask=None, Tensor? query_rope=None, "
+     "Tensor? key_rope=None, float scale=1., float keep_prob=1., int pre_tokens=2147483647, "
+     "int next_tokens=2147483647, int inner_precise=0, int[]? prefix=None, int[]? actual_seq_qlen=None, "
+     "int[]? actual_seq_kvlen=None, int sparse_mode=0, bool gen_mask_parallel=True, bool sync=False, "
+     "int pse_type=1, int[]? q_start_idx=None, int[]? kv_start_idx=None, str softmax_layout=\"\", "
+     "Tensor? sink=None, Tensor? dropout_mask=None, int seed=0, int offset=0) "
+     "-> (Tensor, Tensor, Tensor, Tensor, int, int, int)")
+def _npu_fusion_attention_v2(query, key, value, head_num, input_layout, *, pse=None, padding_mask=None,
+                             atten_mask=None, query_rope=None, key_rope=None, scale=1.0, keep_prob=1.0,
+                             pre_tokens=2147483647, next_tokens=2147483647, inner_precise=0, prefix=None,
+                             actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True,
+                             sync=False, pse_type=1, q_start_idx=None, kv_start_idx=None, softmax_layout="",
+                             sink=None, dropout_mask=None, seed=0, offset=0):
+    """npu_fusion_attention with query_rope / key_rope (scores scale * (Q K^T + Q_rope K_rope^T))
+    and pse_type (1, the default: pse added to the scaled scores; 0: inside the scale, as v1)."""
+    name = "npu_fusion_attention_v2"
+    layout = input_layout.upper()
+    q, k, _ = _rope_inputs(name, query, key, query_rope, key_rope, head_num, layout)
+    return torch.ops.npu.npu_fusion_attention(
+        q, k, value, head_num, input_layout, _v2_pse(name, pse, pse_type, scale, q_start_idx, kv_start_idx),
+        padding_mask, atten_mask, scale, keep_prob, pre_tokens, next_tokens, inner_precise, prefix,
+        actual_seq_qlen, actual_seq_kvlen, sparse_mode, gen_mask_parallel, sync, softmax_layout, sink,
+        dropout_mask, seed, offset)
+
+
+@_op("npu_fusion_attention_grad_v2(Tensor query, Tensor key, Tensor value, Tensor dy, int head_num, "
+     "str input_layout, *, Tensor? pse=None, Tensor? padding_mask=None, Tensor? atten_mask=None, "
+     "Tensor? softmax_max=None, Tensor? softmax_sum=None, Tensor? softmax_in=None, Tensor? attention_in=None, "
+     "Tensor? query_rope=None, Tensor? key_rope=None, float scale_value=1., float keep_prob=1., "
+     "int pre_tokens=2147483647, int next_tokens=2147483647, int inner_precise=0, int seed=0, int offset=0, "
+     "int numels=0, int[]? prefix=None, int[]? actual_seq_qlen=None, int[]? actual_seq_kvlen=None, "
+     "int sparse_mode=0, bool gen_mask_parallel=True, bool sync=False, int pse_type=1, int[]? q_start_idx=None, "
+     "int[]? kv_start_idx=None, str softmax_layout=\"\", Tensor? sink=None) "
+     "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _npu_fusion_attention_grad_v2(query, key, value, dy, head_num, input_layout, *, pse=None, padding_mask=None,
+                                  atten_mask=None, softmax_max=None, softmax_sum=None, softmax_in=None,
+                                  attention_in=None, query_rope=None, key_rope=None, scale_value=1.0,
+                                  keep_prob=1.0, pre_tokens=2147483647, next_tokens=2147483647, inner_precise=0,
+                                  seed=0, offset=0, numels=0, prefix=None, actual_seq_qlen=None,
+                                  actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False,
+                                  pse_type=1, q_start_idx=None, kv_start_idx=None, softmax_layout="", sink=None):
+    """The backward of npu_fusion_attention_v2: (dq, dk, dv, dpse, dq_rope, dk_rope, dsink)."""
+    name = "npu_fusion_attention_grad_v2"
+    layout = input_layout.upper()
+    q, k, key_heads = _rope_inputs(name, query, key, query_rope, key_rope, head_num, layout)
+    dq, dk, dv, dpse, dsink = torch.ops.npu.npu_fusion_attention_grad(
+        q, k, value, dy, head_num, input_layout,
+        pse=_v2_pse(name, pse, pse_type, scale_value, q_start_idx, kv_start_idx), padding_mask=padding_mask,
+        atten_mask=atten_mask, softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in,
+        attention_in=attention_in, scale_value=scale_value, keep_prob=keep_prob, pre_tockens=pre_tokens,
+        next_tockens=next_tokens, inner_precise=inner_precise, seed=seed, offset=offset, numels=numels,
+        prefix=prefix, actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode,
+        gen_mask_parallel=gen_mask_parallel, sync=sync, softmax_layout=softmax_layout, sink=sink)
+    empty = query.new_empty([0])
+    dq_rope = dk_rope = empty
+    if query_rope is not None:
+        dq, dq_rope = _split_heads(dq, query_rope.shape[-1] // (head_num if layout in ("BSH", "SBH") else 1),
+                                   head_num, layout)
+        dk, dk_rope = _split_heads(dk, key_rope.shape[-1] // (key_heads if layout in ("BSH", "SBH") else 1),
+                                   key_heads, layout)
+    if pse is not None and pse_type == _PSE_OUTSIDE_SCALE:
+        dpse = dpse / scale_value
+    return dq, dk, dv, dpse, dq_rope, dk_rope, dsink
+
+
+def _lengths(x):
+    return None if x is None else [int(v) for v in x.tolist()]
+
+
+def _host_long(value):
+    return torch.tensor([value], dtype=torch.int64)
+
+
+@_op("npu_fusion_attention_v3(Tensor query, Tensor key, Tensor value, int head_num, str input_layout, "
+     "Tensor? pse=None, Tensor? padding_mask=None, Tensor? atten_mask=None, float scale=1., float keep_prob=1., "
+     "int pre_tockens=2147483647, int next_tockens=2147483647, int inner_precise=0, SymInt[]? prefix=None, "
+     "Tensor? actual_seq_qlen=None, Tensor? actual_seq_kvlen=None, int sparse_mode=0, "
+     "bool gen_mask_parallel=True, bool sync=False, str softmax_layout=\"\", Tensor? sink=None) "
+     "-> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _npu_fusion_attention_v3(query, key, value, head_num, input_layout, pse=None, padding_mask=None,
+                             atten_mask=None, scale=1.0, keep_prob=1.0, pre_tockens=2147483647,
+                             next_tockens=2147483647, inner_precise=0, prefix=None, actual_seq_qlen=None,
+                             actual_seq_kvlen=None, sparse_mode=0, gen_mask_parallel=True, sync=False,
+                             softmax_layout="", sink=None):
+    """npu_fusion_attention with the sequence lengths as tensors; returns (attention_score,
+    softmax_max, softmax_sum, softmax_out, seed, offset), seed and offset int64 [1] tensors."""
+    out, smax, ssum, softmax_out, seed, offset, _ = torch.ops.npu.npu_fusion_attention(
+        query, key, value, head_num, input_layout, pse, padding_mask, atten_mask, scale, keep_prob, pre_tockens,
+        next_tockens, inner_precise, prefix, _lengths(actual_seq_qlen), _lengths(actual_seq_kvlen), sparse_mode,
+        gen_mask_parallel, sync, softmax_layout, sink)
+    return out, smax, ssum, softmax_out, _host_long(seed), _host_long(offset)
+
+
+@_op("npu_fusion_attention_grad_v3(Tensor query, Tensor key, Tensor value, Tensor dy, int head_num, "
+     "str input_layout, *, Tensor? pse=None, Tensor? padding_mask=None, Tensor? atten_mask=None, "
+     "Tensor? softmax_max=None, Tensor? softmax_sum=None, Tensor? softmax_in=None, Tensor? attention_in=None, "
+     "float scale_value=1., float keep_prob=1., int pre_tockens=2147483647, int next_tockens=2147483647, "
+     "int inner_precise=0, Tensor? seed=None, Tensor? offset=None, SymInt[]? prefix=None, "
+     "Tensor? actual_seq_qlen=None, Tensor? actual_seq_kvlen=None, int sparse_mode=0, "
+     "bool gen_mask_parallel=True, bool sync=False, str softmax_layout=\"\", Tensor? sink=None) "
+     "-> (Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _npu_fusion_attention_grad_v3(query, key, value, dy, head_num, input_layout, *, pse=None, padding_mask=None,
+                                  atten_mask=None, softmax_max=None, softmax_sum=None, softmax_in=None,
+                                  attention_in=None, scale_value=1.0, keep_prob=1.0, pre_tockens=2147483647,
+                                  next_tockens=2147483647, inner_precise=0, seed=None, offset=None, prefix=None,
+                                  actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
+                                  gen_mask_parallel=True, sync=False, softmax_layout="", sink=None):
+    """The backward of npu_fusion_attention_v3 (seed and offset as its forward returned them)."""
+    _check(keep_prob >= 1.0 or (seed is not None and offset is not None),
+           "npu_fusion_attention_grad_v3: with keep_prob < 1, seed and offset (npu_fusion_attention_v3's "
+           "outputs 4 and 5) are required")
+    return torch.ops.npu.npu_fusion_attention_grad(
+        query, key, value, dy, head_num, input_layout, pse=pse, padding_mask=padding_mask, atten_mask=atten_mask,
+        softmax_max=softmax_max, softmax_sum=softmax_sum, softmax_in=softmax_in, attention_in=attention_in,
+        scale_value=scale_value, keep_prob=keep_prob, pre_tockens=pre_tockens, next_tockens=next_tockens,
+        inner_precise=inner_precise, seed=0 if seed is None else int(seed.reshape(-1)[0]),
+        offset=0 if offset is None else int(offset.reshape(-1)[0]), prefix=prefix,
+        actual_seq_qlen=_lengths(actual_seq_qlen), actual_seq_kvlen=_lengths(actual_seq_kvlen),
+        sparse_mode=sparse_mode, gen_mask_parallel=gen_mask_parallel, sync=sync, softmax_layout=softmax_layout,
+        sink=sink)
+
+
 # ---- recurrent cells -------------------------------------------------------------------------
 
 @_op("npu_lstm_cell(Tensor input, Tensor w_ih, Tensor w_hh, Tensor h, Tensor c, Tensor? b_ih=None, "

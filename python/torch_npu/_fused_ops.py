@@ -7,6 +7,8 @@ only states shapes and dtypes, for arguments the C++ checks accept.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 _NAMESPACE = "npu::"
@@ -279,6 +281,12 @@ def _npu_apply_adam_w(beta1_power, beta2_power, lr, weight_decay, beta1, beta2, 
 def _npu_apply_adam(beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, use_locking=None,
                     use_nesterov=None):
     return grad.new_empty(grad.shape), grad.new_empty(grad.shape), grad.new_empty(grad.shape)
+
+
+@_fake("npu::_npu_dropout_gen_mask.Tensor")
+def _npu_dropout_gen_mask_seeded(self, size, p, seed, offset, *, parallel=True, sync=None):
+    n = math.prod(size)
+    return self.new_empty([(n + 127) // 128 * 16], dtype=torch.uint8)
 
 
 def _fake_inplace_step(*args, **kwargs):
