@@ -165,6 +165,19 @@ def test_unsafe_empty_with_format_follows_allow_internal_format():
         torch.npu.config.allow_internal_format = False
     with pytest.raises(TypeError, match="must be a bool"):
         torch.npu.config.allow_internal_format = "yes"
+    # torch_npu's tests save the option with _C._npu_getOption (bytes, None if never set) and
+    # restore it by assignment
+    saved = torch_npu._C._npu_getOption("ALLOW_INTERNAL_FORMAT")
+    assert saved == b"disable"
+    torch.npu.config.allow_internal_format = True
+    assert torch_npu._C._npu_getOption("ALLOW_INTERNAL_FORMAT") == b"enable"
+    torch.npu.config.allow_internal_format = saved
+    assert torch.npu.config.allow_internal_format is False
+    torch.npu.config.allow_internal_format = None
+    assert torch.npu.config.allow_internal_format is False
+    assert torch_npu._C._npu_getOption("NO_SUCH_OPTION") is None
+    with pytest.raises(TypeError, match="option_type must string"):
+        torch_npu._C._npu_getOption(1)
 
 
 def test_npu_format_cast_overloads_of_torch_npu_schema():

@@ -164,6 +164,17 @@ def _npu_fused_infer_attention_score_out_graph(stream, handle, event, *args, **k
     return out[0], out[1]
 
 
+def _npu_getOption(option_type):
+    """The value set for a runtime option (torch_npu.npu.set_option) as bytes, None if unset."""
+    if not isinstance(option_type, str):
+        raise TypeError("invalid argument to option_type,option_type must string!")
+    from torch_npu.npu import npu_config
+
+    with npu_config._options_lock:
+        value = npu_config._options.get(option_type)
+    return None if value is None else value.encode()
+
+
 def install(c_module) -> None:
     """Put the functions above, and the submodules ``_mstx``, ``_npurt`` and ``_cd``, on ``torch_npu._C``
     (where the extension has none of its own)."""
@@ -173,6 +184,7 @@ def install(c_module) -> None:
                  "_weak_ref_tensor": _weak_ref_tensor,
                  "_npu_getCurrentRawStream": _npu_getCurrentRawStream,
                  "_npu_getCurrentRawStreamNoWait": _npu_getCurrentRawStreamNoWait,
+                 "_npu_getOption": _npu_getOption,
                  "_npu_NPUAllocator_AllocatorState": _npu_NPUAllocator_AllocatorState,
                  "_npu_getCheckpointState": _npu_getCheckpointState,
                  "_npu_checkPoolLiveAllocations": _npu_checkPoolLiveAllocations,

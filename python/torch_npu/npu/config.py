@@ -42,9 +42,15 @@ class _ConfigModule(types.ModuleType):
 
     def __setattr__(self, name, value):
         if name == "allow_internal_format":
+            # A bool, or the option's own value as torch_npu._C._npu_getOption returns it (bytes,
+            # None when never set): the save-and-restore idiom of torch_npu's tests.
+            if isinstance(value, bytes):
+                value = value.decode()
+            if value is None or value in ("enable", "disable"):
+                value = value == "enable"
             if not isinstance(value, bool):
-                raise TypeError("torch.npu.config.allow_internal_format must be a bool, got "
-                                f"{type(value).__name__}")
+                raise TypeError("torch.npu.config.allow_internal_format must be a bool (or the option's value "
+                                f"'enable' / 'disable' / None), got {value!r}")
             set_option({"ALLOW_INTERNAL_FORMAT": "enable" if value else "disable"})
             return
         super().__setattr__(name, value)
