@@ -1336,3 +1336,71 @@ def test_convolution_results_keep_channels_last(dtype):
                                    rtol=1e-3)
     plain = torch.nn.functional.conv2d(torch.randn(1, 4, 6, 6).npu(), torch.randn(2, 4, 3, 3).npu())
     assert plain.is_contiguous()
+
+
+# ---- activations, norms and softmax of later op-plugin releases -----------------------------
+
+def test_gelu_backward_and_gelu_mul():
+    x, g = torch.randn(6, 8), torch.randn(6, 8)
+    for mode in ("none", "tanh"):
+        _close(torch.ops.npu.npu_gelu_backward(g.npu(), x.npu(), approximate=mode),
+               torch.ops.aten.gelu_backward(g, x, approximate=mode))
+        _close(torch_npu.npu_gelu_mul(x.npu(), approximate=mode), F.gelu(x[:, :4], approximate=mode) * x[:, 4:])
+    with pytest.raises(RuntimeError, match="last dimension of input must be even"):
+        torch_npu.npu_gelu_mul(torch.randn(3, 5).npu())
+
+
+def test_group_norm_swish_forward_and_backward():
+    x, w, b = torch.randn(2, 6, 5), torch.randn(6), torch.randn(6)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+    y, mean, rstd = torch.ops.aten.native_group_norm(*leaves, 2, 6, 5, 3, 1e-5)
+    ref = y * torch.sigmoid(0.5 * y)
+    ref.sum().backward()
+    npu = [t.npu().requires_grad_() for t in (x, w, b)]
+    out, m, r = torch_npu.npu_group_norm_swish(npu[0], 3, npu[1], npu[2], eps=1e-5, swish_scale=0.5)
+    out.sum().backward()
+    _close(out, ref.detach(), rtol=1e-5, atol=1e-5)
+    _close(m, mean.detach())
+    _close(r, rstd.detach())
+    for a, e in zip(npu, leaves):
+        _close(a.grad, e.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_gather_sparse_index_is_an_embedding_lookup():
+    table = torch.randn(10, 3, 2)
+    index = torch.tensor([[1, 9], [0, 1], [4, 4]], dtype=torch.int32)
+    leaf = table.npu().requires_grad_()
+    out = torch_npu.npu_gather_sparse_index(leaf, index.npu())
+    assert out.shape == (3, 2, 3, 2)
+    _close(out, table[index.long()])
+    out.sum().backward()
+    _close(leaf.grad, torch.zeros(10).index_add_(0, index.flatten().long(), torch.ones(6))[:, None, None]
+           .expand(10, 3, 2))
+
+
+def test_add_rms_norm_v2_in_place_and_functional():
+    x1, x2, gamma = torch.randn(4, 16).half(), torch.randn(4, 16).half(), torch.randn(16).half()
+    x = x1.float() + x2.float()
+    rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    y = (x * rstd * gamma.float()).half()
+    r, y_f, x_f = torch_npu.npu_add_rms_norm_v2_functional(x1.npu(), x2.npu(), gamma.npu())
+    _close(r, rstd)
+    _close(y_f, y)
+    _close(x_f, x.half())
+    a, b = x1.npu(), x2.npu()
+    r = torch_npu.npu_add_rms_norm_v2(a, b, gamma.npu())
+    assert r.shape == (4, 1) and r.dtype == torch.float32
+    _close(a, y)
+    _close(b, x.half())
+
+
+def test_attn_softmax_in_place_and_its_backward():
+    logits, grad, values = torch.randn(2, 5, 7), torch.randn(2, 5, 3), torch.randn(2, 7, 3)
+    leaf = logits.clone().requires_grad_()
+    p = torch.softmax(leaf, -1)
+    (p @ values).backward(grad)
+    t = logits.npu()
+    assert torch_npu.npu_attn_softmax_(t) is t
+    _close(t, p.detach(), rtol=1e-5, atol=1e-6)
+    torch_npu.npu_attn_softmax_backward_(t, grad.npu(), values.npu())
+    _close(t, leaf.grad, rtol=1e-4, atol=1e-5)

@@ -228,6 +228,32 @@ def _npu_gelu(self, approximate="none"):
     return F.gelu(self, approximate=approximate)
 
 
+@_op("npu_gelu_backward(Tensor grad_output, Tensor self, *, str approximate='none') -> Tensor")
+def _npu_gelu_backward(grad_output, self, approximate="none"):
+    _check(approximate in ("none", "tanh"),
+           f"npu_gelu_backward: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return torch.ops.aten.gelu_backward(grad_output, self, approximate=approximate)
+
+
+@_op("npu_gelu_mul(Tensor input, *, str approximate='none') -> Tensor")
+def _npu_gelu_mul(input, approximate="none"):
+    """gelu(a) * b of input's last dimension halves a, b (GeGLU's gating)."""
+    _check(approximate in ("none", "tanh"), f"npu_gelu_mul: approximate must be 'none' or 'tanh', got {approximate!r}")
+    _check(input.dim() >= 1 and input.shape[-1] % 2 == 0,
+           f"npu_gelu_mul: the last dimension of input must be even, got shape {list(input.shape)}")
+    a, b = input.chunk(2, -1)
+    return F.gelu(a, approximate=approximate) * b
+
+
+@_op("npu_gather_sparse_index(Tensor input, Tensor index) -> Tensor")
+def _npu_gather_sparse_index(input, index):
+    """Rows of input (an embedding table [N, *]) selected by index: [*index.shape, *input.shape[1:]]."""
+    _check(input.dim() >= 1, "npu_gather_sparse_index: input must have at least one dimension")
+    _check(not index.is_floating_point() and not index.is_complex(),
+           f"npu_gather_sparse_index: index must be an integer tensor, got {index.dtype}")
+    return input.index_select(0, index.reshape(-1).long()).reshape(*index.shape, *input.shape[1:])
+
+
 @_op("npu_silu(Tensor self) -> Tensor")
 def _npu_silu(self):
     return F.silu(self)
@@ -628,6 +654,25 @@ def _npu_multi_head_attention(query, key, value, query_weight, key_weight, value
     y = project(context, out_proj_weight, out_proj_bias)
     return (y.to(dtype), dropout_mask, q.to(dtype), k.to(dtype), v.to(dtype),
             probs if softmax_use_float else probs.to(dtype), attn.to(dtype), context.to(dtype))
+
+
+@_op("npu_attn_softmax_(Tensor(a!) self) -> Tensor(a!)")
+def _npu_attn_softmax_(self):
+    """softmax over the last dimension, in place (computed in float)."""
+    return self.copy_(torch.softmax(self.float(), -1))
+
+
+@_op("npu_attn_softmax_backward_(Tensor(a!) self, Tensor grad_output, Tensor values) -> Tensor(a!)")
+def _npu_attn_softmax_backward_(self, grad_output, values):
+    """self (a softmax output p of attention scores) becomes the scores' gradient, given the
+    gradient grad_output of p @ values: p * (g - sum(g * p)) with g = grad_output @ values^T."""
+    _check(grad_output.dim() == values.dim() == self.dim() and grad_output.shape[-1] == values.shape[-1]
+           and values.shape[-2] == self.shape[-1] and grad_output.shape[-2] == self.shape[-2],
+           f"npu_attn_softmax_backward_: expected self [.., S1, S2], grad_output [.., S1, H] and values "
+           f"[.., S2, H], got {list(self.shape)}, {list(grad_output.shape)} and {list(values.shape)}")
+    p = self.float()
+    g = grad_output.float() @ values.float().transpose(-1, -2)
+    return self.copy_(p * (g - (g * p).sum(-1, keepdim=True)))
 
 
 # ---- fused attention, later interfaces ------------------------------------------------------
@@ -1740,6 +1785,48 @@ def _npu_group_norm_silu(input, weight, bias, group, eps=1e-5):
     n, c = input.shape[:2]
     y, mean, rstd = torch.native_group_norm(input, weight, bias, n, c, input[0, 0].numel(), group, eps)
     return F.silu(y), mean, rstd
+
+
+@_op("npu_group_norm_swish(Tensor input, int num_groups, Tensor weight, Tensor bias, float? eps=1e-5, "
+     "float? swish_scale=1.0) -> (Tensor, Tensor, Tensor)")
+def _npu_group_norm_swish(input, num_groups, weight, bias, eps=1e-5, swish_scale=1.0):
+    """swish(GroupNorm(input)) = y * sigmoid(swish_scale * y) of input [N, C, *]; also the
+    per-(N, group) mean and rstd, as aten.native_group_norm."""
+    _check(input.dim() >= 2 and num_groups >= 1 and input.size(1) % num_groups == 0,
+           f"npu_group_norm_swish: num_groups ({num_groups}) must divide the channels of input {list(input.shape)}")
+    n, c = input.shape[:2]
+    eps = 1e-5 if eps is None else eps
+    scale = 1.0 if swish_scale is None else swish_scale
+    y, mean, rstd = torch.native_group_norm(input, weight, bias, n, c, input[0, 0].numel(), num_groups, eps)
+    return y * torch.sigmoid(scale * y), mean, rstd
+
+
+def _add_rms_norm_v2(name, x1, x2, gamma, epsilon):
+    """(rstd, y, x): x = x1 + x2, y = x * rstd * gamma in float over gamma's dimensions."""
+    _check(x1.shape == x2.shape and gamma.dim() <= x1.dim() and x1.shape[x1.dim() - gamma.dim():] == gamma.shape,
+           f"{name}: expected x1 and x2 of one shape ending in gamma's {list(gamma.shape)}, got "
+           f"{list(x1.shape)} and {list(x2.shape)}")
+    x = (x1.float() + x2.float())
+    dims = list(range(x.dim() - gamma.dim(), x.dim()))
+    rstd = torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + epsilon)
+    return rstd, (x * rstd * gamma.float()).to(x1.dtype), x.to(x1.dtype)
+
+
+@_op("npu_add_rms_norm_v2(Tensor(a!) x1, Tensor(b!) x2, Tensor gamma, float epsilon=1e-06) -> Tensor")
+def _npu_add_rms_norm_v2(x1, x2, gamma, epsilon=1e-6):
+    """AddRmsNorm in place: x2 becomes x1 + x2 and x1 the normalised sum times gamma; returns
+    rstd (float32, the normalised dimensions kept as 1)."""
+    rstd, y, x = _add_rms_norm_v2("npu_add_rms_norm_v2", x1, x2, gamma, epsilon)
+    x1.copy_(y)
+    x2.copy_(x)
+    return rstd
+
+
+@_op("npu_add_rms_norm_v2_functional(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) "
+     "-> (Tensor, Tensor, Tensor)")
+def _npu_add_rms_norm_v2_functional(x1, x2, gamma, epsilon=1e-6):
+    """npu_add_rms_norm_v2 without the writes: (rstd, what x1 would hold, what x2 would hold)."""
+    return _add_rms_norm_v2("npu_add_rms_norm_v2_functional", x1, x2, gamma, epsilon)
 
 
 @_op("npu_add_rms_norm_cast(Tensor x1, Tensor x2, Tensor gamma, float epsilon=1e-06) "
