@@ -9,6 +9,7 @@
 #include <ATen/ops/mul.h>
 #include <ATen/ops/relu.h>
 #include <ATen/ops/sigmoid.h>
+#include <ATen/ops/stack.h>
 #include <ATen/ops/silu.h>
 #include <torch/library.h>
 
@@ -164,6 +165,7 @@ struct GroupedMatmulArgs {
   int64_t group_list_type = 0;       // 0: cumulative row counts, 1: row counts
   int64_t split_item = 0;
   int64_t act_type = 0;
+  bool split_k = false;              // group_type 2: x's columns and weight's rows split by group_list
 };
 
 // Row counts per group from group_list values; what is wrong is an error naming it.
@@ -185,6 +187,51 @@ std::vector<int64_t> group_sizes(c10::ArrayRef<int64_t> values, int64_t list_typ
 std::vector<Tensor> tensor_list(const c10::IValue& v) {
   if (v.isNone()) return {};
   return v.toTensorVector();
+}
+
+// group_type 2 (the K dimension split, as MoE's weight gradients use it): one x [M, K] and one
+// weight [K, N] (or one per group, [K_i, N]); group i multiplies x's columns and the weight's rows
+// of its range of K. The ranges come from group_list (read on the host); each group becomes a
+// pair of views, and split_item 2/3's single output is the groups' [G, M, N] stack.
+GroupedMatmulArgs split_k_args(const char* op, GroupedMatmulArgs a, const c10::IValue& gl, int64_t list_type) {
+  TORCH_CHECK(!gl.isNone(), op, ": group_type 2 (K split) needs group_list");
+  TORCH_CHECK(a.x.size() == 1 && a.x[0].dim() == 2, op, ": group_type 2 expects one 2-D x [M, K], got ", a.x.size(),
+              " tensor(s)", a.x.empty() ? "" : " of shape ", a.x.empty() ? c10::IntArrayRef() : a.x[0].sizes());
+  TORCH_CHECK(a.bias.empty(), op, ": group_type 2 (K split) takes no bias");
+  TORCH_CHECK(list_type == 0 || list_type == 1, op, ": expected group_list_type 0 (cumulative) or 1 (sizes), got ",
+              list_type);
+  std::vector<int64_t> values;
+  if (gl.isTensor()) {
+    const Tensor host = gl.toTensor().to(at::kCPU, at::kLong);
+    values.assign(host.const_data_ptr<int64_t>(), host.const_data_ptr<int64_t>() + host.numel());
+  } else {
+    values = gl.toIntVector();
+  }
+  const Tensor x = a.x[0];
+  const std::vector<int64_t> sizes = group_sizes(values, list_type, x.size(1));
+  std::vector<Tensor> weights = a.weight;
+  if (weights.size() == 1 && sizes.size() > 1) {
+    TORCH_CHECK(weights[0].dim() == 2 && weights[0].size(0) == x.size(1), op,
+                ": group_type 2 expects weight [K, N] with x's K = ", x.size(1), ", got ", weights[0].sizes());
+    weights = weights[0].split_with_sizes(sizes, 0);
+  }
+  TORCH_CHECK(weights.size() == sizes.size(), op, ": expected group_list to have one entry per weight (",
+              weights.size(), "), got ", sizes.size());
+  a.x.clear();
+  int64_t k = 0;
+  for (int64_t size : sizes) {
+    a.x.push_back(x.narrow(1, k, size));
+    k += size;
+  }
+  a.weight = weights;
+  a.split_k = true;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    TORCH_CHECK(weights[i].dim() == 2 && weights[i].size(0) == sizes[i], op, ": expected weight[", i, "] [",
+                sizes[i], ", N] for its K range, got ", weights[i].sizes());
+    TORCH_CHECK(weights[i].scalar_type() == x.scalar_type(), op, ": expected weight[", i, "] to have x's dtype ",
+                x.scalar_type(), ", got ", weights[i].scalar_type());
+  }
+  return a;
 }
 
 GroupedMatmulArgs parse_grouped_matmul(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
@@ -214,18 +261,25 @@ GroupedMatmulArgs parse_grouped_matmul(const c10::FunctionSchema& schema, const 
               ": expected act_type 0 (none), 1 (relu), 2 (gelu_tanh), 4 (fast_gelu) or 5 (silu), got ", a.act_type);
   TORCH_CHECK(!a.x.empty() && !a.weight.empty(), op, ": expected non-empty x and weight lists");
   const c10::IValue& gl = arg("group_list");
+  // As torch_npu: the tensor overload needs group_type (-1: no grouping, 0: x's rows split by
+  // group_list, 2: the K dimension split, x's columns and the weight's rows).
+  TORCH_CHECK(schema.overload_name() == "List" || !arg("group_type").isNone(), op,
+              ": Requires manual passing group_type, current is None.");
   const int64_t group_type = arg("group_type").isNone() ? -1 : arg("group_type").toInt();
+  TORCH_CHECK(group_type == -1 || group_type == 0 || group_type == 2, op,
+              ": The group type must be -1, 0 or 2, but now is [", group_type, "]");
   const int64_t list_type = arg("group_list_type").isNone() ? 0 : arg("group_list_type").toInt();
+  if (group_type == 2) return split_k_args(op, std::move(a), gl, list_type);
 
-  // One weight per group, or one [g, K, N] tensor.
+  // One weight per group, or one [g, K, N] tensor (and then one [g, N] bias).
   if (a.weight.size() == 1 && a.weight[0].dim() == 3) a.weight = a.weight[0].unbind(0);
   const size_t groups = a.weight.size();
+  if (groups > 1 && a.bias.size() == 1 && a.bias[0].dim() == 2 && a.bias[0].size(0) == static_cast<int64_t>(groups)) {
+    a.bias = a.bias[0].unbind(0);
+  }
   if (!gl.isNone()) {
     TORCH_CHECK(a.x.size() == 1, op, ": with group_list, expected one x tensor (split along its rows), got ",
                 a.x.size());
-    TORCH_CHECK(group_type == 0 || group_type == -1, op,
-                ": only group_type 0 (groups along the rows of x) is supported by the NPU simulator, got ",
-                group_type);
     if (gl.isTensor()) {
       a.group_list_tensor = gl.toTensor();
       const Tensor& g = a.group_list_tensor;
@@ -282,7 +336,8 @@ void npu_grouped_matmul(const c10::OperatorHandle& handle, torch::jit::Stack* st
                 ", found a tensor on ", t.device());
   }
   check_float(op, "x", a.x[0]);
-  const bool single = a.split_item >= 2;
+  const bool stack_groups = a.split_k && a.split_item >= 2;  // K split: the groups' [G, M, N]
+  const bool single = a.split_item >= 2 && !a.split_k;
   // Rows per group. A tensor group_list is read by the kernel when the output shapes do
   // not depend on it (one output tensor), so the call does not wait for the device.
   std::vector<int64_t> rows(groups, -1);
@@ -295,7 +350,9 @@ void npu_grouped_matmul(const c10::OperatorHandle& handle, torch::jit::Stack* st
     }
     rows = group_sizes(values, a.group_list_type, a.x[0].size(0));
   } else if (!a.split_x) {
-    for (size_t i = 0; i < groups; ++i) rows[i] = a.x[i].numel() / std::max<int64_t>(a.x[i].size(-1), 1);
+    for (size_t i = 0; i < groups; ++i) {  // a K-split group may have K = 0 (its output is zeros)
+      rows[i] = a.split_k ? a.x[i].size(0) : a.x[i].numel() / std::max<int64_t>(a.x[i].size(-1), 1);
+    }
   }
   std::vector<Tensor> outs;
   if (single) {
@@ -345,7 +402,7 @@ void npu_grouped_matmul(const c10::OperatorHandle& handle, torch::jit::Stack* st
       if (act != 0) out.copy_(activate(out, act));
     }
   });
-  std::vector<Tensor> result = outs;
+  std::vector<Tensor> result = stack_groups ? std::vector<Tensor>{at::stack(outs)} : outs;
   torch::jit::push(*stack, c10::IValue(std::move(result)));
 }
 

@@ -89,7 +89,7 @@ def test_grouped_matmul_one_x_per_group(act):
     ws = [torch.randn(8, 4), torch.randn(8, 7), torch.randn(6, 2)]
     bs = [torch.randn(4), torch.randn(7), torch.randn(2)]
     out = torch_npu.npu_grouped_matmul([x.npu() for x in xs], [w.npu() for w in ws], bias=[b.npu() for b in bs],
-                                       act_type=act)
+                                       act_type=act, group_type=-1)
     for o, r in zip(out, ref_grouped(xs, ws, bs, act)):
         torch.testing.assert_close(o.cpu(), r, atol=1e-5, rtol=1e-5)
 
@@ -109,6 +109,33 @@ def test_grouped_matmul_split_rows(group_list_type, split_item):
         torch.testing.assert_close(out[0].cpu(), torch.cat(parts), atol=1e-5, rtol=1e-5)
     else:
         assert [o.shape[0] for o in out] == sizes
+        for o, r in zip(out, parts):
+            torch.testing.assert_close(o.cpu(), r, atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_matmul_stacked_weight_and_bias():
+    # one [g, K, N] weight and one [g, N] bias (torch_npu's "single-multi-single" form)
+    sizes = [2, 3, 1]
+    x, w, b = torch.randn(6, 8), torch.randn(3, 8, 5), torch.randn(3, 5)
+    (out,) = torch_npu.npu_grouped_matmul([x.npu()], [w.npu()], bias=[b.npu()], group_list=torch.tensor(sizes).cumsum(0)
+                                          .npu(), split_item=3, group_type=0)
+    ref = torch.cat(ref_grouped(list(x.split(sizes)), list(w.unbind(0)), list(b.unbind(0)), 0))
+    torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("split_item", [0, 3])
+def test_grouped_matmul_k_split(split_item):
+    # group_type 2: group i multiplies x's columns and weight's rows of its K range (MoE's weight
+    # gradients: x^T of each expert's tokens times their output gradients)
+    sizes = [3, 0, 5]
+    x, w = torch.randn(4, 8), torch.randn(8, 6)
+    out = torch_npu.npu_grouped_matmul([x.npu()], [w.npu()], group_list=torch.tensor(sizes).cumsum(0).npu(),
+                                       split_item=split_item, group_type=2)
+    parts = [xc @ wc for xc, wc in zip(x.split(sizes, 1), w.split(sizes, 0))]
+    if split_item == 3:
+        assert len(out) == 1 and out[0].shape == (3, 4, 6)
+        torch.testing.assert_close(out[0].cpu(), torch.stack(parts), atol=1e-5, rtol=1e-5)
+    else:
         for o, r in zip(out, parts):
             torch.testing.assert_close(o.cpu(), r, atol=1e-5, rtol=1e-5)
 
@@ -142,10 +169,16 @@ def test_fake_shapes():
                                             torch.zeros(4, 2).int().npu(), 3), "expert_idx"),
     (lambda: torch_npu.npu_grouped_matmul([torch.randn(4, 8).npu()], [torch.randn(2, 8, 3).npu()],
                                           group_list=[1, 3], split_item=2), "group_list covers"),
-    (lambda: torch_npu.npu_grouped_matmul([torch.randn(4, 8).npu()], [torch.randn(7, 3).npu()]), "cannot be multiplied"),
+    (lambda: torch_npu.npu_grouped_matmul([torch.randn(4, 8).npu()], [torch.randn(7, 3).npu()], group_type=-1),
+     "cannot be multiplied"),
+    (lambda: torch_npu.npu_grouped_matmul([torch.randn(4, 8).npu()], [torch.randn(8, 3).npu()]),
+     "Requires manual passing group_type"),
+    (lambda: torch_npu.npu_grouped_matmul([torch.randn(4, 8).npu()], [torch.randn(8, 3).npu()], group_type=1),
+     r"The group type must be -1, 0 or 2, but now is \[1\]"),
     (lambda: torch_npu.npu_grouped_matmul([torch.randn(4, 8).npu()], [torch.randn(8, 3).npu()],
-                                          scale=[torch.ones(3).npu()]), "scale"),
-    (lambda: torch_npu.npu_grouped_matmul([torch.randn(4, 8).npu()], [torch.randn(8, 3).npu()], act_type=3),
+                                          scale=[torch.ones(3).npu()], group_type=-1), "scale"),
+    (lambda: torch_npu.npu_grouped_matmul([torch.randn(4, 8).npu()], [torch.randn(8, 3).npu()], act_type=3,
+                                          group_type=-1),
      "act_type"),
 ])
 def test_bad_arguments(call, message):

@@ -244,7 +244,13 @@ def _npu_moe_init_routing(x, row_idx, expert_idx, active_num):
             expert_idx.new_empty((n * k,)))
 
 
-def _grouped_matmul_fake(x, weight, bias=None, group_list=None, split_item=0, **_):
+def _grouped_matmul_fake(x, weight, bias=None, group_list=None, split_item=0, group_type=None, **_):
+    if group_type == 2:  # K split: [M, N] per group, or their [G, M, N] stack
+        groups = len(group_list) if isinstance(group_list, (list, tuple)) else group_list.shape[0]
+        m, n = x[0].shape[0], weight[0].shape[-1]
+        if (split_item or 0) >= 2:
+            return [x[0].new_empty((groups, m, n))]
+        return [x[0].new_empty((m, n)) for _ in range(groups)]
     if len(weight) == 1 and weight[0].dim() == 3:
         weight = list(weight[0].unbind(0))
     if (split_item or 0) >= 2:
@@ -261,13 +267,13 @@ def _grouped_matmul_fake(x, weight, bias=None, group_list=None, split_item=0, **
 
 
 @_fake("npu::npu_grouped_matmul")
-def _npu_grouped_matmul(x, weight, *, bias=None, group_list=None, split_item=0, **kwargs):
-    return _grouped_matmul_fake(x, weight, bias, group_list, split_item)
+def _npu_grouped_matmul(x, weight, *, bias=None, group_list=None, split_item=0, group_type=None, **kwargs):
+    return _grouped_matmul_fake(x, weight, bias, group_list, split_item, group_type)
 
 
 @_fake("npu::npu_grouped_matmul.List")
-def _npu_grouped_matmul_list(x, weight, *, bias=None, group_list=None, split_item=0, **kwargs):
-    return _grouped_matmul_fake(x, weight, bias, group_list, split_item)
+def _npu_grouped_matmul_list(x, weight, *, bias=None, group_list=None, split_item=0, group_type=None, **kwargs):
+    return _grouped_matmul_fake(x, weight, bias, group_list, split_item, group_type)
 
 
 # ---- fused optimizer kernels (custom_ops/src/optim.cpp) ----------------------------------------
