@@ -108,6 +108,10 @@ def test_activations_and_norms():
     _close(s, x + x2)
     _close(y, F.layer_norm(x + x2, [16], w, b, 1e-5), rtol=1e-5, atol=1e-5)
     _close(mean, (x + x2).mean(-1, keepdim=True), rtol=1e-5, atol=1e-6)
+    # float16 + float32: y and the sum in float32, as torch_npu's
+    y, _, _, s = torch_npu.npu_add_layer_norm(xn.half(), x2.npu(), w.npu(), b.npu(), 1e-5, True)
+    assert y.dtype == s.dtype == torch.float32
+    _close(y, F.layer_norm(x.half().float() + x2, [16], w, b, 1e-5), rtol=1e-5, atol=1e-5)
     mean, rstd, y = torch_npu.npu_deep_norm(xn, x2.npu(), b.npu(), w.npu(), alpha=0.5)
     _close(y, F.layer_norm(x * 0.5 + x2, [16], w, b, 1e-6), rtol=1e-5, atol=1e-5)
     labels = torch.rand(8, 16)

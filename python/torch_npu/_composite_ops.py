@@ -390,13 +390,14 @@ def _copy_memory_(self, src, non_blocking=False):
      "bool additional_output=False) -> (Tensor, Tensor, Tensor, Tensor)")
 def _npu_add_layer_norm(x1, x2, gamma, beta, epsilon=1e-5, additional_output=False):
     """y = LayerNorm(x1 + x2) over gamma's dimensions; also mean and rstd (float, reduced
-    dimensions kept as 1) and the sum x."""
+    dimensions kept as 1) and the sum x. y and x have the sum's dtype (float32 when x1 and x2
+    are float16 and float32, either way round)."""
     x = x1 + x2
     dims = list(range(x.dim() - gamma.dim(), x.dim()))
     xf = x.float()
     mean = xf.mean(dims, keepdim=True)
     rstd = torch.rsqrt(xf.var(dims, unbiased=False, keepdim=True) + epsilon)
-    y = ((xf - mean) * rstd * gamma.float() + beta.float()).to(x1.dtype)
+    y = ((xf - mean) * rstd * gamma.float() + beta.float()).to(x.dtype)
     return y, mean, rstd, x
 
 
