@@ -519,3 +519,34 @@ def test_graph_captures_kernel_with_a_float_argument():
         _close(got, torch.relu(x - 1.5) * 2, atol=1e-6, rtol=1e-6)
         assert previous is None or not torch.equal(got, previous)
         previous = got
+
+
+def test_compiled_index_out_of_bounds_raises_instead_of_aborting():
+    # Inductor checks indirect indices inside the kernel; in a parallel (OpenMP) kernel a failed
+    # check terminated the process (transformers' T5 flex-attention score_mod indexes a size-1
+    # batch dimension with the batch index). Kernels with such checks run serially on npu and
+    # the failure is a RuntimeError; valid indices give eager's result, reductions included.
+    from conftest import run_python
+
+    code = """
+import torch, torch_npu
+table = torch.randn(10, 64).npu()
+def f(idx):
+    rows = table[idx] * 2
+    return rows.sum(-1), rows.sum()
+compiled = torch.compile(f)
+idx = torch.randint(0, 10, (4096,)).npu()
+for got, want in zip(compiled(idx), f(idx)):  # summation orders differ
+    torch.testing.assert_close(got.cpu(), want.cpu(), rtol=1e-4, atol=1e-3)
+bad = idx.clone()
+bad[100] = 50
+try:
+    compiled(bad)
+    torch.npu.synchronize()
+    print("NO ERROR")
+except RuntimeError as e:
+    print("RAISED", "index out of bounds" in str(e))
+"""
+    res = run_python(code)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip().splitlines()[-1] == "RAISED True", res.stdout + res.stderr[-2000:]

@@ -105,12 +105,24 @@ extern "C" void {ENTRY}(const uintptr_t* args)
 """
 
 
+def _serial_if_bounds_checked(src_code: str) -> str:
+    """A kernel with index bounds checks (``TORCH_CHECK(..., "index out of bounds: ...")``, Inductor's
+    indirect indexing: embeddings, gathers) runs without its OpenMP team. A check that fails inside a
+    parallel region cannot leave it: the C++ runtime terminates the process (CPU Inductor aborts
+    there too). Serial, the failure raises an error at the kernel's launch or the next
+    synchronisation, as a faulting kernel does on an NPU."""
+    if "index out of bounds" not in src_code or "#pragma omp" not in src_code:
+        return src_code
+    return "\n".join(line for line in src_code.split("\n") if not line.lstrip().startswith("#pragma omp"))
+
+
 class NpuCppScheduling(CppScheduling):
     """Inductor's C++ scheduling, with a stream entry appended to each kernel's source."""
 
     def define_kernel(self, src_code, nodes, kernel_args=None):
         args = self.kernel_group.args if kernel_args is None else kernel_args
         _, _, arg_types = args.cpp_argdefs()
+        src_code = _serial_if_bounds_checked(src_code)
         if not V.graph.cpp_wrapper and _launchable(arg_types):
             src_code += _entry_source(arg_types)
         name = super().define_kernel(src_code, nodes, kernel_args)
