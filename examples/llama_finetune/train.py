@@ -196,6 +196,8 @@ def parse_args(argv=None):
     p.add_argument("--max-grad-norm", type=float, default=0.0,
                    help="clip the gradients' global norm to this before each optimizer step (0: no clipping)")
     p.add_argument("--bf16", action="store_true", help="torch.autocast(device, dtype=torch.bfloat16)")
+    p.add_argument("--lora", type=int, default=0, metavar="R",
+                   help="peft LoRA of rank R on the attention's q_proj and v_proj (only the adapters train)")
     p.add_argument("--optim", choices=["torch", "npu_fused"], default="torch",
                    help="torch.optim.AdamW or torch_npu.optim.NpuFusedAdamW")
     p.add_argument("--seed", type=int, default=0)
@@ -283,6 +285,19 @@ def build_model(config, args, device, world):
     return model
 
 
+def add_lora(model, args):
+    """peft's LoRA adapters (rank --lora, alpha 2 x rank) on q_proj and v_proj; the base weights freeze."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise SystemExit("--lora needs peft (pip install peft)")
+    model = get_peft_model(model, LoraConfig(r=args.lora, lora_alpha=2 * args.lora, lora_dropout=0.0,
+                                             target_modules=["q_proj", "v_proj"]))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log0(f"LoRA rank {args.lora}: {trainable} trainable parameters")
+    return model
+
+
 def wrap(model, args, device):
     if args.parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -325,8 +340,8 @@ def deepspeed_engine(model, optimizer, scheduler, args):
 
 
 def param_groups(model, args):
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and p.requires_grad]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 and p.requires_grad]
     return [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -439,6 +454,8 @@ def main(argv=None):
 def train(args, device, rank, world):
     config = llama_config(args)
     model = build_model(config, args, device, world)
+    if args.lora:
+        model = add_lora(model, args)
     model = wrap(model, args, device)
     model.train()
     optimizer = make_optimizer(model, args)

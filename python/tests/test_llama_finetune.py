@@ -156,6 +156,15 @@ def test_deepspeed_zero_offload_builds_its_cpu_adam_against_the_cann_home(npu_ru
     close(zero["losses"], npu_run["losses"], FP32_TOL)  # DeepSpeed's host AdamW is torch's AdamW
 
 
+def test_peft_lora_npu_matches_cpu(tmp_path):
+    pytest.importorskip("peft", reason="tools/venv.py installs peft")
+    npu, p = run(tmp_path, "--lora", "4", name="lora_npu")
+    cpu, _ = run(tmp_path, "--lora", "4", "--device", "cpu", name="lora_cpu")
+    assert "LoRA rank 4: 2048 trainable parameters" in p.stdout
+    close(npu["losses"], cpu["losses"], FP32_TOL)
+    assert npu["losses"][-1] < npu["losses"][0]
+
+
 def test_7b_says_what_it_needs(tmp_path):
     _, p = run(tmp_path, "--size", "7b", name="7b", check=False)
     assert p.returncode != 0
