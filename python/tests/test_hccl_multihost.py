@@ -40,7 +40,7 @@ def _env(env=None):
         p for p in [package_root, os.environ.get("PYTHONPATH")] if p), **(env or {}))
 
 
-def _torchrun(ns, script, tmp_path, env=None, timeout=90):
+def _torchrun(ns, script, tmp_path, env=None, timeout=240):
     """Runs `script` with torchrun on both "hosts" (2 ranks each); returns [(returncode, output)] per host."""
     path = tmp_path / "worker.py"
     path.write_text(textwrap.dedent(script))
