@@ -25,17 +25,24 @@ def _restore_npu_state():
     torch.npu.set_device(0)
 
 
-def run_python(code: str, env=None, timeout: float = 300):
-    """Run ``code`` in a fresh interpreter importing the same torch_npu as the tests."""
-    import subprocess
-
+def subprocess_env(env=None):
+    """This process's environment plus ``env``, with PYTHONPATH starting at the folder of the
+    torch_npu the tests import (then ``env``'s PYTHONPATH, then ours): a child process imports
+    the same torch_npu."""
     env = dict(env or {})
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
     paths = [package_root, env.pop("PYTHONPATH", ""), os.environ.get("PYTHONPATH", "")]
     full_env = dict(os.environ)
     full_env.update(env)
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
-    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
+    return full_env
+
+
+def run_python(code: str, env=None, timeout: float = 300):
+    """Run ``code`` in a fresh interpreter importing the same torch_npu as the tests."""
+    import subprocess
+
+    return subprocess.run([sys.executable, "-c", code], env=subprocess_env(env), capture_output=True,
                           text=True, timeout=timeout)
 
 

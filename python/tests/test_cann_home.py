@@ -15,6 +15,7 @@ import sys
 import pytest
 
 import torch_npu
+from conftest import subprocess_env
 
 HOME = os.path.join(os.path.dirname(os.path.abspath(torch_npu.__file__)), "cann")
 pytestmark = pytest.mark.skipif(not os.path.isdir(HOME), reason="no torch_npu/cann (source tree without tools/dev_link.sh)")
@@ -22,9 +23,7 @@ CANN_VARS = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_AICPU_PATH", "AS
 
 
 def _python(code, **env_changes):
-    env = {k: v for k, v in os.environ.items() if k not in CANN_VARS}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(os.path.abspath(
-        torch_npu.__file__))), env.get("PYTHONPATH")] if p)
+    env = {k: v for k, v in subprocess_env().items() if k not in CANN_VARS}
     env.update(env_changes)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 

@@ -15,14 +15,11 @@ import pytest
 import torch
 
 import torch_npu  # noqa: F401
+from conftest import subprocess_env
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(os.path.abspath(
-        torch_npu.__file__))), env.get("PYTHONPATH")] if p)
-    env["OMP_NUM_THREADS"] = "1"
-    return env
+    return subprocess_env({"OMP_NUM_THREADS": "1"})
 
 
 ACCELERATE_SCRIPT = textwrap.dedent("""

@@ -500,19 +500,35 @@ def test_dropout_mask_statistics_and_offset():
     assert torch.equal(keep.flatten()[4:], shifted.flatten()[:-4])
 
 
+def tnd_keep(flat, n, qlen, kvlen):
+    """A TND problem's keep mask from its flat bits: each batch's [1, N, Sq, Skv], one after the other."""
+    keep, at = [], 0
+    for a, c in zip(qlen, kvlen):
+        keep.append(flat[at:at + n * a * c].reshape(1, n, a, c))
+        at += n * a * c
+    return keep
+
+
+def check_against_reference(out, ref, npu_leaves, leaves):
+    """out (the operator's outputs on npu_leaves) against ref (the float64 reference on leaves),
+    forward and, for a random output gradient, the inputs' gradients."""
+    torch.testing.assert_close(out[0].cpu().double(), ref, **TOL[torch.float32])
+    dout = torch.randn(ref.shape, dtype=torch.float64)
+    ref.backward(dout)
+    out[0].backward(dout.float().npu())
+    for a, r in zip(npu_leaves, leaves):
+        torch.testing.assert_close(a.grad.cpu().double(), r.grad, **GRAD_TOL[torch.float32])
+
+
 @pytest.mark.parametrize("layout", ["BNSD", "TND"])
 def test_dropout_forward_backward_match_mask(layout):
     n, keep_prob, seed, offset = 2, 0.6, 99, 8
     b, s1, s2 = 2, 20, 24
     if layout == "TND":
         qlen = kvlen = [20, 24]
-        lengths = list(zip(qlen, kvlen))
-        # the TND mask is each batch's [N, Sq, Skv], one after the other
-        flat = dropout_keep_mask(1, 1, 1, n * sum(a * c for a, c in lengths), keep_prob, seed, offset).flatten()
-        keep, at = [], 0
-        for a, c in lengths:
-            keep.append(flat[at:at + n * a * c].reshape(1, n, a, c))
-            at += n * a * c
+        flat = dropout_keep_mask(1, 1, 1, n * sum(a * c for a, c in zip(qlen, kvlen)), keep_prob, seed,
+                                 offset).flatten()
+        keep = tnd_keep(flat, n, qlen, kvlen)
         kw = dict(actual_seq_qlen=tnd_ends(qlen), actual_seq_kvlen=tnd_ends(kvlen))
         q, k, v = make_qkv("TND", 0, n, n, 0, 0, 8, qlen=qlen, kvlen=kvlen)
     else:
@@ -526,12 +542,7 @@ def test_dropout_forward_backward_match_mask(layout):
     out = FA(*npu_leaves, n, layout, scale=0.5, atten_mask=COMPRESSED.npu(), sparse_mode=3, keep_prob=keep_prob,
              seed=seed, offset=offset, **kw)
     assert out[4:6] == (seed, offset)
-    torch.testing.assert_close(out[0].cpu().double(), ref, **TOL[torch.float32])
-    dout = torch.randn(ref.shape, dtype=torch.float64)
-    ref.backward(dout)
-    out[0].backward(dout.float().npu())
-    for a, r in zip(npu_leaves, leaves):
-        torch.testing.assert_close(a.grad.cpu().double(), r.grad, **GRAD_TOL[torch.float32])
+    check_against_reference(out, ref, npu_leaves, leaves)
 
 
 def _unpack(bits, shape):
@@ -574,24 +585,13 @@ def test_dropout_mask_from_the_caller_forward_and_backward(layout):
         count = 2 * n * 12 * 10
     bits = torch_npu._npu_dropout_gen_mask(torch.empty(1).npu(), [count], p=0.5, seed=31, offset=0)
     flat = _unpack(bits, [count])
-    if layout == "TND":  # each batch's [N, Sq, Skv], one after the other
-        keep, at = [], 0
-        for a, c in zip(qlen, kvlen):
-            keep.append(flat[at:at + n * a * c].reshape(1, n, a, c))
-            at += n * a * c
-    else:
-        keep = flat.reshape(2, n, 12, 10)
+    keep = tnd_keep(flat, n, qlen, kvlen) if layout == "TND" else flat.reshape(2, n, 12, 10)
     leaves = [t.double().requires_grad_() for t in (q, k, v)]
     ref, _, _ = ref_layout(*leaves, n, layout, 0.5, keep=keep, keep_prob=keep_prob,
                            qlen=kw.get("actual_seq_qlen"), kvlen=kw.get("actual_seq_kvlen"))
     npu_leaves = [t.npu().requires_grad_() for t in (q, k, v)]
     out = FA(*npu_leaves, n, layout, scale=0.5, keep_prob=keep_prob, dropout_mask=bits, seed=3, offset=0, **kw)
-    torch.testing.assert_close(out[0].cpu().double(), ref, **TOL[torch.float32])
-    dout = torch.randn(ref.shape, dtype=torch.float64)
-    ref.backward(dout)
-    out[0].backward(dout.float().npu())
-    for a, r in zip(npu_leaves, leaves):
-        torch.testing.assert_close(a.grad.cpu().double(), r.grad, **GRAD_TOL[torch.float32])
+    check_against_reference(out, ref, npu_leaves, leaves)
 
 
 def test_fusion_attention_v2_rope_and_pse_type():

@@ -18,6 +18,7 @@ import pytest
 import torch.distributed as dist
 
 import netns_hosts
+from conftest import subprocess_env
 import torch_npu  # noqa: F401
 
 pytestmark = pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
@@ -34,17 +35,11 @@ def hosts():
         pytest.skip(str(e))
 
 
-def _env(env=None):
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(torch_npu.__file__)))
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in [package_root, os.environ.get("PYTHONPATH")] if p), **(env or {}))
-
-
 def _torchrun(ns, script, tmp_path, env=None, timeout=240):
     """Runs `script` with torchrun on both "hosts" (2 ranks each); returns [(returncode, output)] per host."""
     path = tmp_path / "worker.py"
     path.write_text(textwrap.dedent(script))
-    return netns_hosts.torchrun_on_hosts(ns, [str(path)], 2, _env(env), timeout)
+    return netns_hosts.torchrun_on_hosts(ns, [str(path)], 2, subprocess_env(env), timeout)
 
 
 # Ranks print one line each with one write() (atomic on a pipe): lines never interleave.
@@ -207,7 +202,7 @@ def _torchrun_here(script, tmp_path, nproc, env):
     """torchrun on this machine (no namespaces); returns its CompletedProcess."""
     path = tmp_path / "worker.py"
     path.write_text(textwrap.dedent(script))
-    env = _env(env)
+    env = subprocess_env(env)
     # --standalone: the rendezvous stores bind port 0 (no port to race for with other runs);
     # MASTER_ADDR 127.0.0.1 (not the host name)
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--local-addr=127.0.0.1",
@@ -339,10 +334,10 @@ def test_llama_example_on_two_hosts_gives_one_hosts_losses(hosts, tmp_path):
         pytest.skip("needs the repository's examples/")
     args = ["--steps", "4", "--batch", "2", "--parallel", "ddp"]
     out = netns_hosts.torchrun_on_hosts(hosts, [script, *args, "--losses", str(tmp_path / "two.json")], 1,
-                                        _env({"OMP_NUM_THREADS": "1"}), timeout=300, cwd=str(tmp_path))
+                                        subprocess_env({"OMP_NUM_THREADS": "1"}), timeout=300, cwd=str(tmp_path))
     assert all(rc == 0 for rc, _ in out), "\n".join(o for _, o in out)
     one = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                          script, *args, "--losses", str(tmp_path / "one.json")], env=_env({"OMP_NUM_THREADS": "1"}),
+                          script, *args, "--losses", str(tmp_path / "one.json")], env=subprocess_env({"OMP_NUM_THREADS": "1"}),
                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
     two, ref = (json.load(open(tmp_path / f)) for f in ("two.json", "one.json"))

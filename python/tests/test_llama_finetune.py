@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import subprocess_env
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(ROOT, "examples", "llama_finetune", "train.py")
@@ -24,11 +25,7 @@ BF16_TOL = 2e-3
 
 
 def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(os.path.abspath(
-        __import__("torch_npu").__file__))), env.get("PYTHONPATH")] if p)
-    env["OMP_NUM_THREADS"] = "1"
-    return env
+    return subprocess_env({"OMP_NUM_THREADS": "1"})
 
 
 def run(tmp_path, *args, name="run", torchrun=0, env=None, check=True):

@@ -696,12 +696,14 @@ def _cat_heads(x, extra, head_num, layout):
     return torch.cat([x, extra], -1)
 
 
-def _split_heads(dx, width, head_num, layout):
-    """Inverse of _cat_heads: (the first part of each head, the last `width` of it)."""
+def _split_heads(dx, extra, head_num, layout):
+    """Inverse of _cat_heads(x, extra, ...): (the first part of each head, extra's part)."""
     if layout in ("BSH", "SBH"):
         a, b = dx.shape[:2]
+        width = extra.shape[-1] // head_num
         per_head = dx.reshape(a, b, head_num, -1)
         return (per_head[..., :-width].reshape(a, b, -1), per_head[..., -width:].reshape(a, b, -1))
+    width = extra.shape[-1]
     return dx[..., :-width], dx[..., -width:]
 
 
@@ -783,13 +785,10 @@ def _npu_fusion_attention_grad_v2(query, key, value, dy, head_num, input_layout,
         next_tockens=next_tokens, inner_precise=inner_precise, seed=seed, offset=offset, numels=numels,
         prefix=prefix, actual_seq_qlen=actual_seq_qlen, actual_seq_kvlen=actual_seq_kvlen, sparse_mode=sparse_mode,
         gen_mask_parallel=gen_mask_parallel, sync=sync, softmax_layout=softmax_layout, sink=sink)
-    empty = query.new_empty([0])
-    dq_rope = dk_rope = empty
+    dq_rope = dk_rope = query.new_empty([0])
     if query_rope is not None:
-        dq, dq_rope = _split_heads(dq, query_rope.shape[-1] // (head_num if layout in ("BSH", "SBH") else 1),
-                                   head_num, layout)
-        dk, dk_rope = _split_heads(dk, key_rope.shape[-1] // (key_heads if layout in ("BSH", "SBH") else 1),
-                                   key_heads, layout)
+        dq, dq_rope = _split_heads(dq, query_rope, head_num, layout)
+        dk, dk_rope = _split_heads(dk, key_rope, key_heads, layout)
     if pse is not None and pse_type == _PSE_OUTSIDE_SCALE:
         dpse = dpse / scale_value
     return dq, dk, dv, dpse, dq_rope, dk_rope, dsink
