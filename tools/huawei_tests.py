@@ -358,7 +358,9 @@ def run_file(args, suite, root, folder, rel, outdir, plugin_dir, ini):
     # subprocesses with "python"), and torch_npu's entry points (autoload) visible
     env["PATH"] = os.path.dirname(args.python) + os.pathsep + env.get("PATH", "")
     bp = build_path(args)
-    pp = [bp, plugin_dir]
+    # the file's own folder, as sys.path[0] of Huawei's `python <file>.py` runs (test/_inductor's
+    # files import their sibling testutils.py; pytest adds no folder that has an __init__.py)
+    pp = [bp, plugin_dir, os.path.dirname(path)]
     if env.get("PYTHONPATH"):
         pp.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(pp)

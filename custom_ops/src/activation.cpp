@@ -344,7 +344,7 @@ enum class RotaryMode { kHalf, kInterleave };
 RotaryMode rotary_mode(const char* op, c10::string_view mode) {
   if (mode == "half") return RotaryMode::kHalf;
   if (mode == "interleave") return RotaryMode::kInterleave;
-  TORCH_CHECK(false, op, ": expected rotary_mode 'half' or 'interleave', got '", mode, "'");
+  TORCH_CHECK(false, "The rotary_mode of ", op, " should be half or interleave, but got ", mode);  // torch_npu's text
 }
 
 // The rotated partner of element j of a row of length d, and its sign:

@@ -1488,6 +1488,9 @@ constexpr const char* kFloat32ComputeOps[] = {
     "_slow_conv2d_backward.output_mask", "slow_conv3d_forward", "slow_conv3d_forward.output", "slow_conv_dilated2d",
     // a composite kernel (log-sigmoid, products, mean) that rounds after every step; aclnn computes in float32
     "binary_cross_entropy_with_logits",
+    // the CPU kernel adds into the low-precision result one source row at a time (repeat_interleave's
+    // and index_select's backward sum many rows); aclnnIndexAdd accumulates in float32
+    "index_add", "index_add.out",
 };
 }  // namespace
 

@@ -48,6 +48,58 @@ def _reseeded_rand(x):
     return x + torch.rand(3, device="npu")
 
 
+
+def _streams_and_events(x):
+    x = torch.add(x, 2)
+    side = torch.npu.Stream()
+    with torch.npu.stream(side):
+        x = torch.sin(x)
+    current = torch.npu.current_stream()
+    current.wait_stream(side)
+    start = torch.npu.Event()
+    start.record(current)
+    x = torch.add(x, 4)
+    side.synchronize()
+    current.synchronize()
+    return torch.cos(x)
+
+
+def test_streams_and_events_made_in_a_compiled_function_trace_into_one_graph():
+    """torch.npu.Stream / Event built, entered and waited on inside fullgraph code are graph
+    objects as torch.cuda's (Dynamo's in-graph classes and current-stream handler)."""
+    x = torch.randn(4, 4, device="npu")
+    counter = torch._dynamo.testing.CompileCounter()
+    compiled = torch.compile(_streams_and_events, backend=counter, fullgraph=True)
+    torch.testing.assert_close(compiled(x), _streams_and_events(x), rtol=0, atol=0)
+    assert counter.frame_count == 1
+    assert counter.op_count >= 6
+
+
+def test_deterministic_level_change_recompiles_the_npu_backend():
+    """Levels 1 and 2 both enable torch's deterministic algorithms (which Dynamo guards); the
+    npu backend guards torch_npu's level itself, so 1 -> 2 recompiles and 2 -> 1 reuses."""
+    import warnings
+
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(1)
+        return torch_npu.dynamo.npu_backend(gm, example_inputs)
+
+    fn = torch.compile(lambda x: x * 2 + 1, backend=backend, fullgraph=True, dynamic=False)
+    x = torch.ones(3, device="npu")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for level in (1, 2, 1, 2):
+                torch_npu.npu.set_deterministic_level(level)
+                torch.testing.assert_close(fn(x), x * 3)
+        assert len(compiles) == 2
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch_npu.npu.set_deterministic_level(0)
+
 def test_manual_seed_in_a_compiled_function_seeds_every_call():
     """torch.npu.manual_seed is a graph break, run at every call, as torch.cuda.manual_seed: traced
     "in graph" it ran once, while tracing, and the second call drew other numbers (silently)."""

@@ -414,6 +414,36 @@ def test_moe_routing_helpers():
     _close(out, expected, rtol=1e-5, atol=1e-5)
 
 
+
+def test_moe_finalize_routing_drop_pad_and_row_order():
+    """drop_pad_mode 1/3: rows [E, C, H], dst -1 for a dropped token (its row is zeros, its
+    bias still adds); modes 2/3 index dst by row (i * K + j) instead of by column."""
+    torch.manual_seed(0)
+    n, k, e, c, h = 6, 2, 4, 3, 5
+    rows = torch.randn(e, c, h)
+    skip = torch.randn(n, h)
+    bias = torch.randn(e, h)
+    scales = torch.randn(n, k)
+    experts = torch.randint(0, e, (n, k), dtype=torch.int32)
+    dst = torch.randint(-1, e * c, (n * k,), dtype=torch.int32)
+    flat = rows.reshape(-1, h)
+    for mode in (1, 3):
+        out = torch_npu.npu_moe_finalize_routing(rows.npu(), skip.npu(), None, bias.npu(), scales.npu(), dst.npu(),
+                                                 experts.npu(), drop_pad_mode=mode)
+        expected = skip.clone()
+        for i in range(n):
+            for j in range(k):
+                d = int(dst[j * n + i] if mode == 1 else dst[i * k + j])
+                row = flat[d] if d >= 0 else torch.zeros(h)
+                expected[i] += scales[i, j] * (row + bias[experts[i, j]])
+        _close(out, expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="drop_pad_mode must be in"):
+        torch_npu.npu_moe_finalize_routing(rows.npu(), skip.npu(), None, bias.npu(), scales.npu(), dst.npu(),
+                                           experts.npu(), drop_pad_mode=4)
+    with pytest.raises(RuntimeError, match=r"expanded_permuted_rows must be \[E, C, H\]"):
+        torch_npu.npu_moe_finalize_routing(flat.npu(), skip.npu(), None, bias.npu(), scales.npu(), dst.npu(),
+                                           experts.npu(), drop_pad_mode=1)
+
 def test_top_k_top_p():
     logits = torch.randn(3, 10)
     k, p = torch.tensor([2, 5, 10], dtype=torch.int32), torch.tensor([1.0, 0.5, 0.9])
@@ -862,6 +892,11 @@ def test_moe_init_routing_v2_quant_modes():
     q, *_ = torch_npu.npu_moe_init_routing_v2(x.npu(), expert_idx.npu(), scale=torch.tensor([20.]).npu(),
                                              offset=torch.tensor([1.]).npu(), expert_num=4, quant_mode=0)
     assert (q.cpu().int() - (rows * 20 + 1).round().clamp(-128, 127).int()).abs().max() <= 1
+    # dynamic mode, an all-zero token: zeros with scale 0 (not 0/0)
+    x[2] = 0
+    q, _, _, row_scale = torch_npu.npu_moe_init_routing_v2(x.npu(), expert_idx.npu(), expert_num=4, quant_mode=1)
+    zero_rows = [d for d, s in enumerate(order) if s // k == 2]
+    assert (q.cpu()[zero_rows] == 0).all() and (row_scale.cpu()[zero_rows] == 0).all()
 
 
 def _rope_reference(x, cos, sin, head_size, neox):

@@ -124,6 +124,13 @@ def test_mark_step_and_generation():
     assert gt.NPUGraphTreeManager.user_invoked_mark_step()
     gt.reset_npugraph_trees()
     assert MarkStepBox.mark_step_counter == 0
+    # the public form, which torch_npu installs on torch.compiler at import
+    import inspect
+
+    assert str(inspect.signature(torch.compiler.npugraph_mark_step_begin)) == "()"
+    torch.compiler.npugraph_mark_step_begin()
+    assert MarkStepBox.mark_step_counter == -1 and gt.NPUGraphTreeManager.user_invoked_mark_step()
+    gt.reset_npugraph_trees()
 
 
 def test_c_helpers():

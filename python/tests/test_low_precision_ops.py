@@ -2,7 +2,7 @@
 
 Some ATen CPU kernels have no float16/bfloat16 version (avg_pool3d, cdist, the antialiased
 upsamplings, ctc_loss, rrelu_with_noise, multilabel_margin_loss) and some accumulate in the
-low precision (the slow convolutions, binary_cross_entropy_with_logits' composite kernel);
+low precision (the slow convolutions, binary_cross_entropy_with_logits' composite kernel, index_add);
 torch_npu computes them in float32 and rounds the results once. So here the npu result of a
 float16/bfloat16 input equals the float32 computation on the CPU rounded to that dtype.
 """
@@ -190,3 +190,21 @@ def test_native_batch_norm_inference_saves_have_num_features():
     torch.testing.assert_close(out.cpu(), ref)
     _, sm, si = torch.ops.aten.native_batch_norm(x.npu(), None, None, rm.npu(), rv.npu(), True, 0.1, 1e-5)
     torch.testing.assert_close(sm.cpu(), x.mean((0, 2)))
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_index_add_accumulates_in_float32(dtype):
+    """index_add sums many source rows into one: float32 inside, rounded once (as aclnnIndexAdd);
+    repeat_interleave's backward is such a sum (Huawei's test_repeat_interleave_backward)."""
+    torch.manual_seed(0)
+    base, src = torch.rand(4, 8).to(dtype).float(), torch.rand(200, 8).to(dtype).float()
+    index = torch.randint(0, 4, (200,))
+    out = torch.index_add(*_npu(base, dtype=dtype), 0, index.npu(), *_npu(src, dtype=dtype))
+    torch.testing.assert_close(out.cpu(), _rounded(lambda b, s: b.index_add(0, index, s), base, src, dtype=dtype),
+                               rtol=0, atol=0)
+    x = torch.rand(40, 1, 16).to(dtype).requires_grad_()
+    y = torch.repeat_interleave(x.npu(), 100, 0)
+    grad = torch.rand(y.shape).to(dtype)
+    y.backward(grad.npu())
+    expected = grad.float().view(40, 100, 1, 16).sum(1).to(dtype)
+    torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)

@@ -50,6 +50,25 @@ def test_flops_counter_counts_npu_matmul_conv_attention_and_backward():
     assert fc.get_flops() == [0, 0]                  # stopped: no longer counting
 
 
+
+def test_flops_counter_counts_grouped_matmul_swiglu_quant_v2():
+    """Its weight and weight_scale are one-tensor lists: M x K rows each meet one expert's N columns."""
+    from torch_npu.utils import FlopsCounter
+
+    m, k, n, e = 6, 32, 16, 2
+    x = torch.randint(-8, 8, (m, k), dtype=torch.int8, device="npu")
+    weight = torch.randint(-8, 8, (e, k, n), dtype=torch.int8, device="npu")
+    weight_scale = torch.rand(e, n, device="npu")
+    x_scale = torch.rand(m, device="npu")
+    fc = FlopsCounter()
+    fc.start()
+    try:
+        torch_npu.npu_grouped_matmul_swiglu_quant_v2(x, [weight], [weight_scale], x_scale,
+                                                     torch.tensor([3, 6], device="npu"))
+        assert fc.get_flops()[0] == 2 * m * k * n
+    finally:
+        fc.stop()
+
 def test_flops_counter_deprecated_class_warns():
     from torch_npu.utils.flops_count import FlopsCounter
 

@@ -138,6 +138,7 @@ import torch_npu.utils  # noqa: E402,F401
 from torch_npu.npu.streams import _erase_stream as erase_stream  # noqa: E402
 import torch_npu._afd  # noqa: E402,F401  (its scheduler ops, exported below with the others)
 from torch_npu import _composite_ops  # noqa: E402,F401  (op-plugin's ATen-composed operators)
+from torch_npu import _attention_ops, _ffn_ops, _gmm_quant_ops, _obfuscation_ops, _quant_ops  # noqa: E402,F401  (more of them, by domain)
 from torch_npu import _fused_ops  # noqa: E402
 
 # torch_npu.npu_rms_norm, torch_npu.npu_fusion_attention, ...: torch.ops.npu.* by name; those

@@ -1454,15 +1454,35 @@ def _npu_moe_compute_expert_tokens(sorted_expert_for_source_row, num_expert):
      "int? k=1) -> Tensor")
 def _npu_moe_finalize_routing(expanded_permuted_rows, skip1, skip2, bias, scales, expanded_src_to_dst_row,
                               export_for_source_row, drop_pad_mode=0, k=1):
-    """out[i] = skip1[i] + skip2[i] + sum_j scales[i, j] * (rows[dst[j * N + i]] + bias[expert[i, j]]),
-    undoing npu_moe_init_routing's expansion (dst: expanded_src_to_dst_row, k-major)."""
-    _check(drop_pad_mode in (0, None), f"npu_moe_finalize_routing: only drop_pad_mode=0 is simulated, got {drop_pad_mode}")
+    """out[i] = skip1[i] + skip2[i] + sum_j scales[i, j] * (rows[dst(i, j)] + bias[expert[i, j]]),
+    undoing npu_moe_init_routing's expansion. drop_pad_mode 0/2 (dropless): rows [N*K, H];
+    1/3 (drop-pad): rows [E, C, H] and dst -1 for a dropped token, whose row counts as zeros
+    (its bias still adds). dst(i, j) = expanded_src_to_dst_row[j * N + i] for modes 0/1 (by
+    column) and [i * K + j] for 2/3 (by row)."""
+    name = "npu_moe_finalize_routing"
+    mode = 0 if drop_pad_mode is None else drop_pad_mode
+    _check(mode in (0, 1, 2, 3), f"{name}: drop_pad_mode must be in [0, 3], got {mode}")
+    dropping = mode in (1, 3)
+    _check(expanded_permuted_rows.dim() == (3 if dropping else 2),
+           f"{name}: expanded_permuted_rows must be {'[E, C, H]' if dropping else '[NUM_ROWS * K, H]'} "
+           f"for drop_pad_mode={mode}, got {list(expanded_permuted_rows.shape)}")
+    _check(expanded_src_to_dst_row.dim() == 1,
+           f"{name}: expanded_src_to_dst_row must be 1-D, got {expanded_src_to_dst_row.dim()}-D")
+    _check(skip1 is not None or skip2 is None, f"{name}: skip2 must be None when skip1 is None")
     if scales is not None:
         k = scales.size(1)
+    elif export_for_source_row is not None and export_for_source_row.dim() == 2:
+        k = export_for_source_row.size(1)
+    k = k or 1
     n = expanded_src_to_dst_row.numel() // k
-    rows = expanded_permuted_rows.float()[expanded_src_to_dst_row.long().view(k, n)]  # [k, N, H]
+    flat_rows = expanded_permuted_rows.float().reshape(-1, expanded_permuted_rows.size(-1))
+    dst = expanded_src_to_dst_row.long()
+    dst = dst.view(k, n) if mode in (0, 1) else dst.view(n, k).t()  # [k, N]
+    dropped = dst < 0
+    rows = flat_rows[dst.clamp_min(0)].masked_fill(dropped.unsqueeze(-1), 0.0)  # [k, N, H]
     if bias is not None:
-        rows = rows + bias.float()[export_for_source_row.long().t()]
+        _check(export_for_source_row is not None, f"{name}: bias needs expert_for_source_row")
+        rows = rows + bias.float()[export_for_source_row.long().reshape(n, k).t()]
     weights = scales.float().t().unsqueeze(-1) if scales is not None else 1.0
     out = (rows * weights).sum(0)
     for skip in (skip1, skip2):
@@ -1636,7 +1656,9 @@ def _npu_moe_init_routing_v2(x, expert_idx, *, scale=None, offset=None, active_n
             smooth = scale.float().reshape(-1, x.size(1))
             xf = xf * (smooth if smooth.size(0) == 1 else smooth[flat[sources] - start])
         row_scale = xf.abs().amax(-1, keepdim=True) / 127.0
-        expanded_x = torch.round(xf / row_scale).clamp(-128, 127).to(torch.int8)
+        # an all-zero row quantises to zeros (scale 0), as npu_dynamic_quant's
+        expanded_x = torch.round(xf / row_scale.clamp_min(torch.finfo(torch.float32).tiny)).clamp(-128, 127).to(
+            torch.int8)
         expanded_scale = row_scale.reshape(-1)
     return expanded_x, expanded_row_idx, tokens.to(torch.int64), expanded_scale
 

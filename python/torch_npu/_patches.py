@@ -322,6 +322,20 @@ def _legacy_save_npu_storages() -> None:
     serialization._install_legacy_save_check()
 
 
+def _compiler_npugraph_mark_step_begin() -> None:
+    """``torch.compiler.npugraph_mark_step_begin()``, torch_npu's counterpart of
+    ``cudagraph_mark_step_begin`` for NPU graph trees (``mode="reduce-overhead"`` on npu): outputs
+    of the previous step's graphs may be overwritten from the call on. It marks a step without
+    importing Dynamo or Inductor. Tests: test_graph_tree.py."""
+    from torch_npu.npu._graph_tree_state import mark_step_begin
+
+    def npugraph_mark_step_begin():
+        mark_step_begin()
+
+    npugraph_mark_step_begin.__doc__ = mark_step_begin.__doc__
+    torch.compiler.npugraph_mark_step_begin = npugraph_mark_step_begin
+
+
 #: The patches, in application order.
 PATCHES: List[Callable[[], None]] = [
     _alias_torch_npu_submodules,
@@ -334,6 +348,7 @@ PATCHES: List[Callable[[], None]] = [
     _data_parallel_comm,
     _default_tensor_type_npu,
     _legacy_save_npu_storages,
+    _compiler_npugraph_mark_step_begin,
 ]
 
 _applied = False

@@ -9,6 +9,7 @@ info other workers sent and update the context (see ``_ops``).
 """
 from ._schedule_context import ScheduleContextHolder, _create_schedule_context_holder
 from . import _ops
+from . import _worker_ops  # noqa: F401  (npu_ffn_worker_batching, npu_attention_worker_combine)
 
 __all__ = ["create_schedule_context_holder"]
 

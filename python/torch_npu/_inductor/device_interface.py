@@ -15,6 +15,12 @@ class NpuInterface(CpuInterface):
     """
 
     device = torch.npu.device
+    # Dynamo recognises streams made, entered and read in a compiled function by these objects
+    # (a torch.npu.stream(s) block, torch.npu.current_stream() become graph objects)
+    Stream = torch.npu.Stream
+    stream = staticmethod(torch.npu.stream)
+    current_stream = staticmethod(torch.npu.current_stream)
+    set_stream = staticmethod(torch.npu.set_stream)
 
     class Worker(CpuInterface.Worker):
         @staticmethod
@@ -53,10 +59,6 @@ class NpuInterface(CpuInterface):
         previous = torch.npu.current_device()
         torch.npu.set_device(device)
         return previous
-
-    @staticmethod
-    def current_stream() -> torch.Stream:
-        return torch.npu.current_stream()
 
     @staticmethod
     def get_raw_stream(device_idx: int) -> int:

@@ -25,8 +25,10 @@ def npu_backend(gm, example_inputs, mode: Optional[str] = None, options: Optiona
     """Compile a Dynamo graph with Inductor for npu (``mode``/``options`` as for ``inductor``)."""
     import torch
     from torch_npu._inductor import register
+    from torch_npu.dynamo._deterministic_guard import install_npu_deterministic_level_guard
 
     register()
+    install_npu_deterministic_level_guard()  # a graph compiled at one level recompiles at another
     inductor = getattr(torch, "_TorchCompileInductorWrapper", None)
     if inductor is None:  # a torch without it: plain compile_fx, honouring options only
         from torch._inductor import config

@@ -22,6 +22,8 @@ torch_npu (as Huawei's does) adds them to Dynamo's rules:
   unseeded. (``transfer_to_npu`` makes ``torch.cuda.manual_seed`` this very function, so the two
   rules must agree.)
 """
+import functools
+
 import torch
 
 __all__ = ["CONSTANT_FOLD", "CONSTANT_FOLD_GUARDED", "IN_GRAPH", "KERNEL_MODULES", "SKIP", "register_trace_rules"]
@@ -86,7 +88,9 @@ SKIP = (
     "torch.npu.random.manual_seed_all",
 )
 
-KERNEL_MODULES = ("torch_npu._composite_ops", "torch_npu._atb_ops", "torch_npu._afd._ops")
+KERNEL_MODULES = ("torch_npu._composite_ops", "torch_npu._atb_ops", "torch_npu._attention_ops", "torch_npu._ffn_ops",
+                  "torch_npu._gmm_quant_ops", "torch_npu._obfuscation_ops", "torch_npu._quant_ops", "torch_npu._afd._ops",
+                  "torch_npu._afd._worker_ops")
 
 
 def _resolve(name: str):
@@ -129,3 +133,35 @@ def register_trace_rules() -> None:
     from torch_npu.npu.utils import _NPUDeviceProperties
 
     common_constant_types.add(_NPUDeviceProperties)
+    _add_stream_support()
+
+
+def _add_stream_support() -> None:
+    """torch.npu.Stream / Event built inside a compiled function become graph objects, as
+    torch.cuda's: Dynamo lists those classes by name (UserDefinedClassVariable._in_graph_classes),
+    and inlining our Python ``__new__`` would break the graph at torch.Stream's C ``__new__``."""
+    from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+
+    original = UserDefinedClassVariable._in_graph_classes
+    if getattr(original, "_npu_classes", False):
+        return
+    classes = frozenset({torch.npu.Stream, torch.npu.Event})
+
+    def _in_graph_classes():
+        return original() | classes
+
+    _in_graph_classes._npu_classes = True
+    UserDefinedClassVariable._in_graph_classes = staticmethod(_in_graph_classes)
+
+    # torch.npu.current_stream() reads Dynamo's symbolic current stream, as torch.cuda's does
+    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+
+    handlers = TorchInGraphFunctionVariable._get_handlers
+    if not getattr(handlers, "_npu_handlers", False):
+        def _get_handlers():
+            table = handlers()
+            table.setdefault(torch.npu.current_stream, table[torch.accelerator.current_stream])
+            return table
+
+        _get_handlers._npu_handlers = True
+        TorchInGraphFunctionVariable._get_handlers = staticmethod(functools.cache(_get_handlers))

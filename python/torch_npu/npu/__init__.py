@@ -149,6 +149,7 @@ __all__ = [
     "device_of", "get_device_name", "get_device_properties", "get_device_capability",
     "can_device_access_peer", "utilization", "mem_get_info", "is_initialized", "init", "npurt",
     "get_soc_version", "is_support_inf_nan", "current_blas_handle", "get_cann_version",
+    "obfuscation_initialize", "obfuscation_finalize", "obfuscation_calculate",
     # streams / events
     "Stream", "Event", "ExternalEvent", "ExternalStream", "SyncLaunchStream", "StreamContext", "stream", "set_stream",
     "current_stream", "default_stream", "set_sync_debug_mode", "get_sync_debug_mode",
@@ -389,6 +390,11 @@ def set_deterministic_level(level):
                   "'torch.use_deterministic_algorithms' anymore, as it may cause unknown errors.")
 
 
+def _get_deterministic_level():
+    r"""The level :func:`set_deterministic_level` set last (0 at start)."""
+    return _deterministic_level
+
+
 def use_compatible_impl(is_enable):
     r"""Prefer the operator implementations that match PyTorch's CUDA results over the faster
     NPU-specific ones (option ``TORCH_NPU_USE_COMPATIBLE_IMPL``). The simulator's kernels are
@@ -407,7 +413,8 @@ from .npu_config import (set_aoe, set_dump, init_dump, finalize_dump, set_device
 from . import mstx as _mstx_module  # noqa: E402,F401
 from .mstx import mstx  # noqa: E402
 from .utils import (get_npu_overflow_flag, clear_npu_overflow_flag,  # noqa: E402
-                    stress_detect, check_uce_in_memory, set_op_timeout_ms)
+                    stress_detect, check_uce_in_memory, set_op_timeout_ms,
+                    obfuscation_initialize, obfuscation_finalize, obfuscation_calculate)
 from ._recovery import restart_device  # noqa: E402
 
 # torch_npu.npu.utils also carries the stream, sync-debug, ipc and dump functions.

@@ -18,6 +18,9 @@ import torch
 from torch_npu import _C
 
 __all__ = [
+    "obfuscation_initialize",
+    "obfuscation_finalize",
+    "obfuscation_calculate",
     "synchronize",
     "device_count",
     "is_available",
@@ -546,3 +549,20 @@ def set_op_timeout_ms(timeout):
         raise OverflowError(f"set_op_timeout_ms(): timeout must be at most {_UINT32_MAX} ms, got "
                             f"{timeout} (Overflow when unpacking long)")
     _op_timeout_ms = timeout
+
+
+# PMCC model obfuscation (torch_npu/_obfuscation_ops.py): the operators are torch.ops.npu ones,
+# registered after this module is imported.
+def obfuscation_initialize(hidden_size, tp_rank, cmd, *, data_type=None, model_obf_seed_id=0, data_obf_seed_id=0,
+                           thread_num=4, obf_coefficient=1.0):
+    return torch.ops.npu.obfuscation_initialize(
+        hidden_size, tp_rank, cmd, data_type=data_type, model_obf_seed_id=model_obf_seed_id,
+        data_obf_seed_id=data_obf_seed_id, thread_num=thread_num, obf_coefficient=obf_coefficient)
+
+
+def obfuscation_finalize(fd_to_close):
+    return torch.ops.npu.obfuscation_finalize(fd_to_close)
+
+
+def obfuscation_calculate(fd, x, param, *, obf_coefficient=1.0):
+    return torch.ops.npu.obfuscation_calculate(fd, x, param, obf_coefficient=obf_coefficient)

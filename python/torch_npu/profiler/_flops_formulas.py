@@ -243,7 +243,10 @@ def npu_grouped_matmul_swiglu_quant_v2_flops(x, weight, weight_scale, x_scale, g
                                              weight_assist_matrix=None, bias=None, dequant_mode=0, dequant_dtype=0,
                                              quant_mode=0, quant_dtype=0, group_list_type=0, tuning_config=None,
                                              **kwargs):
-    return _gemm(x, weight)  # every token meets one expert's weight
+    # every token meets one expert's weight; weight and weight_scale are one-tensor lists, and N
+    # is read from the scale (the weight may hold packed int4 columns)
+    scale = weight_scale[0] if isinstance(weight_scale, (list, tuple)) else weight_scale
+    return 2 * prod(_dims(x)[:-1]) * _dims(x)[-1] * _dims(scale)[-1]
 
 
 def _routed_gemm(gmm_x, gmm_weight, mm_x, mm_weight, trans_gmm_weight, trans_mm_weight):
