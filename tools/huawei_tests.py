@@ -443,7 +443,8 @@ def load_results(out, suites=None):
         return results
     for suite in sorted(os.listdir(out)):
         d = os.path.join(out, suite)
-        if not os.path.isdir(d) or suite.startswith("_") or (suites and suite not in suites):
+        # (the folder holds the suites' results and the pytest plugin, _plugin)
+        if not os.path.isdir(d) or suite not in PYTORCH_SUITES + OP_PLUGIN_SUITES or (suites and suite not in suites):
             continue
         per = results.setdefault(suite, {})
         for f in sorted(os.listdir(d)):
