@@ -255,7 +255,11 @@ TORCH_CASES = [
 
 @pytest.mark.parametrize("name,ref_cls,fused_cls,kw", TORCH_CASES, ids=[c[0] for c in TORCH_CASES])
 def test_matches_torch_optim(name, ref_cls, fused_cls, kw):
-    _run(_torch(ref_cls, **kw), _fused(fused_cls, **kw))
+    # centered RMSprop divides by sqrt(square_avg - grad_avg**2 + eps): the subtraction cancels, so float32
+    # rounding differences between torch's per-tensor foreach kernels and the fused flat buffers (summation
+    # order, which the CPU's vector width decides) grow to ~1e-5 in the momentum buffer after a few steps
+    atol = 2e-5 if kw.get("centered") else 2e-6
+    _run(_torch(ref_cls, **kw), _fused(fused_cls, **kw), atol=atol)
 
 
 @pytest.mark.parametrize("name,ref_cls,fused_cls,kw", TORCH_CASES[::2], ids=[c[0] for c in TORCH_CASES[::2]])

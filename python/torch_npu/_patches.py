@@ -51,6 +51,11 @@ subsystem is (lazily, or only on request) or need its private state:
   ``torch.testing._internal.common_utils.set_rng_seed`` for one that seeds torch and random
   only, for the duration of the call and restored afterwards, so numpy's generator stays as
   the test module seeded it, as torch_npu's runner does. Tests: test_testing_utils.py.
+* ``dynamo/trace_rules.py``: torch.npu's functions in Dynamo's trace rules, and
+  ``torch.npu.Stream`` / ``Event`` / ``current_stream`` traced as torch.cuda's (Dynamo's
+  ``UserDefinedClassVariable._in_graph_classes`` and ``TorchInGraphFunctionVariable._get_handlers``
+  extended; applied with the device interface when ``torch._dynamo`` is first imported).
+  Tests: test_compile_npu_semantics.py.
 * ``dynamo/graphs.py``: the ``npugraphs`` backend swaps
   ``torch._dynamo.backends.common.aot_autograd`` for one that passes Inductor's decomposition
   table, only while it builds the AOTAutograd backend, and restores it. Tests: test_npu_graph.py.
