@@ -51,6 +51,10 @@ subsystem is (lazily, or only on request) or need its private state:
   ``torch.testing._internal.common_utils.set_rng_seed`` for one that seeds torch and random
   only, for the duration of the call and restored afterwards, so numpy's generator stays as
   the test module seeded it, as torch_npu's runner does. Tests: test_testing_utils.py.
+* ``distributed/tensor/experimental/_context_parallel/_attention.py``: ring attention over
+  ``npu_fusion_attention`` in torch's context-parallel dispatcher (the SDPA-overrideable and fused
+  attention operators' DTensor handlers), hooked in when the module is imported (by
+  ``torch_npu.distributed.tensor.experimental``). Tests: test_context_parallel.py.
 * ``dynamo/trace_rules.py``: torch.npu's functions in Dynamo's trace rules, and
   ``torch.npu.Stream`` / ``Event`` / ``current_stream`` traced as torch.cuda's (Dynamo's
   ``UserDefinedClassVariable._in_graph_classes`` and ``TorchInGraphFunctionVariable._get_handlers``
