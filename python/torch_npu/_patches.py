@@ -55,6 +55,11 @@ subsystem is (lazily, or only on request) or need its private state:
   ``npu_fusion_attention`` in torch's context-parallel dispatcher (the SDPA-overrideable and fused
   attention operators' DTensor handlers), hooked in when the module is imported (by
   ``torch_npu.distributed.tensor.experimental``). Tests: test_context_parallel.py.
+* ``distributed/rpc/backend_registry.py``: the ``NPU_TENSORPIPE`` RPC backend (torch's TensorPipe
+  agent, CPU-only), registered when ``torch_npu.distributed.rpc`` is imported. Tests: test_rpc_npu.py.
+* ``distributed/rpc/_transport.py``: while ``NPU_TENSORPIPE`` is the current agent, RPC's tensor
+  pickling, ``rpc.remote`` and ``RRef.to_here`` move npu tensors through host memory by the device
+  maps. Tests: test_rpc_npu.py.
 * ``dynamo/trace_rules.py``: torch.npu's functions in Dynamo's trace rules, and
   ``torch.npu.Stream`` / ``Event`` / ``current_stream`` traced as torch.cuda's (Dynamo's
   ``UserDefinedClassVariable._in_graph_classes`` and ``TorchInGraphFunctionVariable._get_handlers``
