@@ -65,3 +65,22 @@ def reset_dynamo():
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+
+
+def spawn_ranks(fn, world, *args):
+    """Runs fn(rank, world, port, *args) in `world` spawned processes that meet at a TCPStore on
+    `port` (see init_hccl_rank); returns when all have finished."""
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    mp.spawn(fn, args=(world, store.port) + args, nprocs=world, join=True)
+
+
+def init_hccl_rank(rank, world, port):
+    """In a process of spawn_ranks: device `rank` and the hccl process group of the `world` ranks."""
+    import torch.distributed as dist
+
+    torch.npu.set_device(rank)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
+    dist.init_process_group("hccl", store=store, rank=rank, world_size=world)

@@ -52,14 +52,10 @@ def test_ring_attention_update_sbh(dtype):
     _close(ssum, esum)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_ring_attention_update_tnd_softmax_tnd(dtype):
-    t, n, d = 5, 2, 64
-    prev, cur = torch.randn(t, n, d).to(dtype), torch.randn(t, n, d).to(dtype)
-    pm, ps, cm, cs = _stats(t, n)
-    attn, smax, ssum = torch_npu.npu_ring_attention_update(
-        prev.npu(), pm.npu(), ps.npu(), cur.npu(), cm.npu(), cs.npu(),
-        actual_seq_qlen=torch.tensor([0, 2, 5]).npu(), input_layout="TND", input_softmax_layout="TND")
+def _merged_per_token(prev, cur, pm, ps, cm, cs):
+    """The TND reference, token by token and head by head: the merged attention (float32) and the
+    merged softmax max and sum ([T, N, 8]), from statistics in (token, head) order."""
+    t, n, d = prev.shape
     expected = torch.empty(t, n, d)
     emax, esum = torch.empty(t, n, 8), torch.empty(t, n, 8)
     for ti in range(t):
@@ -68,6 +64,17 @@ def test_ring_attention_update_tnd_softmax_tnd(dtype):
                                    cs[ti, ni, 0].item())
             emax[ti, ni], esum[ti, ni] = m, sm
             expected[ti, ni] = prev[ti, ni].float() * wp + cur[ti, ni].float() * wc
+    return expected, emax, esum
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_ring_attention_update_tnd_softmax_tnd(dtype):
+    t, n, d = 5, 2, 64
+    prev, cur = torch.randn(t, n, d).to(dtype), torch.randn(t, n, d).to(dtype)
+    pm, ps, cm, cs = _stats(t, n)
+    attn, smax, ssum = torch_npu.npu_ring_attention_update(
+        prev.npu(), pm.npu(), ps.npu(), cur.npu(), cm.npu(), cs.npu(),
+        actual_seq_qlen=torch.tensor([0, 2, 5]).npu(), input_layout="TND", input_softmax_layout="TND")
+    expected, emax, esum = _merged_per_token(prev, cur, pm, ps, cm, cs)
     _close(attn, expected.to(dtype), dtype)
     _close(smax, emax)
     _close(ssum, esum)
@@ -84,14 +91,7 @@ def test_ring_attention_update_tnd_batch_major_softmax(softmax_layout):
     t, n, d, cu = 7, 3, 64, [3, 3, 7]  # batches of 3, 0 and 4 tokens
     prev, cur = torch.randn(t, n, d), torch.randn(t, n, d)
     pm, ps, cm, cs = _stats(t, n)  # in (token, head) order
-    expected = torch.empty(t, n, d)
-    emax, esum = torch.empty(t, n, 8), torch.empty(t, n, 8)
-    for ti in range(t):
-        for ni in range(n):
-            m, sm, wp, wc = _merge(pm[ti, ni, 0].item(), ps[ti, ni, 0].item(), cm[ti, ni, 0].item(),
-                                   cs[ti, ni, 0].item())
-            emax[ti, ni], esum[ti, ni] = m, sm
-            expected[ti, ni] = prev[ti, ni] * wp + cur[ti, ni] * wc
+    expected, emax, esum = _merged_per_token(prev, cur, pm, ps, cm, cs)
     packed = [_pack_bns(x, cu).npu() for x in (pm, ps, cm, cs)]
     for seqlen in (cu, [0] + cu):  # the leading 0 is optional
         attn, smax, ssum = torch_npu.npu_ring_attention_update(

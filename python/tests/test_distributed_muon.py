@@ -5,12 +5,12 @@ sharded ones."""
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import torch_npu  # noqa: F401
 from torch_npu.optim import _DistributedMuon
 from torch_npu.optim.distributed_muon import (_adjust_lr, _newtonschulz_orthogonalize,
                                               _distributed_zeropower_via_newtonschulz)
+from conftest import init_hccl_rank, spawn_ranks
 
 COEF = (3.4445, -4.7750, 2.0315)
 
@@ -87,16 +87,9 @@ def test_bad_arguments_raise():
 
 # ---- 2 ranks -------------------------------------------------------------------------------
 
-def _spawn(fn, world, *args):
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    mp.spawn(fn, args=(world, store.port) + args, nprocs=world, join=True)
-
-
 def _init(rank, world, port):
     import torch_npu  # noqa: F401
-    torch.npu.set_device(rank)
-    store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
-    dist.init_process_group("hccl", store=store, rank=rank, world_size=world)
+    init_hccl_rank(rank, world, port)
 
 
 def _w_sharded_paths(rank, world, port):
@@ -143,7 +136,7 @@ def _w_sharded_paths(rank, world, port):
 
 
 def test_sharded_paths_match_single_matrix():
-    _spawn(_w_sharded_paths, 2)
+    spawn_ranks(_w_sharded_paths, 2)
 
 
 def _w_fsdp2(rank, world, port, shard_dim, result_path):
@@ -177,7 +170,7 @@ def _w_fsdp2(rank, world, port, shard_dim, result_path):
 @pytest.mark.parametrize("shard_dim", [0, 1])
 def test_fsdp2_matches_single_process(tmp_path, shard_dim):
     path = str(tmp_path / "w.pt")
-    _spawn(_w_fsdp2, 2, shard_dim, path)
+    spawn_ranks(_w_fsdp2, 2, shard_dim, path)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32, bias=False), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 8, bias=False)).to("npu")

@@ -12,12 +12,12 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.fx as fx
-import torch.multiprocessing as mp
 from torch.distributed.pipelining import Pipe, Schedule1F1B, ScheduleGPipe, SplitPoint
 from torch.distributed.pipelining._IR import aten_pipe_split_alias
 
 import torch_npu  # noqa: F401
 from torch_npu.distributed.pipelining import pipeline
+from conftest import init_hccl_rank, spawn_ranks
 
 D = 8
 
@@ -247,16 +247,9 @@ def test_bad_arguments():
 
 # ---- two ranks over hccl ----------------------------------------------------------------------
 
-def _spawn(fn, world, *args):
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    mp.spawn(fn, args=(world, store.port) + args, nprocs=world, join=True)
-
-
 def _w_schedules(rank, world, port):
     import torch_npu  # noqa: F401  (spawned interpreters start fresh)
-    torch.npu.set_device(rank)
-    store = dist.TCPStore("127.0.0.1", port, world, is_master=False)
-    dist.init_process_group("hccl", store=store, rank=rank, world_size=world)
+    init_hccl_rank(rank, world, port)
     dev = torch.device("npu", rank)
     microbatches = 4
     x, bias = _inputs(batch=8, device=dev)
@@ -295,4 +288,4 @@ def _w_schedules(rank, world, port):
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not available")
 def test_fx_pipeline_schedules_on_two_ranks():
-    _spawn(_w_schedules, 2)
+    spawn_ranks(_w_schedules, 2)
