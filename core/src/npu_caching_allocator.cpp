@@ -409,6 +409,13 @@ void emptyCache() {
   }
 }
 
+void emptyVirtAddrCache() {
+  auto& s = state();
+  for (const auto d : c10::irange(s.num_devices())) {
+    s.device(static_cast<c10::DeviceIndex>(d)).empty_virt_addr_cache();
+  }
+}
+
 DeviceStats getDeviceStats(c10::DeviceIndex device) {
   if (CustomState* c = custom()) {
     if (c->fns->get_device_stats_fn) return c->fns->get_device_stats_fn(resolve_device(device));

@@ -1,4 +1,5 @@
 #include "torch_npu/core/npu_task_queue.h"
+#include "torch_npu/core/npu_error.h"
 #include "torch_npu/core/npu_trace.h"
 #include "torch_npu/csrc/core/npu/register/OptionsManager.h"
 
@@ -8,6 +9,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -88,7 +90,15 @@ void retire(Task* task) {
   } while (!g_finished.compare_exchange_weak(head, task, std::memory_order_release, std::memory_order_relaxed));
 }
 
+std::array<std::atomic<bool>, 64> g_stopped{};  // by device (stop_device)
+
+[[noreturn]] void force_stop() { TORCH_CHECK(false, "FORCE STOP.", pta_error(ErrCode::ACL)); }
+
 int run_fn(Task* task, char* err, size_t err_len) {
+  if (C10_UNLIKELY(g_stopped[task->stream.device_index()].load(std::memory_order_relaxed))) {
+    std::snprintf(err, err_len, "FORCE STOP");
+    return ACL_ERROR_RT_DEVICE_TASK_ABORT;
+  }
   try {
     NPUStream s(task->stream);
     aclrtSetDevice(s.device_index());
@@ -173,6 +183,7 @@ bool runs_on_caller(const NPUStream& stream, int64_t work_numel) {
 }
 
 void launch(const NPUStream& stream, const char* name, std::function<void()> fn, int64_t work_numel) {
+  if (C10_UNLIKELY(device_stopped(stream.device_index()))) force_stop();
   if (!in_kernel()) {
     // A capturing stream records the task (whatever TASK_QUEUE_ENABLE says); nothing runs.
     aclmdlRICaptureStatus status = ACL_MODEL_RI_CAPTURE_STATUS_NONE;
@@ -290,6 +301,7 @@ void wait_stream(const NPUStream& stream) {
     a->err = aclrtSynchronizeStream(a->s);
   }, &arg);
   if (!in_kernel()) collect_finished_kernels();
+  if (C10_UNLIKELY(device_stopped(stream.device_index()))) force_stop();
   NPU_CHECK(arg.err);
 }
 
@@ -320,7 +332,39 @@ void wait_device(c10::DeviceIndex device) {
     aclrtSetDevice(prev);
   }, &arg);
   if (!in_kernel()) collect_finished_kernels();
+  if (C10_UNLIKELY(device_stopped(device))) force_stop();
   NPU_CHECK(arg.err);
+}
+
+bool device_stopped(c10::DeviceIndex device) {
+  return device >= 0 && g_stopped[device].load(std::memory_order_relaxed);
+}
+
+void recover_streams(c10::DeviceIndex device) {
+  check_device_index(device);
+  struct Arg {
+    int32_t device;
+  } arg{device};
+  call_blocking([](void* p) {
+    int32_t prev = 0;
+    aclrtGetDevice(&prev);
+    aclrtSetDevice(static_cast<Arg*>(p)->device);
+    (void)aclrtSynchronizeDevice();  // returns (and so drops) the errors of the failed tasks
+    aclrtSetDevice(prev);
+  }, &arg);
+  collect_finished_kernels();
+}
+
+void stop_device(c10::DeviceIndex device) {
+  check_device_index(device);
+  g_stopped[device].store(true);
+  recover_streams(device);  // the queued kernels are dropped as their turn comes
+}
+
+void restart_device(c10::DeviceIndex device) {
+  check_device_index(device);
+  g_stopped[device].store(false);
+  recover_streams(device);
 }
 
 }  // namespace torch_npu

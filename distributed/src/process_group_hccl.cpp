@@ -4,6 +4,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/exception.h>
 
 #include <climits>
@@ -321,26 +322,62 @@ ProcessGroupHCCL::ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store,
            : config_exec.count() > 0        ? config_exec
                                             : env_seconds("HCCL_EXEC_TIMEOUT", options_->timeout);
   std::string group = options_->group_name.empty() ? options_->group_id : options_->group_name;
-  comm_ = std::make_shared<Comm>(store, rank, size, group.empty() ? "default" : group, t);
+  store_ = store;
+  connect_timeout_ = t.connect;
+  exec_timeout_ = t.exec;
+  group_ = group.empty() ? "default" : group;
+  comm_ = std::make_shared<Comm>(store, rank, size, group_, t);
+}
+
+const std::shared_ptr<Comm>& ProcessGroupHCCL::comm() const {
+  if (!comm_) {
+    // Each rebuild rendezvouses under keys of its own: the aborted communicator's stay.
+    auto store = c10::make_intrusive<c10d::PrefixStore>("hccl/reinit" + std::to_string(generation_), store_);
+    comm_ = std::make_shared<Comm>(store, rank_, size_, group_, Timeouts{connect_timeout_, exec_timeout_});
+  }
+  return comm_;
+}
+
+void ProcessGroupHCCL::abort_comm(const std::string& reason) {
+  if (!comm_) return;  // already aborted, not rebuilt since
+  const std::string why = "hccl: the communicator of group '" + group_ + "' was aborted (" + reason + ")";
+  comm_->local().mark_failed(why);
+  comm_->abort(why);
+  comm_.reset();  // queued operations keep the old one alive until they fail
+  ++generation_;
+  state_ = std::make_shared<CommState>();
+  seq_ = 0;
+  p2p_seq_ = 0;
+}
+
+void ProcessGroupHCCL::resume_comm(int device) { check_device_index(static_cast<c10::DeviceIndex>(device)); }
+
+void ProcessGroupHCCL::delete_store_keys() {
+  const std::string key = "hccl/host/" + std::to_string(rank_);
+  if (generation_ == 0) {
+    store_->deleteKey(key);
+  } else {
+    c10::make_intrusive<c10d::PrefixStore>("hccl/reinit" + std::to_string(generation_), store_)->deleteKey(key);
+  }
 }
 
 ProcessGroupHCCL::~ProcessGroupHCCL() = default;
 
-std::string ProcessGroupHCCL::transport(int peer) const { return comm_->transport(peer); }
+std::string ProcessGroupHCCL::transport(int peer) const { return comm()->transport(peer); }
 
 std::map<std::string, int64_t> ProcessGroupHCCL::tcp_stats() const {
   std::map<std::string, int64_t> s{{"bytes_sent", 0}, {"bytes_received", 0}, {"connections", 0}};
-  if (!comm_->multi_host()) return s;
-  s["bytes_sent"] = static_cast<int64_t>(comm_->net().bytes_sent());
-  s["bytes_received"] = static_cast<int64_t>(comm_->net().bytes_received());
-  s["connections"] = static_cast<int64_t>(comm_->net().connected_peers().size());
+  if (!comm()->multi_host()) return s;
+  s["bytes_sent"] = static_cast<int64_t>(comm()->net().bytes_sent());
+  s["bytes_received"] = static_cast<int64_t>(comm()->net().bytes_received());
+  s["connections"] = static_cast<int64_t>(comm()->net().connected_peers().size());
   return s;
 }
 
-std::string ProcessGroupHCCL::tcp_address() const { return comm_->multi_host() ? comm_->net().address() : ""; }
+std::string ProcessGroupHCCL::tcp_address() const { return comm()->multi_host() ? comm()->net().address() : ""; }
 
 std::vector<int> ProcessGroupHCCL::tcp_peers() const {
-  return comm_->multi_host() ? comm_->net().connected_peers() : std::vector<int>{};
+  return comm()->multi_host() ? comm()->net().connected_peers() : std::vector<int>{};
 }
 
 c10::DeviceIndex ProcessGroupHCCL::device_of(const std::vector<at::Tensor>& tensors, const char* name) {
@@ -350,9 +387,9 @@ c10::DeviceIndex ProcessGroupHCCL::device_of(const std::vector<at::Tensor>& tens
   for (const auto& t : tensors)
     TORCH_CHECK(t.device().index() == d, "hccl: ", name, ": all tensors must be on one device, got npu:", d,
                 " and ", t.device());
-  comm_->bind(d);
-  TORCH_CHECK(comm_->device() == d, "hccl: rank ", rank_, " of group '", comm_->group(), "' uses npu:",
-              comm_->device(), " (the device of its first collective), but ", name, " got a tensor on npu:", d,
+  comm()->bind(d);
+  TORCH_CHECK(comm()->device() == d, "hccl: rank ", rank_, " of group '", comm()->group(), "' uses npu:",
+              comm()->device(), " (the device of its first collective), but ", name, " got a tensor on npu:", d,
               ". Call torch.npu.set_device(local_rank) and keep a rank's tensors on one device.");
   return d;
 }
@@ -389,18 +426,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane 
   // to wait for). If the peers do not all arrive within the budget, the collective
   // continues on the communication stream as usual, so a rank that issues it early never
   // blocks its caller.
-  if (lane == Lane::Collective && !comm_->multi_host() && !in_kernel() && inline_budget().count() > 0) {
+  if (lane == Lane::Collective && !this->comm()->multi_host() && !in_kernel() && inline_budget().count() > 0) {
     size_t total = 0;
     for (const auto& t : tensors) total += bytes(t);
     const NPUStream current = getCurrentNPUStream(device);
     const NPUStream comm_stream(comm);
     if (total <= kInlineBytes && !isStreamCapturing(current) && !isStreamCapturing(comm_stream) &&
         comm_stream.query() && current.query()) {
-      ShmComm& local = comm_->local();
+      ShmComm& local = this->comm()->local();
       local.attempt(inline_budget());
       try {
         InlineKernelRecord record(name, comm_stream);  // on the profile's timeline
-        body(*comm_, seq);
+        body(*this->comm(), seq);
         local.attempt(std::chrono::nanoseconds(0));  // in case the body had no barrier
         return work;
       } catch (const ShmComm::NotArrived&) {
@@ -411,7 +448,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane 
         // and later calls of the group raise the error, and so does the next
         // synchronisation of the stream.
         const auto e = std::current_exception();
-        record_failure(*comm_, *state_, *work->outcome_, e);
+        record_failure(*this->comm(), *state_, *work->outcome_, e);
         launch(comm_stream, name, [e] { std::rethrow_exception(e); });
         work->done_.record(comm);
         return work;
@@ -429,7 +466,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane 
     keep.push_back(ops::twin(t));
   }
   launch(NPUStream(comm), name,
-         [comm_ptr = comm_, state = state_, outcome = work->outcome_, keep = std::move(keep), body = std::move(body),
+         [comm_ptr = this->comm(), state = state_, outcome = work->outcome_, keep = std::move(keep), body = std::move(body),
           seq, resume] {
            try {
              if (resume) comm_ptr->local().resume();
@@ -454,7 +491,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::endCoalescing() {
   coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> members = std::move(coalesced_);
   coalesced_.clear();
-  const c10::DeviceIndex device = comm_->device() >= 0 ? comm_->device() : current_device();
+  const c10::DeviceIndex device = comm()->device() >= 0 ? comm()->device() : current_device();
   // The block's Work: an event on a stream of its own that waits for every operation's.
   const c10::Stream join = stream_for(device, Lane::Coalesced);
   auto work = c10::make_intrusive<WorkHCCL>(rank_, c10d::OpType::COALESCED, join, std::vector<at::Tensor>{},
@@ -861,8 +898,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::scatter(std::vector<at::Tensor>
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::barrier(const c10d::BarrierOptions&) {
-  const bool bound = comm_->device() >= 0;
-  auto work = enqueue("hccl:barrier", Lane::Collective, bound ? comm_->device() : current_device(), {}, {},
+  const bool bound = comm()->device() >= 0;
+  auto work = enqueue("hccl:barrier", Lane::Collective, bound ? comm()->device() : current_device(), {}, {},
                       [](Comm& c, uint64_t seq) { distributed::barrier(c, {"barrier", seq}); });
   // Before the first collective the device is not known yet (users often call
   // set_device after a barrier): finish here, so that this stream and the one of the
@@ -881,7 +918,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::send(std::vector<at::Tensor>& t
                                                                     : tensors[0]};
   const void* p = ptr(bufs[0]);
   const uint64_t nbytes = bytes(bufs[0]);
-  if (nbytes) comm_->offset_of(p, nbytes);  // in the device's shared arena (checked before queuing)
+  if (nbytes) comm()->offset_of(p, nbytes);  // in the device's shared arena (checked before queuing)
   const int32_t dt = static_cast<int32_t>(tensors[0].scalar_type());
   return enqueue("hccl:send", Lane::Send, dev, bufs, tensors,
                  [=](Comm& c, uint64_t seq) { c.send(dst, p, nbytes, dt, {"send", seq}); });
@@ -912,11 +949,12 @@ namespace torch_npu::distributed {
 
 std::string ProcessGroupHCCL::hccl_comm_name(int rankid, bool init_comm) {
   TORCH_CHECK(rankid >= 0, "hccl: get_hccl_comm_name: invalid rank ", rankid);
-  if (comm_->device() < 0) {
+  if (!comm_ && !init_comm) return "";  // aborted, not rebuilt yet
+  if (comm()->device() < 0) {
     if (!init_comm) return "";
-    comm_->bind(current_device());  // what torch_npu's communicator creation does
+    comm()->bind(current_device());  // what torch_npu's communicator creation does
   }
-  return comm_->group();
+  return comm()->group();
 }
 
 int64_t ProcessGroupHCCL::coll_stream_id(const c10::Device& device) {

@@ -41,6 +41,9 @@ void init_python_bindings(PyObject* module) {
       .def("all_gather_into_tensor_uneven", &PG::all_gather_into_tensor_uneven, py::arg("output"), py::arg("input"),
            py::arg("output_split_sizes") = std::vector<int64_t>{}, py::arg("opts") = c10d::AllgatherOptions(),
            py::call_guard<py::gil_scoped_release>())
+      .def("abort_hccl_comm", &PG::abort_comm, py::arg("reason"))
+      .def("resume_hccl_comm", &PG::resume_comm, py::arg("device_id"))
+      .def("_delete_tcpstore_key", &PG::delete_store_keys)
       .def("_group_start", &PG::group_start)
       .def("_group_end", &PG::group_end)
       // Simulator introspection (not torch_npu API): the transport to a peer, TCP counters.

@@ -305,19 +305,14 @@ void init_memory_bindings(py::module& m) {
   });
   m.def("_set_npu_data_unsafe_flag", &alloc::setNpuDataUnsafeFlag);
   m.def("_get_npu_data_unsafe_flag", &alloc::getNpuDataUnsafeFlag);
-  // The simulator's streams survive a fault: recovering them (and restarting the device)
-  // drains the device's streams and drops the errors of their failed tasks.
-  auto drain = [](int device) {
-    const c10::DeviceIndex prev = current_device();
-    set_device(static_cast<c10::DeviceIndex>(device));
-    {
-      py::gil_scoped_release no_gil;
-      (void)aclrtSynchronizeDevice();  // returns (and so clears) the failed tasks' error
-    }
-    set_device(prev);
-  };
-  m.def("_recovery_all_npu_stream", drain);
-  m.def("_npu_restart_device", drain);
+  // The simulator's streams survive a fault: recovering them drains the device's streams and
+  // drops the errors of their failed tasks; restarting the device also lifts a stop_device.
+  m.def("_recovery_all_npu_stream", [](int device) { recover_streams(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_npu_restart_device", [](int device) { restart_device(static_cast<c10::DeviceIndex>(device)); });
+  m.def("_npu_stopDevice", [](int device) {
+    stop_device(static_cast<c10::DeviceIndex>(device));
+    return 0;  // torch_npu's: 0 when aclrtDeviceTaskAbort succeeded
+  });
 
   m.def("_npu_memorySnapshot", &memory_snapshot, py::arg("mempool_id") = py::none());
   m.def("_npu_record_memory_history", &record_memory_history, py::arg("enabled"), py::arg("context"),

@@ -240,6 +240,10 @@ PYBIND11_MODULE(_C, m) {
     collect_finished_kernels();
     NPUCachingAllocator::emptyCache();
   });
+  m.def("_npu_emptyVirtAddrCache", [] {
+    collect_finished_kernels();
+    NPUCachingAllocator::emptyVirtAddrCache();
+  });
   m.def("_npu_setMemoryFraction", [](double fraction, int d) {
     check_device_index(static_cast<c10::DeviceIndex>(d));
     NPUCachingAllocator::setMemoryFraction(fraction, static_cast<c10::DeviceIndex>(d));

@@ -760,6 +760,33 @@ def test_fallback_list_allfallback_and_bad_names(monkeypatch):
         torch.compile(fn, options=MLIR)(x.npu())
 
 
+@needs_iree
+def test_output_code_names_the_iree_kernels(monkeypatch):
+    """run_and_get_code (Inductor's output-code hook) sees the graph as it runs: its IREE modules
+    as mlir_fused_<ops>_<n> kernels, and the ATen calls NPU_INDUCTOR_FALLBACK_LIST keeps out."""
+    from torch._inductor.utils import run_and_get_code
+
+    from torch_npu._inductor.mlir import compiler
+
+    def fn(x, y):
+        return torch.sigmoid(x + y) / (y.abs() + 1)
+
+    x, y = torch.randn(4, 4).npu(), torch.randn(4, 4).npu()
+    monkeypatch.delenv(compiler.FALLBACK_LIST_ENV, raising=False)
+    got, codes = run_and_get_code(torch.compile(fn, options=MLIR), x, y)
+    _assert_close(got, fn(x, y))
+    assert len(codes) == 1 and "mlir_fused_add_sigmoid_abs_div_0" in codes[0], codes
+    monkeypatch.setenv(compiler.FALLBACK_LIST_ENV, "aten.div")
+    got, codes = run_and_get_code(torch.compile(fn, options=MLIR), x, y)
+    _assert_close(got, fn(x, y))
+    assert "mlir_fused_add_sigmoid_abs_0" in codes[0], codes  # the ops before the division
+    assert "torch.ops.aten.div.Tensor(" in codes[0] and "mlir_fused_div" not in codes[0], codes
+    monkeypatch.setenv(compiler.FALLBACK_LIST_ENV, "allfallback")
+    got, codes = run_and_get_code(torch.compile(fn, options=MLIR), x, y)
+    _assert_close(got, fn(x, y))
+    assert "mlir_fused_" not in codes[0] and "torch.ops.aten.sigmoid.default(" in codes[0], codes
+
+
 # ---- matmuls in the op library --------------------------------------------------------------
 
 @needs_iree

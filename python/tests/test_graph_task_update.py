@@ -88,6 +88,32 @@ def test_auto_dispatch_capture_update():
     assert g.graph_dispatch_mode.update_stream is torch.npu.NPUGraph().graph_dispatch_mode.update_stream
 
 
+def test_record_keeps_weak_views_and_copies():
+    # The record holds views of npu tensors (not the caller's objects) and copies of the rest:
+    # a list the caller changes after capture does not change what replays.
+    q, k, v = _inputs()
+    lengths = [3]
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g, auto_dispatch_capture=True):
+        out, lse = _fia(q, k, v, lengths)
+    record = g.graph_dispatch_mode.graph_dispatch_records[0]
+    lengths.append(99)
+    assert record.kwargs["actual_seq_lengths_kv"] == [3]
+    kept_out = record.kwargs["attention_out"]  # the .out overload's output, kept as a view
+    assert kept_out is not out and kept_out.data_ptr() == out.data_ptr()
+    handler = torch.npu.NpuGraphOpHandler
+    cpu = torch.ones(2)
+    assert handler.record_wrap_kwarg("x", cpu, ["x"]) is not cpu
+    assert handler.record_wrap_kwarg("x", None, ["x"]) is None
+    npu = torch.ones(2, device="npu")
+    view = handler.record_wrap_kwarg("x", npu, ["x"])
+    assert view is not npu and view.data_ptr() == npu.data_ptr()
+    assert handler.record_wrap_kwarg("scale", 0.5, ["x"]) == 0.5
+    g.update(cpu_update_input=[{"actual_seq_lengths_kv": [5]}])
+    g.replay()
+    assert torch.equal(out.cpu(), _fia(q, k, v, [5])[0].cpu())
+
+
 def test_update_refused_without_updatable_capture():
     x = torch.ones(4, device="npu")
     g = torch.npu.NPUGraph()
@@ -106,6 +132,9 @@ def test_external_event_is_a_flag():
     a, b = torch.npu.Stream(), torch.npu.Stream()
     event = torch.npu.ExternalEvent()
     x = torch.zeros(1, device="npu")
+    # The first call of an operator signature runs synchronously (proving it, see
+    # ops/src/zero_copy.cpp): run both once, or the add below would wait for `a` on the host.
+    x.add_(1).mul_(10).zero_()
     event.wait(a)  # before any record: a waits until b records
     with torch.npu.stream(a):
         x.add_(1)

@@ -280,6 +280,50 @@ def test_expandable_segments_avoid_fragmentation():
     assert report["reserved_after_empty_cache"] == 120 * MiB
 
 
+_VIRT_ADDR_CACHE = textwrap.dedent("""
+    import json, torch, torch_npu
+    MiB = 1024 ** 2
+    r = {}
+    x = torch.empty(100 * MiB, dtype=torch.uint8, device="npu")
+    del x
+    r["reserved_cached"] = torch.npu.memory_reserved()
+    free_cached = torch.npu.mem_get_info()[0]
+    torch_npu.npu.empty_virt_addr_cache()
+    # unmapped (not reserved any more), but the physical pages are kept: device memory
+    # stays used
+    r["reserved_after"] = torch.npu.memory_reserved()
+    r["max_reserved"] = torch.npu.max_memory_reserved()
+    r["device_free_unchanged"] = torch.npu.mem_get_info()[0] == free_cached
+    y = torch.empty(100 * MiB, dtype=torch.uint8, device="npu").fill_(5)
+    r["realloc_ok"] = int(y[-1].item()) == 5 and torch.npu.memory_allocated() >= 100 * MiB
+    r["device_free_reused"] = torch.npu.mem_get_info()[0] == free_cached  # the kept pages
+    del y
+    torch_npu.npu.empty_virt_addr_cache()
+    torch.npu.empty_cache()  # frees the kept pages
+    r["reserved_end"] = torch.npu.memory_reserved()
+    r["device_free_end"] = torch.npu.mem_get_info()[0]
+    r["capacity"] = torch.npu.mem_get_info()[1]
+    print("REPORT", json.dumps(r))
+""")
+
+
+def test_empty_virt_addr_cache_keeps_physical_pages():
+    result = run_python(_VIRT_ADDR_CACHE, env={"ASCEND_SIM_HBM_BYTES": "256M", "ASCEND_SIM_DEVICE_COUNT": "1",
+                                               "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"})
+    assert result.returncode == 0, result.stderr
+    r = json.loads(next(l for l in result.stdout.splitlines() if l.startswith("REPORT "))[len("REPORT "):])
+    assert r["reserved_cached"] >= 100 * MiB
+    assert r["reserved_after"] == 0 and r["max_reserved"] == r["reserved_cached"]
+    assert r["device_free_unchanged"] and r["realloc_ok"] and r["device_free_reused"]
+    assert r["reserved_end"] == 0 and r["device_free_end"] == r["capacity"]
+
+
+def test_empty_virt_addr_cache_needs_expandable_segments():
+    torch.zeros(1, device="npu")
+    with pytest.raises(RuntimeError, match="please enable expandable_segments"):
+        torch.npu.empty_virt_addr_cache()
+
+
 def test_deterministic_mode_fills_uninitialized_memory():
     """torch.use_deterministic_algorithms(True) (fill_uninitialized_memory on by default):
     new npu memory reads NaN or the largest integer, as ATen's CPU and CUDA allocations."""

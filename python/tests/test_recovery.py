@@ -1,6 +1,6 @@
 """torch_npu.npu._recovery: tensors marked unsafe after a device fault, the operators' check
 of their inputs while the flag is on, copies and new allocations that make memory safe
-again, and restart_device."""
+again, stop_device (FORCE STOP) and restart_device."""
 import pytest
 import torch
 
@@ -11,6 +11,7 @@ from torch_npu.npu._recovery import (
     get_npu_tensor_unsafe_check_flag,
     mark_all_npu_tensor_unsafe,
     restart_device,
+    stop_device,
     set_npu_tensor_unsafe_check_flag,
     update_npu_tensor_to_safe,
 )
@@ -96,3 +97,28 @@ def test_restart_device():
     assert torch.npu.restart_device is restart_device
     with pytest.raises(RuntimeError, match="Invalid device id"):
         restart_device(torch.npu.device_count())
+
+
+def test_stop_device_drops_queued_kernels_and_forces_stop_until_restart():
+    # Device 1, so that a failure here leaves device 0 to the other tests.
+    with torch.npu.device(1):
+        x = torch.ones(64, device="npu")
+        for _ in range(3):  # (the first kernels queued behind a sleep run at once)
+            torch.npu._sleep(int(2e7))
+            x.add_(0)
+            torch.npu.synchronize()
+        torch.npu._sleep(int(2e8))  # ~0.1 s of queued work in front
+        for _ in range(20):
+            x.add_(1)  # queued behind the sleep, dropped by the stop
+        assert stop_device(1) == 0
+        with pytest.raises(RuntimeError, match="FORCE STOP"):
+            x.add_(1)
+        with pytest.raises(RuntimeError, match="FORCE STOP"):
+            torch.npu.synchronize()
+    assert torch.ones(2, device="npu:0").add(1).sum().item() == 4  # the other devices run on
+    restart_device(1)
+    x.add_(1)
+    assert x.cpu()[0].item() == 2  # the add after the restart ran, none of the dropped ones
+    assert torch.npu.stop_device is stop_device
+    with pytest.raises(RuntimeError, match="Invalid device id"):
+        stop_device(torch.npu.device_count())

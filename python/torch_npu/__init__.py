@@ -157,7 +157,7 @@ _formats.install(__import__(__name__))  # torch_npu.Format, get_npu_format -> Fo
 import torch_npu.distributed  # noqa: E402,F401  (registers the "hccl" c10d backend)
 from torch_npu.multiprocessing import reductions as _reductions  # noqa: E402
 
-_reductions._install()  # npu tensors through torch.multiprocessing share device memory
+_reductions._add_reductions_methods()  # npu tensors through torch.multiprocessing share device memory
 from torch_npu import profiler  # noqa: E402,F401
 import torch_npu._inductor  # noqa: E402,F401  (torch.compile on npu, Inductor and MLIR; registers lazily)
 

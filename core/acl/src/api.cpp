@@ -46,10 +46,13 @@ aclError WorkerSelfWait(const char* api, int device) {
 }
 
 // A failed task is reported as an AI Core exception, unless it ran out of device memory
-// (its kernel returned ACL_ERROR_RT_MEMORY_ALLOCATION): that code is passed on.
+// (its kernel returned ACL_ERROR_RT_MEMORY_ALLOCATION) or was dropped by a device task
+// abort (ACL_ERROR_RT_DEVICE_TASK_ABORT): those codes are passed on.
 aclError ReportTaskError(std::string msg, int rc) {
   SetRecentError(msg);
-  return rc == ACL_ERROR_RT_MEMORY_ALLOCATION ? ACL_ERROR_RT_MEMORY_ALLOCATION : ACL_ERROR_RT_AICORE_EXCEPTION;
+  return rc == ACL_ERROR_RT_MEMORY_ALLOCATION || rc == ACL_ERROR_RT_DEVICE_TASK_ABORT
+             ? rc
+             : ACL_ERROR_RT_AICORE_EXCEPTION;
 }
 
 aclError SyncStream(Stream* s, const char* api) {

@@ -3,6 +3,7 @@
 // retry, garbage collection), memory fraction, stats and the out-of-memory error.
 #include "device_allocator.h"
 
+#include <torch_npu/core/npu_error.h>
 #include <torch_npu/core/npu_task_queue.h>
 #include <torch_npu/core/npu_trace.h>
 
@@ -126,6 +127,14 @@ void DeviceCachingAllocator::erase_stream(Block* block, StreamUse use) {
 void DeviceCachingAllocator::empty_cache() {
   std::unique_lock<std::mutex> lock(mutex_);
   release_cached_blocks(lock);
+}
+
+void DeviceCachingAllocator::empty_virt_addr_cache() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  TORCH_CHECK(config_->expandable_segments,
+              "Unsupported config for empty_virt_addr_cache, please enable expandable_segments.",
+              pta_error(ErrCode::NOT_SUPPORT));
+  release_cached_blocks(lock, /*keep_physical=*/true);
 }
 
 DeviceStats DeviceCachingAllocator::stats() {
@@ -557,7 +566,7 @@ bool DeviceCachingAllocator::release_available_cached_blocks(const AllocParams& 
   return true;
 }
 
-bool DeviceCachingAllocator::release_cached_blocks(std::unique_lock<std::mutex>& lock) {
+bool DeviceCachingAllocator::release_cached_blocks(std::unique_lock<std::mutex>& lock, bool keep_physical) {
   stats_.num_sync_all_streams += 1;
   // As torch_npu's (npuSynchronizeDevice before the release; cudaFree synchronises on CUDA):
   // a cached block may still be read by work queued on a stream that does not own it (used
@@ -569,26 +578,27 @@ bool DeviceCachingAllocator::release_cached_blocks(std::unique_lock<std::mutex>&
   }
   wait_before_release(lock, true, [](const Block*) { return true; });
   process_events();
-  release_blocks(large_);
-  release_blocks(small_);
+  release_blocks(large_, keep_physical);
+  release_blocks(small_, keep_physical);
   // Graph pools only once no graph uses them (their cached blocks are the graphs').
   for (auto& [id, pool] : graph_pools_) {
     if (pool->use_count == 0) {
-      release_blocks(pool->large);
-      release_blocks(pool->small);
+      release_blocks(pool->large, keep_physical);
+      release_blocks(pool->small, keep_physical);
     }
   }
   prune_pools();
+  if (!keep_physical) free_spare_pages();
   return true;
 }
 
-void DeviceCachingAllocator::release_blocks(BlockPool& pool) {
+void DeviceCachingAllocator::release_blocks(BlockPool& pool, bool keep_physical) {
   // Unmapping may add blocks (the partial pages around what it unmaps) to the pool;
   // they are not releasable, so visiting them is harmless.
   for (auto it = pool.blocks.begin(); it != pool.blocks.end();) {
     Block* b = *it;
     ++it;
-    if (releasable(b) && exec_safe(b)) release_free_block(b);
+    if (releasable(b) && exec_safe(b)) release_free_block(b, keep_physical);
   }
 }
 
@@ -597,8 +607,8 @@ bool DeviceCachingAllocator::releasable(const Block* b) const {
   return !b->is_split();
 }
 
-size_t DeviceCachingAllocator::release_free_block(Block* b) {
-  if (b->expandable) return unmap_block(b);
+size_t DeviceCachingAllocator::release_free_block(Block* b, bool keep_physical) {
+  if (b->expandable) return unmap_block(b, keep_physical);
   const size_t size = b->size;
   release_block(b);
   return size;

@@ -83,6 +83,11 @@ class DeviceCachingAllocator {
 
   void empty_cache();
 
+  // torch_npu.npu.empty_virt_addr_cache: as empty_cache, but the physical pages of the
+  // expandable segments' unmapped ranges are kept (spare_pages_) for the next mappings;
+  // a later empty_cache frees them.
+  void empty_virt_addr_cache();
+
   size_t graph_pool_count();
 
   DeviceStats stats();
@@ -220,7 +225,10 @@ class DeviceCachingAllocator {
   // Unmaps the whole pages inside free block `b` of an expandable segment (its free
   // marker, if any, completed). The partial pages at its ends stay mapped as free
   // blocks; a segment left with nothing mapped is released. Returns the bytes unmapped.
-  size_t unmap_block(Block* b);
+  size_t unmap_block(Block* b, bool keep_physical = false);
+
+  // Frees the physical pages empty_virt_addr_cache kept.
+  void free_spare_pages();
 
   // Stats of mapping (or unmapping) `bytes` as block `b`. Segments are mapped runs (as
   // in the snapshot): a run is created, extended or joined (split, shortened or removed).
@@ -273,16 +281,18 @@ class DeviceCachingAllocator {
 
   // Returns every releasable cached block to the device (after waiting for
   // record_stream events). Always returns true (as CUDA's does).
-  bool release_cached_blocks(std::unique_lock<std::mutex>& lock);
+  // keep_physical: empty_virt_addr_cache's (unmapped pages kept as spare pages); else the
+  // spare pages are freed too.
+  bool release_cached_blocks(std::unique_lock<std::mutex>& lock, bool keep_physical = false);
 
-  void release_blocks(BlockPool& pool);
+  void release_blocks(BlockPool& pool, bool keep_physical = false);
 
   // Whether returning free block `b` to the device frees memory: a whole aclrtMalloc'ed
   // segment, or whole pages of an expandable segment.
   bool releasable(const Block* b) const;
 
   // Returns releasable `b` to the device; returns the bytes released.
-  size_t release_free_block(Block* b);
+  size_t release_free_block(Block* b, bool keep_physical = false);
 
   void release_block(Block* block);
 
@@ -299,6 +309,7 @@ class DeviceCachingAllocator {
   DeviceStats stats_;
   BlockPool large_;
   BlockPool small_;
+  SparePages spare_pages_;
   std::unordered_set<Block*> active_blocks_;  // allocated or waiting for events
   std::unordered_map<aclrtStream, std::deque<std::pair<aclrtEvent, PendingEvent>>> events_;
   size_t total_reserved_ = 0;

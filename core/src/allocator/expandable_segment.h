@@ -7,6 +7,7 @@
 #include <acl/acl_rt.h>
 
 #include <algorithm>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,11 @@ inline aclrtPhysicalMemProp physical_prop(c10::DeviceIndex device) {
   return prop;
 }
 
+// Physical pages that empty_virt_addr_cache unmapped but kept, by page size: the next page
+// of that size mapped anywhere takes one instead of new physical memory; empty_cache (and
+// the OOM path) frees them.
+using SparePages = std::map<size_t, std::vector<aclrtDrvMemHandle>>;
+
 // A virtual address range reserved for one stream and pool, backed on demand page by
 // page. As torch_npu's, a page of the small pool is 2 MiB and one of the large pool the
 // large segment size (20 MiB unless large_segment_size_mb or segment_size_mb say
@@ -36,7 +42,7 @@ inline aclrtPhysicalMemProp physical_prop(c10::DeviceIndex device) {
 class ExpandableSegment {
  public:
   // nullptr when the address space cannot be reserved.
-  static ExpandableSegment* create(c10::DeviceIndex device, size_t page_size) {
+  static ExpandableSegment* create(c10::DeviceIndex device, size_t page_size, SparePages* spares) {
     aclrtPhysicalMemProp prop = physical_prop(device);
     size_t granularity = 0;
     NPU_CHECK(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
@@ -48,7 +54,7 @@ class ExpandableSegment {
     if (aclrtReserveMemAddress(&ptr, pages * page, 0, nullptr, 0) != ACL_SUCCESS) {
       return nullptr;
     }
-    return new ExpandableSegment(device, static_cast<char*>(ptr), page, pages);
+    return new ExpandableSegment(device, static_cast<char*>(ptr), page, pages, spares);
   }
 
   ~ExpandableSegment() { (void)aclrtReleaseMemAddress(ptr_); }  // everything is unmapped
@@ -78,26 +84,34 @@ class ExpandableSegment {
     return {ptr_ + first * page_, last > first ? (last - first) * page_ : 0};
   }
 
-  // Unmaps whole_pages(p, size) and frees their memory; returns that range.
-  std::pair<char*, size_t> unmap(char* p, size_t size) {
+  // Unmaps whole_pages(p, size) and frees their memory (keep_physical: keeps it among the
+  // spare pages); returns that range.
+  std::pair<char*, size_t> unmap(char* p, size_t size, bool keep_physical) {
     const auto range = whole_pages(p, size);
     for (size_t i = page_index(range.first); i < page_index(range.first + range.second); ++i) {
-      unmap_page(i);
+      unmap_page(i, keep_physical);
     }
     return range;
   }
 
  private:
-  ExpandableSegment(c10::DeviceIndex device, char* ptr, size_t page, size_t pages)
-      : device_(device), ptr_(ptr), page_(page), handles_(pages, nullptr) {}
+  ExpandableSegment(c10::DeviceIndex device, char* ptr, size_t page, size_t pages, SparePages* spares)
+      : device_(device), ptr_(ptr), page_(page), handles_(pages, nullptr), spares_(spares) {}
 
   size_t page_index(const char* p) const { return static_cast<size_t>(p - ptr_) / page_; }
 
   aclError map_page(size_t i) {
     const aclrtPhysicalMemProp prop = physical_prop(device_);
     aclrtDrvMemHandle h = nullptr;
-    aclError err = aclrtMallocPhysical(&h, page_, &prop, 0);
-    if (err != ACL_SUCCESS) return err;
+    aclError err = ACL_SUCCESS;
+    auto& spare = (*spares_)[page_];
+    if (!spare.empty()) {
+      h = spare.back();
+      spare.pop_back();
+    } else {
+      err = aclrtMallocPhysical(&h, page_, &prop, 0);
+      if (err != ACL_SUCCESS) return err;
+    }
     err = aclrtMapMem(ptr_ + i * page_, page_, 0, h, 0);
     if (err != ACL_SUCCESS) {
       (void)aclrtFreePhysical(h);
@@ -109,9 +123,13 @@ class ExpandableSegment {
 
   // Like aclrtFree, unmapping does not synchronise: callers only unmap memory no queued
   // work can touch any more (see the free markers).
-  void unmap_page(size_t i) {
+  void unmap_page(size_t i, bool keep_physical = false) {
     NPU_CHECK(aclrtUnmapMem(ptr_ + i * page_));
-    NPU_CHECK(aclrtFreePhysical(handles_[i]));
+    if (keep_physical) {
+      (*spares_)[page_].push_back(handles_[i]);
+    } else {
+      NPU_CHECK(aclrtFreePhysical(handles_[i]));
+    }
     handles_[i] = nullptr;
   }
 
@@ -119,6 +137,7 @@ class ExpandableSegment {
   char* const ptr_;
   const size_t page_;
   std::vector<aclrtDrvMemHandle> handles_;  // one per page, nullptr while unmapped
+  SparePages* const spares_;                // the allocator's
 };
 
 }  // namespace torch_npu::NPUCachingAllocator::detail

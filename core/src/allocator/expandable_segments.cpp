@@ -53,7 +53,7 @@ Block* DeviceCachingAllocator::find_expandable_block(const AllocParams& p) {
     if (has_room(c)) return c;
   }
   ExpandableSegment* segment = ExpandableSegment::create(
-      device_, pool.is_small ? kSmallBuffer : config_->expandable_large_page());
+      device_, pool.is_small ? kSmallBuffer : config_->expandable_large_page(), &spare_pages_);
   if (segment == nullptr) return nullptr;
   Block* c = new Block(device_, p.stream(), segment->size(), &pool, segment->ptr());
   c->expandable = segment;
@@ -93,10 +93,10 @@ bool DeviceCachingAllocator::map_block(Block* block, size_t size) {
   return true;
 }
 
-size_t DeviceCachingAllocator::unmap_block(Block* b) {
+size_t DeviceCachingAllocator::unmap_block(Block* b, bool keep_physical) {
   TORCH_INTERNAL_ASSERT(b->is_free() && b->free_event == nullptr);
   ExpandableSegment* segment = b->expandable;
-  const auto [ptr, bytes] = segment->unmap(b->ptr, b->size);
+  const auto [ptr, bytes] = segment->unmap(b->ptr, b->size, keep_physical);
   if (bytes == 0) return 0;
   record_trace(TraceEntry::SEGMENT_UNMAP, ptr, bytes, b->stream, *b->pool, nullptr);
   BlockPool& pool = *b->pool;
@@ -157,4 +157,12 @@ void DeviceCachingAllocator::account_mapping(const Block* b, size_t bytes, bool 
     }
   });
 }
+
+void DeviceCachingAllocator::free_spare_pages() {
+  for (auto& [size, handles] : spare_pages_) {
+    for (aclrtDrvMemHandle h : handles) NPU_CHECK(aclrtFreePhysical(h));
+    handles.clear();
+  }
+}
+
 }  // namespace torch_npu::NPUCachingAllocator::detail

@@ -9,7 +9,8 @@ import os
 import torch
 import torch.distributed as dist
 
-__all__ = ["is_available", "is_hccl_available", "reduce_scatter_tensor_uneven", "all_gather_into_tensor_uneven"]
+__all__ = ["is_available", "is_hccl_available", "reduce_scatter_tensor_uneven", "all_gather_into_tensor_uneven",
+           "reinit_process_group"]
 
 _logger = logging.getLogger("torch_npu.distributed")
 # Intra-op threads as the process started with (torch.set_num_threads not yet called).
@@ -73,6 +74,8 @@ def is_hccl_available():
 
 
 if dist.is_available():
+    from .distributed_c10d import reinit_process_group
+
     # ReduceOp.PREMUL_SUM with a factor, as torch_npu exports it (torch's NCCL helper).
     from torch.distributed import _make_nccl_premul_sum as _make_hccl_premul_sum
 

@@ -97,7 +97,7 @@ def rebuild_npu_tensor(tensor_cls, tensor_size, tensor_stride, tensor_offset, st
     return t
 
 
-def _reduce_tensor(tensor):
+def _npu_reduce_tensor(tensor):
     if tensor.device.type != "npu" or tensor.is_nested or tensor.layout != torch.strided:
         return _original_reduce_tensor(tensor)
     storage = tensor._typed_storage()
@@ -117,7 +117,7 @@ def _reduce_tensor(tensor):
              event_handle, event_sync_required))
 
 
-def _reduce_storage(storage):
+def _npu_reduce_storage(storage):
     if storage.device.type == "npu":
         raise RuntimeError("Cannot pickle NPU storage; try pickling a NPU tensor instead")
     return _original_reduce_storage(storage)
@@ -132,12 +132,12 @@ def _npu_reduce_event(event):
     return (rebuild_npu_event, (event.device, handle))
 
 
-def _install() -> None:
+def _add_reductions_methods() -> None:
     """npu storages get their sharing methods; torch.multiprocessing's pickler the npu reductions."""
     torch.UntypedStorage._share_npu_ = _share_npu_
     torch.UntypedStorage._new_shared_npu = classmethod(_new_shared_npu)
     torch.UntypedStorage._release_ipc_counter_npu = classmethod(_release_ipc_counter_npu)
-    _torch_reductions.reduce_tensor = _reduce_tensor
-    _torch_reductions.reduce_storage = _reduce_storage
+    _torch_reductions.reduce_tensor = _npu_reduce_tensor
+    _torch_reductions.reduce_storage = _npu_reduce_storage
     _torch_reductions.init_reductions()
     multiprocessing.reduction.register(torch_npu.npu.Event, _npu_reduce_event)

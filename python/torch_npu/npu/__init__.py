@@ -70,6 +70,7 @@ from .memory import (
     change_current_allocator,
     caching_allocator_delete,
     empty_cache,
+    empty_virt_addr_cache,
     get_allocator_backend,
     get_per_process_memory_fraction,
     host_empty_cache,
@@ -154,7 +155,7 @@ __all__ = [
     "Stream", "Event", "ExternalEvent", "ExternalStream", "SyncLaunchStream", "StreamContext", "stream", "set_stream",
     "current_stream", "default_stream", "set_sync_debug_mode", "get_sync_debug_mode",
     # memory
-    "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "ipc_collect",
+    "caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "empty_virt_addr_cache", "ipc_collect",
     "memory_stats", "memory_stats_as_nested_dict", "host_memory_stats", "host_memory_stats_as_nested_dict",
     "reset_accumulated_host_memory_stats", "reset_peak_host_memory_stats", "host_empty_cache", "reset_accumulated_memory_stats",
     "reset_peak_memory_stats", "reset_max_memory_allocated", "reset_max_memory_cached",
@@ -415,7 +416,7 @@ from .mstx import mstx  # noqa: E402
 from .utils import (get_npu_overflow_flag, clear_npu_overflow_flag,  # noqa: E402
                     stress_detect, check_uce_in_memory, set_op_timeout_ms,
                     obfuscation_initialize, obfuscation_finalize, obfuscation_calculate)
-from ._recovery import restart_device  # noqa: E402
+from ._recovery import restart_device, stop_device  # noqa: E402
 
 # torch_npu.npu.utils also carries the stream, sync-debug, ipc and dump functions.
 for _name in ("current_stream", "default_stream", "set_stream", "stream", "StreamContext",
@@ -430,7 +431,7 @@ __all__ += ["set_deterministic_level", "use_compatible_impl", "are_compatible_im
             "set_aoe", "set_dump", "init_dump", "finalize_dump", "set_device_limit",
             "get_device_limit", "set_stream_limit", "get_stream_limit", "reset_stream_limit",
             "mstx", "get_npu_overflow_flag", "clear_npu_overflow_flag", "stress_detect",
-            "check_uce_in_memory", "set_op_timeout_ms", "autocast_utils", "restart_device"]
+            "check_uce_in_memory", "set_op_timeout_ms", "autocast_utils", "restart_device", "stop_device"]
 
 
 def __getattr__(name):

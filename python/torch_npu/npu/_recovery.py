@@ -8,6 +8,10 @@ once it is freed (the next tensor there writes its own data) or written by a cop
 operators refuse inputs in unsafe memory with ``RuntimeError: There is unsafe data in the
 input tensor.``. ``restart_device(..., rebuild_all_resources=True)`` does both.
 
+``stop_device(device_id)`` stops a device as a fault handler does before recovery (torch_npu's
+FORCE STOP): the kernels queued on its streams are dropped, and launching or synchronising on
+the device raises ``RuntimeError: FORCE STOP.`` until ``restart_device(device_id)``.
+
 The simulator's device memory is host RAM and has no uncorrectable errors: nothing is
 marked unsafe unless a program does so.
 """
@@ -22,7 +26,7 @@ from torch_npu.utils._error_code import ErrCode, pta_error
 __all__ = [
     "check_npu_storage_is_safe", "check_npu_tensor_is_safe", "mark_all_npu_tensor_unsafe",
     "update_npu_storage_to_safe", "update_npu_tensor_to_safe", "set_npu_tensor_unsafe_check_flag",
-    "get_npu_tensor_unsafe_check_flag", "restart_device",
+    "get_npu_tensor_unsafe_check_flag", "restart_device", "stop_device",
 ]
 
 logger = logging.getLogger("torch_npu.recovery")
@@ -102,3 +106,16 @@ def restart_device(device_id: int, rebuild_all_resources: bool = False, disable_
         _recovery_all_npu_stream(device_id)
     torch_npu._C._npu_restart_device(device_id)
     logger.info("restart device end, device_id=%s", device_id)
+
+
+def stop_device(device_id):
+    r"""Stops ``device_id``: the kernels queued on its streams are dropped, and every launch or
+    synchronisation on it raises ``RuntimeError: FORCE STOP.`` until :func:`restart_device`.
+    Returns 0 (torch_npu: 0 when the device's tasks were aborted, else 1)."""
+    from .utils import _check_device_index
+    logger.info("stop device start, device_id=%s", device_id)
+    torch_npu.npu._lazy_init()
+    device_id = _check_device_index(int(device_id), fn="stop_device", arg="device_id")
+    result = torch_npu._C._npu_stopDevice(device_id)
+    logger.info("stop device end, device_id=%s, result=%s", device_id, result)
+    return result

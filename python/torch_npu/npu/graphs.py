@@ -204,7 +204,9 @@ class _GraphDispatchMode(torch.utils._python_dispatch.TorchDispatchMode):
         graph_task_group_begin(stream)
         result = func(*args, **kwargs)
         handle = graph_task_group_end(stream)
-        self.graph_dispatch_records.append(_GraphDispatchRecord(event, handle, func, args, kwargs))
+        tensor_params = [a.name for a in func._schema.arguments if "Tensor" in str(a.type)]
+        kept = {key: handler.record_wrap_kwarg(key, value, tensor_params) for key, value in kwargs.items()}
+        self.graph_dispatch_records.append(_GraphDispatchRecord(event, handle, func, args, kept))
         return handler.postprocess_result(result, kwargs)
 
     def update_capture_record(self, cpu_update_input):

@@ -26,6 +26,7 @@ __all__ = [
     "set_per_process_memory_fraction",
     "get_per_process_memory_fraction",
     "empty_cache",
+    "empty_virt_addr_cache",
     "memory_stats",
     "memory_stats_as_nested_dict",
     "host_memory_stats",
@@ -164,6 +165,18 @@ def empty_cache():
 
     if is_initialized():
         _C._npu_emptyCache()
+
+
+def empty_virt_addr_cache():
+    r"""A lighter :func:`empty_cache` for ``expandable_segments:True``: the cached free pages of
+    the expandable segments are unmapped (``memory_reserved()`` drops as with ``empty_cache``),
+    but their physical memory is kept for the next pages mapped, saving its allocation then;
+    ``empty_cache()`` frees it. Raises without expandable segments.
+    """
+    from . import is_initialized
+
+    if is_initialized():
+        _C._npu_emptyVirtAddrCache()
 
 
 def memory_stats_as_nested_dict(device=None):

@@ -21,6 +21,7 @@ typedef void* aclrtEvent;
 #define ACL_ERROR_RT_CONTEXT_NULL 107002
 #define ACL_ERROR_RT_STREAM_CONTEXT 107003
 #define ACL_ERROR_RT_EVENT_NOT_RECORDED 107009  // elapsed time on an unrecorded event
+#define ACL_ERROR_RT_DEVICE_TASK_ABORT 107022  // a task dropped by a device task abort (stop_device)
 #define ACL_ERROR_RT_CAPTURE_DEPENDENCY 107024  // a capture would wait for work outside it
 #define ACL_ERROR_RT_STREAM_CAPTURED 107027     // not allowed on a capturing stream
 #define ACL_ERROR_RT_EVENT_CAPTURED 107028      // the event's latest record is being captured

@@ -49,6 +49,9 @@ bool freesInStreamOrder(const c10::DataPtr& ptr);
 // for `stream` when it is freed).
 void eraseStream(const c10::DataPtr& ptr, c10::Stream stream);
 void emptyCache();
+// Unmaps the cached free pages of expandable segments, keeping their physical memory for
+// the next mappings (emptyCache frees it); refused without expandable_segments:True.
+void emptyVirtAddrCache();
 DeviceStats getDeviceStats(c10::DeviceIndex device);
 void resetAccumulatedStats(c10::DeviceIndex device);
 void resetPeakStats(c10::DeviceIndex device);

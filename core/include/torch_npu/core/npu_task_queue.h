@@ -55,6 +55,17 @@ void synchronize_device(c10::DeviceIndex device);
 using BlockingHook = void (*)(void (*fn)(void*), void* arg);
 void set_blocking_hook(BlockingHook hook);
 
+// torch_npu.npu.stop_device / restart_device (fault recovery, torch_npu's FORCE STOP): while a
+// device is stopped, kernels queued on its streams are dropped when their turn comes (their
+// stream's error: ACL_ERROR_RT_DEVICE_TASK_ABORT), and launches and host synchronisations on
+// the device raise "FORCE STOP". stop_device returns once the queued kernels are dropped;
+// restart_device lifts the stop. Both then recover_streams: wait for every stream of the
+// device and drop the errors of its failed tasks.
+void stop_device(c10::DeviceIndex device);
+void restart_device(c10::DeviceIndex device);
+bool device_stopped(c10::DeviceIndex device);
+void recover_streams(c10::DeviceIndex device);
+
 // Destroys kernels that finished running (what they captured is released on the
 // calling host thread). Launches and waits do this; memory queries call it too.
 void collect_finished_kernels();

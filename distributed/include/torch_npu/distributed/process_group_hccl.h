@@ -106,6 +106,17 @@ class ProcessGroupHCCL : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> all_gather_into_tensor_uneven(at::Tensor& output, at::Tensor& input,
                                                                std::vector<int64_t> output_split_sizes,
                                                                const c10d::AllgatherOptions& opts);
+  // torch_npu's reinit_process_group: abort_comm aborts the communicator (operations of the
+  // group in flight on any rank fail) and the group's next operation builds a new one, a
+  // rendezvous of every rank through the store (each rank must have aborted too); the
+  // group's recorded error and sequence numbers start again. delete_store_keys drops this
+  // rank's rendezvous keys of the current communicator. resume_comm(device): after
+  // stop_device / restart_device; the simulator's stop leaves communicators as they are,
+  // so there is nothing to resume beyond checking the device.
+  void abort_comm(const std::string& reason);
+  void resume_comm(int device);
+  void delete_store_keys();
+
   // HcclGroupStart/End: operations are issued eagerly on their streams anyway, so a group
   // only has to be well nested.
   void group_start();
@@ -133,8 +144,15 @@ class ProcessGroupHCCL : public c10d::Backend {
   c10::DeviceIndex device_of(const std::vector<at::Tensor>& tensors, const char* name);
   c10::Stream stream_for(c10::DeviceIndex device, Lane lane);
 
+  // The communicator, built now if abort_comm dropped it.
+  const std::shared_ptr<Comm>& comm() const;
+
   c10::intrusive_ptr<Options> options_;
-  std::shared_ptr<Comm> comm_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::chrono::milliseconds connect_timeout_, exec_timeout_;
+  std::string group_;
+  int generation_ = 0;                 // communicators built after aborts
+  mutable std::shared_ptr<Comm> comm_;  // nullptr after abort_comm until the next use
   std::shared_ptr<CommState> state_;  // first asynchronous error
   uint64_t seq_ = 0;                  // collectives issued
   uint64_t p2p_seq_ = 0;

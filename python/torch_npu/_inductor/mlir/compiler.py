@@ -9,6 +9,7 @@ is compiled by the default backend instead, after one warning.
 """
 import hashlib
 import logging
+import operator
 import os
 import platform
 import re
@@ -103,8 +104,34 @@ def _compile_through_iree(gm, example_inputs):
     # The backward is compiled now, while tracing, not at its first call (AOTAutograd's
     # default): an IREE failure on it then surfaces here, and the whole graph falls back.
     with functorch_config.patch(force_non_lazy_backward_lowering=True):
-        return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_aten, bw_compiler=_compile_aten,
+        return aot_module_simplified(gm, example_inputs, fw_compiler=_compile_listed, bw_compiler=_compile_listed,
                                      decompositions=_decompositions())
+
+
+def _compile_listed(gm: torch.fx.GraphModule, example_inputs):
+    """_compile_aten, and the graph as it runs — ATen calls and the IREE-compiled kernels
+    (``mlir_fused_<ops>_<n>``, as Inductor names its fused kernels) — given to Inductor's
+    output-code hook (``torch._inductor.utils.run_and_get_code``, ``TORCH_LOGS=output_code``)."""
+    listing = []
+    compiled = _compile_aten(gm, example_inputs, listing)
+    from torch._inductor.graph import GraphLowering, output_code_log
+
+    code = "# torch_npu MLIR backend (IREE)\n" + "\n".join(listing)
+    if GraphLowering.save_output_code is not None:
+        GraphLowering.save_output_code(code)
+    output_code_log.debug("Output code: \n%s", code)
+    return compiled
+
+
+def _kernel_name(gm: torch.fx.GraphModule, index: int) -> str:
+    """``mlir_fused_<the graph's first ops>_<index>``."""
+    ops = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is not operator.getitem:
+            name = getattr(n.target, "__name__", str(n.target)).split(".")[0]
+            if name not in ops:
+                ops.append(name)
+    return "_".join(["mlir_fused"] + ops[:4] + [str(index)])
 
 
 def _sdpa_math(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -202,11 +229,11 @@ def _batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, 
     return y, empty, empty
 
 
-def _compile_aten(gm: torch.fx.GraphModule, example_inputs):
+def _compile_aten(gm: torch.fx.GraphModule, example_inputs, listing=None):
     """An ATen graph (functional; static or symbolic shapes) -> a boxed callable running it
     with IREE. Symbolic sizes become dynamic dimensions (``!torch.vtensor<[?,64],f32>``) and
     integer inputs (the sizes AOTAutograd passes, e.g. ``s0``) i64 arguments: one module
-    serves all sizes."""
+    serves all sizes. ``listing`` (a list) gets the code of the graph as it runs."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for n in placeholders:
         if not isinstance(n.meta.get("val"), (torch.Tensor, torch.SymInt, int)):
@@ -214,7 +241,9 @@ def _compile_aten(gm: torch.fx.GraphModule, example_inputs):
                               f"not a tensor or an integer size")
     in_library = _library_nodes(gm)
     if in_library:
-        return _compile_around(gm, in_library)
+        return _compile_around(gm, in_library, listing)
+    if listing is not None:
+        listing.append(f"# {_kernel_name(gm, 0)}: the whole graph, one IREE module\n{gm.code.strip()}")
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     _devices_to_cpu(gm)
@@ -343,11 +372,9 @@ def _library_nodes(gm) -> set:
     return chosen
 
 
-def _compile_around(gm, in_library: set):
+def _compile_around(gm, in_library: set, listing=None):
     """The graph with the ``in_library`` nodes run as ATen calls and each maximal group of
     other ops compiled by IREE (torch.fx's capability-based partitioner); the rest runs as Python."""
-    import operator
-
     from torch._functorch.aot_autograd import make_boxed_func
     from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
     from torch.fx.passes.operator_support import OperatorSupportBase
@@ -364,12 +391,19 @@ def _compile_around(gm, in_library: set):
     partitions = partitioner.propose_partitions()
     if partitions:
         gm = partitioner.fuse_partitions(partitions, prefix="iree_piece_")
-        for n in list(gm.graph.nodes):
-            if n.op == "call_module" and n.target.startswith("iree_piece_"):
-                piece = getattr(gm, n.target)
-                out = next(o for o in piece.graph.nodes if o.op == "output")
-                single = not isinstance(out.args[0], (tuple, list))
-                setattr(gm, n.target, _Piece(_compile_aten(piece, None), single))
+        pieces = [n for n in gm.graph.nodes if n.op == "call_module" and n.target.startswith("iree_piece_")]
+        for index, n in enumerate(pieces):
+            piece = getattr(gm, n.target)
+            out = next(o for o in piece.graph.nodes if o.op == "output")
+            single = not isinstance(out.args[0], (tuple, list))
+            delattr(gm, n.target)
+            n.target = _kernel_name(piece, index)
+            if listing is not None:
+                listing.append(f"# {n.target}: one IREE module\n{piece.code.strip()}")
+            setattr(gm, n.target, _Piece(_compile_aten(piece, None), single))
+        gm.recompile()
+    if listing is not None:
+        listing.append(f"# the graph: ATen calls on npu and the IREE modules above\n{gm.code.strip()}")
     return make_boxed_func(gm)
 
 

@@ -4,12 +4,24 @@ The registry maps the ``__name__`` of an operator overload as ``__torch_dispatch
 it (``"op"``, ``"op.default"``, ``"op.out"``) to a handler class. Handlers are used as
 classes, never instantiated: every hook is a classmethod.
 """
+import copy
 import logging
+
+import torch
 
 logger = logging.getLogger(__name__)
 
 # operator overload name -> handler class
 _NPU_GRAPH_OP_HANDLERS = {}
+
+
+def _is_npu_tensor(value):
+    return isinstance(value, torch.Tensor) and value.device.type == "npu"
+
+
+def _weak_ref(tensor):
+    import torch_npu
+    return torch_npu._C._weak_ref_tensor(tensor)
 
 
 class NpuGraphOpHandler:
@@ -33,6 +45,25 @@ class NpuGraphOpHandler:
     def postprocess_result(cls, result, kwargs):
         r"""What the captured call returns to its caller."""
         return result
+
+    @classmethod
+    def record_wrap_kwarg(cls, key, value, tensor_param_names):
+        r"""How the capture record keeps keyword argument ``key`` (called once per keyword
+        argument when the call is recorded; updates assign their new values directly).
+
+        npu tensors — a tensor-typed argument named in ``tensor_param_names`` (from the
+        operator's schema), or an element of a list or tuple — are kept as
+        ``torch_npu._C._weak_ref_tensor`` views of their memory, so the record holds no
+        reference to the caller's tensor object; other values are deep-copied, so a later
+        change of the caller's object does not reach the record. ``None`` stays ``None``.
+        """
+        if value is None:
+            return None
+        if isinstance(value, (list, tuple)):
+            return type(value)(_weak_ref(v) if _is_npu_tensor(v) else copy.deepcopy(v) for v in value)
+        if key in tensor_param_names and _is_npu_tensor(value):
+            return _weak_ref(value)
+        return copy.deepcopy(value)
 
     @classmethod
     def get_update_specs(cls, op_name):
