@@ -111,6 +111,44 @@ def test_fusion_and_stream_ordering():
         _close(out, _pointwise_chain(c, b))
 
 
+def test_fallback_list_keeps_listed_ops_out_of_the_kernels(monkeypatch):
+    """NPU_INDUCTOR_FALLBACK_LIST (torch_npu's) for the default backend: listed operators run as
+    calls of their npu kernels, the rest is fused; "allfallback" fuses nothing."""
+    def fn(x, y):
+        return torch.sigmoid(x + y) / (y.abs() + 1)
+
+    x, y = torch.randn(8, 8).npu(), torch.randn(8, 8).npu()
+    monkeypatch.setenv("NPU_INDUCTOR_FALLBACK_LIST", "aten.div")
+    torch._dynamo.reset()
+    out, code = _code(torch.compile(fn), x, y)
+    _close(out, fn(x, y))
+    assert "torch.ops.aten.div.Tensor" in code and re.search(r"\bcpp_fused_\w+", code), code
+    assert not any("div" in k for k in re.findall(r"\bcpp_fused_\w+", code)), code
+    monkeypatch.setenv("NPU_INDUCTOR_FALLBACK_LIST", "allfallback")
+    torch._dynamo.reset()
+    out, code = _code(torch.compile(fn), x, y)
+    _close(out, fn(x, y))
+    assert "cpp_fused" not in code and "torch.ops.aten.sigmoid.default" in code, code
+    torch._dynamo.reset()
+
+
+def test_event_record_inside_the_graph():
+    """An event recorded between two kernels (an extern call without a device): the kernel
+    before it is launched before the buffers it reads are freed."""
+    def fn(x, y):
+        x = x * y
+        event = torch.npu.Event()
+        event.record()
+        return x + y
+
+    x, y = torch.randn(4, 4).npu(), torch.randn(4, 4).npu()
+    torch._dynamo.reset()
+    out, code = _code(torch.compile(fn), x, y)
+    _close(out, fn(x, y))
+    call = code[code.index("def call"):]
+    assert call.index("npu_launch_host_kernel(") < call.index("del arg0_1"), call
+
+
 def test_compiled_call_does_not_wait_for_the_stream():
     """The generated kernel is queued behind the stream's work like an eager kernel, not run
     on the calling thread after waiting for that work: the call returns while it runs. (By

@@ -40,20 +40,26 @@ class NpuCodegenKey(CustomGraphModulePass):
     The code Inductor generates for npu graphs depends on this package (the kernels' stream
     entries and launches, :func:`vectorized_rand`, the registration hooks), which Inductor
     cannot see: without the key, a cache filled by another torch_npu version would be
-    reused as is.
+    reused as is. NPU_INDUCTOR_FALLBACK_LIST (which operators stay out of the kernels) is
+    part of the key too.
     """
 
     def __call__(self, gm) -> None:
         pass
 
-    @functools.lru_cache(None)
     def uuid(self) -> str:
-        here = os.path.dirname(os.path.abspath(__file__))
-        h = hashlib.sha256()
-        for name in ("codegen.py", "registration.py", "runtime.py"):
-            with open(os.path.join(here, name), "rb") as f:
-                h.update(f.read())
-        return h.hexdigest()
+        fallback_list = os.environ.get("NPU_INDUCTOR_FALLBACK_LIST", "").strip()
+        return hashlib.sha256(f"{_sources_hash()}:{fallback_list}".encode()).hexdigest()
+
+
+@functools.lru_cache(None)
+def _sources_hash() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in ("codegen.py", "registration.py", "runtime.py"):
+        with open(os.path.join(here, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
 
 
 _WAIT = "npu_wait_for_stream"

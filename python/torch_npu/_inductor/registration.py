@@ -227,6 +227,50 @@ def _no_layout_optimization_around_npu_convolutions() -> None:
     graph_cls.decide_layout_opt = staticmethod(decide_layout_opt)
 
 
+def _flush_before_deviceless_extern_calls() -> None:
+    """The C++ kernels Inductor holds back are written out before an extern call without a
+    device (e.g. ``torch.npu.Event.record`` inside the graph, a stream operation).
+
+    Inductor's scheduler flushes them only before extern calls on a device; the call then
+    frees the buffers the held-back kernel still reads (``del arg0_1`` before its launch: an
+    UnboundLocalError at run time).
+    """
+    scheduler_cls = _private("torch._inductor.scheduler", "Scheduler")
+    original = scheduler_cls.codegen_extern_call
+    if getattr(original, "_npu_flushes", False):
+        return
+
+    def codegen_extern_call(self, node):
+        if node.get_device() is None:
+            self.flush()
+        return original(self, node)
+
+    codegen_extern_call._npu_flushes = True
+    scheduler_cls.codegen_extern_call = codegen_extern_call
+
+
+def _npu_inductor_fallback_list() -> None:
+    """NPU_INDUCTOR_FALLBACK_LIST (torch_npu's; read when a graph is lowered) for the default
+    backend too: in a graph on npu, the listed ATen operators (every one: ``allfallback``) are
+    lowered as calls of their npu kernels (Inductor's FallbackKernel) instead of being fused
+    into generated C++ kernels. The MLIR backend reads the same list (mlir/compiler.py)."""
+    graph_cls = _private("torch._inductor.graph", "GraphLowering")
+    original = graph_cls.call_function
+    if getattr(original, "_npu_fallback_list", False):
+        return
+    from torch_npu._inductor.mlir.compiler import fallback_ops, is_listed
+
+    fallback_handler = _private("torch._inductor.lowering", "fallback_handler")
+
+    def call_function(self, target, args, kwargs):
+        if DEVICE in self.device_types and is_listed(target, fallback_ops()):
+            return fallback_handler(target, add_to_fallback_set=False)(*args, **kwargs)
+        return original(self, target, args, kwargs)
+
+    call_function._npu_fallback_list = True
+    graph_cls.call_function = call_function
+
+
 def _vectorized_rand_in_npu_kernels() -> None:
     """``CppVecOverrides.rand`` emits :func:`codegen.vectorized_rand` in npu graphs' kernels.
 
@@ -379,6 +423,8 @@ def register_inductor() -> None:
     _npu_var_mean_takes_the_cpu_rule()
     _no_layout_optimization_around_npu_convolutions()
     _vectorized_rand_in_npu_kernels()
+    _npu_inductor_fallback_list()
+    _flush_before_deviceless_extern_calls()
     _empty_tensors_keep_their_size_when_moved_to_npu()
     _flex_attention_lowers_as_on_cpu()
     _flex_attention_trains_dense()

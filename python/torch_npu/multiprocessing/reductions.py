@@ -58,6 +58,11 @@ def _share_npu_(self):
     return (device, handle, self.nbytes(), offset, counter, 0, None, False)
 
 
+def _typed_share_npu_(self, *args, **kwargs):
+    """TypedStorage._share_npu_: its untyped storage's (as torch's _share_cuda_)."""
+    return self._untyped_storage._share_npu_(*args, **kwargs)
+
+
 def _new_shared_npu(cls, device, handle, size_bytes, offset_bytes, ref_counter, ref_counter_offset,
                     event_handle=None, event_sync_required=False):
     """The npu storage another process shared with ``_share_npu_``, over the same memory."""
@@ -108,7 +113,7 @@ def _npu_reduce_tensor(tensor):
             "before serializing (e.g., putting it on the queue).")
     torch.utils.hooks.warn_if_has_hooks(tensor)
     (device, handle, size_bytes, offset_bytes, ref_counter, ref_counter_offset, event_handle,
-     event_sync_required) = storage._untyped_storage._share_npu_()
+     event_sync_required) = storage._share_npu_()
     if handle is not None:
         shared_cache[handle] = StorageWeakRef(storage)
     return (rebuild_npu_tensor,
@@ -135,9 +140,22 @@ def _npu_reduce_event(event):
 def _add_reductions_methods() -> None:
     """npu storages get their sharing methods; torch.multiprocessing's pickler the npu reductions."""
     torch.UntypedStorage._share_npu_ = _share_npu_
+    torch.storage.TypedStorage._share_npu_ = _typed_share_npu_
     torch.UntypedStorage._new_shared_npu = classmethod(_new_shared_npu)
     torch.UntypedStorage._release_ipc_counter_npu = classmethod(_release_ipc_counter_npu)
     _torch_reductions.reduce_tensor = _npu_reduce_tensor
     _torch_reductions.reduce_storage = _npu_reduce_storage
     _torch_reductions.init_reductions()
     multiprocessing.reduction.register(torch_npu.npu.Event, _npu_reduce_event)
+
+
+# torch.multiprocessing.reductions' helpers, read through at each access (torch_npu's module
+# imports them; reading them live keeps a test's patch of torch's names visible here too).
+_TORCH_HELPERS = ("rebuild_storage_filename", "rebuild_storage_empty", "rebuild_storage_fd", "fd_id",
+                  "rebuild_tensor", "rebuild_typed_storage", "rebuild_typed_storage_child")
+
+
+def __getattr__(name):
+    if name in _TORCH_HELPERS:
+        return getattr(_torch_reductions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -306,10 +306,15 @@ def fallback_ops():
     return ops
 
 
-def _is_listed(node, listed) -> bool:
-    if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+def is_listed(target, listed) -> bool:
+    """Whether operator ``target`` is among ``listed`` (what fallback_ops() returns)."""
+    if listed is None or not isinstance(target, torch._ops.OpOverload):
         return False
-    return listed == "all" or node.target in listed or node.target.overloadpacket in listed
+    return listed == "all" or target in listed or target.overloadpacket in listed
+
+
+def _is_listed(node, listed) -> bool:
+    return node.op == "call_function" and is_listed(node.target, listed)
 
 
 def library_matmul_min_macs() -> int:
