@@ -149,6 +149,25 @@ def test_event_record_inside_the_graph():
     assert call.index("npu_launch_host_kernel(") < call.index("del arg0_1"), call
 
 
+def test_philox_rand_on_npu_eager_and_compiled():
+    """rngprims::philox_rand (CUDA only in torch): values from (seed, offset) alone, the same
+    eager and compiled (Inductor lowers it as a call of the npu kernel)."""
+    def fn(x, seed, offset):
+        rand, step = torch.ops.rngprims.philox_rand(list(x.shape), seed, offset, None, x.device, x.dtype)
+        return rand * 2.0 + x, step
+
+    x = torch.ones(3, 5).npu()
+    seed, offset = torch.tensor(1234).npu(), torch.tensor(0).npu()
+    a, step = fn(x, seed, offset)
+    b, _ = fn(x, seed, offset)
+    c, _ = fn(x, seed, torch.tensor(16).npu())
+    assert torch.equal(a.cpu(), b.cpu()) and not torch.equal(a.cpu(), c.cpu())
+    assert ((a.cpu() >= 1) & (a.cpu() < 3)).all() and int(step) == 16
+    torch._dynamo.reset()
+    compiled, _ = torch.compile(fn, fullgraph=True)(x, seed, offset)
+    assert torch.equal(compiled.cpu(), a.cpu())
+
+
 def test_compiled_call_does_not_wait_for_the_stream():
     """The generated kernel is queued behind the stream's work like an eager kernel, not run
     on the calling thread after waiting for that work: the call returns while it runs. (By

@@ -350,6 +350,22 @@ def _compiler_npugraph_mark_step_begin() -> None:
     torch.compiler.npugraph_mark_step_begin = npugraph_mark_step_begin
 
 
+_philox_library = None
+
+
+def _philox_rand_on_npu() -> None:
+    """``torch.ops.rngprims.philox_rand`` (torch's stateless Philox rand; CUDA only) for npu:
+    ``torch_npu.npu.random._philox_rand``. Inductor lowers it on npu as a call of that kernel
+    (_inductor/registration.py). Tests: test_compile_inductor.py."""
+    global _philox_library
+    if _philox_library is None:
+        from torch_npu.npu.random import _philox_rand
+
+        library = torch.library.Library("rngprims", "IMPL")
+        library.impl("philox_rand", _philox_rand, "PrivateUse1")
+        _philox_library = library
+
+
 #: The patches, in application order.
 PATCHES: List[Callable[[], None]] = [
     _alias_torch_npu_submodules,
@@ -363,6 +379,7 @@ PATCHES: List[Callable[[], None]] = [
     _default_tensor_type_npu,
     _legacy_save_npu_storages,
     _compiler_npugraph_mark_step_begin,
+    _philox_rand_on_npu,
 ]
 
 _applied = False

@@ -249,6 +249,26 @@ def _flush_before_deviceless_extern_calls() -> None:
     scheduler_cls.codegen_extern_call = codegen_extern_call
 
 
+def _philox_rand_calls_the_npu_kernel() -> None:
+    """``rngprims::philox_rand`` on npu is lowered as a call of its npu kernel (torch's lowering
+    generates Inductor's own Philox code, whose values are not the kernel's): compiled and
+    eager draw the same values."""
+    lowering = importlib.import_module("torch._inductor.lowering")
+    packet = torch.ops.rngprims.philox_rand
+    original = lowering.lowerings[packet]
+    if getattr(original, "_npu_kernel_call", False):
+        return
+
+    def philox_rand(size, seed, offset, stride, device, dtype):
+        if device is not None and torch.device(device).type == DEVICE:
+            return lowering.fallback_handler(packet.default, add_to_fallback_set=False)(
+                size, seed, offset, stride, device, dtype)
+        return original(size, seed, offset, stride, device, dtype)
+
+    philox_rand._npu_kernel_call = True
+    lowering.lowerings[packet] = lowering.lowerings[packet.default] = philox_rand
+
+
 def _npu_inductor_fallback_list() -> None:
     """NPU_INDUCTOR_FALLBACK_LIST (torch_npu's; read when a graph is lowered) for the default
     backend too: in a graph on npu, the listed ATen operators (every one: ``allfallback``) are
@@ -425,6 +445,7 @@ def register_inductor() -> None:
     _vectorized_rand_in_npu_kernels()
     _npu_inductor_fallback_list()
     _flush_before_deviceless_extern_calls()
+    _philox_rand_calls_the_npu_kernel()
     _empty_tensors_keep_their_size_when_moved_to_npu()
     _flex_attention_lowers_as_on_cpu()
     _flex_attention_trains_dense()

@@ -139,3 +139,21 @@ def initial_seed():
 
     npu._lazy_init()
     return npu.default_generators[npu.current_device()].initial_seed()
+
+
+def _philox_rand(shape, seed, offset, stride=None, device=None, dtype=None):
+    """``rngprims::philox_rand`` on npu: uniform values in [0, 1) that depend only on the
+    ``seed`` and ``offset`` tensors (AOTAutograd's stateless rand, CUDA's Philox on GPUs), and
+    the offset increment of the call (the values drawn, in Philox's blocks of 4). The bits
+    are not CUDA's: a CPU generator seeded from (seed, offset) draws them."""
+    if stride is not None:
+        raise AssertionError(f"stride must be None, got {stride}")
+    numel = 1
+    for size in shape:
+        numel *= int(size)
+    generator = torch.Generator()
+    generator.manual_seed((int(seed) * 0x9E3779B97F4A7C15 + int(offset)) & 0x7FFFFFFFFFFFFFFF)
+    values = torch.rand(shape, generator=generator, dtype=dtype or torch.get_default_dtype())
+    return values.to(device if device is not None else seed.device), \
+        torch.scalar_tensor((numel + 3) // 4 * 4, dtype=torch.int64)
+
