@@ -168,6 +168,14 @@ def test_philox_rand_on_npu_eager_and_compiled():
     assert torch.equal(compiled.cpu(), a.cpu())
 
 
+def test_inductor_cache_system_names_the_npu_device():
+    from torch._inductor.codecache import CacheBase
+
+    system = CacheBase.get_system()
+    assert system["device"]["name"] == torch.npu.get_device_properties(0).name
+    assert system["version"]["cann"] == torch.version.cann and len(system["hash"]) > 0
+
+
 def test_compiled_call_does_not_wait_for_the_stream():
     """The generated kernel is queued behind the stream's work like an eager kernel, not run
     on the calling thread after waiting for that work: the call returns while it runs. (By

@@ -16,7 +16,8 @@ Registration is lazy, so that ``import torch_npu`` does not import Dynamo/Induct
 adds import hooks. The Dynamo part runs when ``torch._dynamo`` is first imported
 (``torch.compile`` does that), the Inductor part when ``torch._inductor.compile_fx`` is
 (Inductor's entry point, imported by the ``inductor`` backend on the first compile, before
-any graph is lowered). :func:`register` does both at once.
+any graph is lowered), and Inductor's cache system info names the npu device when
+``torch._inductor.codecache`` is. :func:`register` does both at once.
 """
 import importlib.util
 import sys
@@ -53,7 +54,8 @@ def _registering(what: str):
 
 
 # module whose first import triggers the registration -> what it registers
-_HOOKS = {"torch._dynamo": "dynamo", "torch._inductor.compile_fx": "inductor"}
+_HOOKS = {"torch._dynamo": "dynamo", "torch._inductor.compile_fx": "inductor",
+          "torch._inductor.codecache": "codecache"}
 
 
 class _PostImportHook:

@@ -423,6 +423,32 @@ def _empty_tensors_keep_their_size_when_moved_to_npu() -> None:
     device_copy.create = classmethod(create)
 
 
+def register_codecache() -> None:
+    """Inductor's cache system info (``CacheBase.get_system()``, the key of its local cache
+    folder) names the npu device and the CANN version, as torch's names CUDA's: caches of
+    different devices or CANN releases do not mix."""
+    codecache = importlib.import_module("torch._inductor.codecache")
+    cache_base = _private("torch._inductor.codecache", "CacheBase")
+    original = cache_base.get_system
+    if getattr(original, "_npu_device", False):
+        return
+    key_strategy = _private("torch._inductor.codecache", "SYSTEM_CACHE_KEY_STRATEGY")
+
+    @functools.cache
+    def get_system():
+        system = original()
+        if "device" in system or not torch.npu.is_available():
+            return system  # a GPU's (torch's), or no npu
+        device = {"name": torch.npu.get_device_properties(torch.npu.current_device()).name}
+        version = {"triton": codecache.triton_key(), "cann": getattr(torch.version, "cann", None)}
+        return {"device": device, "version": version,
+                "hash": key_strategy.key_from_json({"device": device, "version": version})}
+
+    get_system._npu_device = True
+    cache_base.get_system = staticmethod(get_system)
+    cache_base.get_local_cache_path.cache_clear()
+
+
 @functools.lru_cache(None)
 def register_inductor() -> None:
     """Inductor's C++ code generator for npu tensors, and where Inductor must treat npu as cpu."""
