@@ -29,7 +29,7 @@ TORCH_NPU_NAMES = []
 ATB_NAMES = []
 
 
-def _atb_op(schema: str, module_level: bool = True):
+def _atb_op(schema: str, module_level: bool = True, keys=("CompositeImplicitAutograd",)):
     """An atb operator (see ``_composite_ops._op``) whose tensors ATB accepts: at most 8
     dimensions each. ``module_level``: exposed as torch_npu.<name>, else torch_npu.atb.<name>."""
     name = schema.split("(", 1)[0].split(".", 1)[0]
@@ -45,7 +45,7 @@ def _atb_op(schema: str, module_level: bool = True):
                     raise RuntimeError(f"{name}: ATB tensor supports at most {_MAX_DIMS} dimensions, "
                                        f"but got {value.dim()}")
             return fn(*args, **kwargs)
-        _op(schema, _lib)(checked)
+        _op(schema, _lib, keys)(checked)
         return fn
     return register
 
@@ -405,13 +405,21 @@ def _npu_rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_ne
 
 # ---- paged attention ----------------------------------------------------------------------------
 
+# Below autograd (an inference operator): dispatch modes see it whole, e.g. NPUGraph's
+# auto_dispatch_capture, whose handler updates its context_lens.
 @_atb_op("_npu_paged_attention(Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, int num_heads, "
-         "float scale_value, Tensor block_table, Tensor context_lens, Tensor(a!) out, *, Tensor? workspace=None) -> ()")
+         "float scale_value, Tensor block_table, Tensor context_lens, Tensor(a!) out, *, Tensor? workspace=None) -> ()",
+         keys=("CompositeExplicitAutograd",))
 def _npu_paged_attention(query, key_cache, value_cache, num_kv_heads, num_heads, scale_value, block_table,
                          context_lens, out, *, workspace=None):
     """Decoding attention over paged KV caches (see _paged_attention); workspace is not needed."""
     _paged_attention("_npu_paged_attention", query, key_cache, value_cache, num_kv_heads, num_heads, scale_value,
                   block_table, context_lens, out)
+
+
+# What the operator does to its arguments' metadata (nothing: it writes `out` in place), for
+# FakeTensor (torch.compile traces it as one node).
+_lib.impl("_npu_paged_attention", lambda *args, **kwargs: None, "Meta")
 
 
 @_atb_op("_npu_paged_attention_get_workspace(Tensor query, Tensor key_cache, Tensor value_cache, int num_kv_heads, "
