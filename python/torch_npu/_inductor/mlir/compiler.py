@@ -7,6 +7,7 @@ Static and symbolic (dynamic) shapes: one module per graph serves all sizes. A g
 cannot take (an op the importer or the compiler rejects, in the forward or the backward)
 is compiled by the default backend instead, after one warning.
 """
+import functools
 import hashlib
 import logging
 import operator
@@ -281,8 +282,13 @@ def _work(gm, results):
 
 def fallback_ops():
     """The ops of NPU_INDUCTOR_FALLBACK_LIST (read at compile time): None if unset, "all",
-    or a set of OpOverloadPackets and OpOverloads."""
-    value = os.environ.get(FALLBACK_LIST_ENV, "").strip()
+    or a frozenset of OpOverloadPackets and OpOverloads."""
+    return _parse_fallback_list(os.environ.get(FALLBACK_LIST_ENV, "").strip())
+
+
+@functools.lru_cache(None)
+def _parse_fallback_list(value: str):
+    """fallback_ops() of one value (parsed once: Inductor asks for every node it lowers)."""
     if not value:
         return None
     if value == "allfallback":
@@ -303,7 +309,7 @@ def fallback_ops():
             raise ValueError(f"{FALLBACK_LIST_ENV}: cannot resolve the operator {name!r}: expected names "
                              f"such as 'aten.div' or 'aten.add.Tensor', separated by commas, or 'allfallback'")
         ops.add(op)
-    return ops
+    return frozenset(ops)
 
 
 def is_listed(target, listed) -> bool:
