@@ -317,8 +317,8 @@ aclError wait_event(aclrtEvent event) {
   return arg.err;
 }
 
-void wait_device(c10::DeviceIndex device) {
-  check_device_index(device);
+// aclrtSynchronizeDevice on `device` through the blocking hook (the GIL released).
+static aclError sync_device(c10::DeviceIndex device) {
   struct Arg {
     int32_t device;
     aclError err;
@@ -332,8 +332,14 @@ void wait_device(c10::DeviceIndex device) {
     aclrtSetDevice(prev);
   }, &arg);
   if (!in_kernel()) collect_finished_kernels();
+  return arg.err;
+}
+
+void wait_device(c10::DeviceIndex device) {
+  check_device_index(device);
+  const aclError err = sync_device(device);
   if (C10_UNLIKELY(device_stopped(device))) force_stop();
-  NPU_CHECK(arg.err);
+  NPU_CHECK(err);
 }
 
 bool device_stopped(c10::DeviceIndex device) {
@@ -342,17 +348,7 @@ bool device_stopped(c10::DeviceIndex device) {
 
 void recover_streams(c10::DeviceIndex device) {
   check_device_index(device);
-  struct Arg {
-    int32_t device;
-  } arg{device};
-  call_blocking([](void* p) {
-    int32_t prev = 0;
-    aclrtGetDevice(&prev);
-    aclrtSetDevice(static_cast<Arg*>(p)->device);
-    (void)aclrtSynchronizeDevice();  // returns (and so drops) the errors of the failed tasks
-    aclrtSetDevice(prev);
-  }, &arg);
-  collect_finished_kernels();
+  (void)sync_device(device);  // returns (and so drops) the errors of the failed tasks
 }
 
 void stop_device(c10::DeviceIndex device) {

@@ -315,25 +315,27 @@ ProcessGroupHCCL::Options::Options(bool is_high_priority_stream)
 ProcessGroupHCCL::ProcessGroupHCCL(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    c10::intrusive_ptr<Options> options)
     : Backend(rank, size), options_(std::move(options)), state_(std::make_shared<CommState>()) {
-  Timeouts t;
-  t.connect = env_seconds("HCCL_CONNECT_TIMEOUT", milliseconds(120000));
+  connect_timeout_ = env_seconds("HCCL_CONNECT_TIMEOUT", milliseconds(120000));
   const milliseconds config_exec = check_hccl_config(*options_);
-  t.exec = options_->op_timeout.count() > 0 ? options_->op_timeout
-           : config_exec.count() > 0        ? config_exec
-                                            : env_seconds("HCCL_EXEC_TIMEOUT", options_->timeout);
+  exec_timeout_ = options_->op_timeout.count() > 0 ? options_->op_timeout
+                  : config_exec.count() > 0        ? config_exec
+                                                   : env_seconds("HCCL_EXEC_TIMEOUT", options_->timeout);
   std::string group = options_->group_name.empty() ? options_->group_id : options_->group_name;
   store_ = store;
-  connect_timeout_ = t.connect;
-  exec_timeout_ = t.exec;
   group_ = group.empty() ? "default" : group;
-  comm_ = std::make_shared<Comm>(store, rank, size, group_, t);
+  comm();  // the rendezvous of the first communicator
+}
+
+c10::intrusive_ptr<c10d::Store> ProcessGroupHCCL::generation_store() const {
+  // Each rebuild rendezvouses under keys of its own: the aborted communicator's stay.
+  if (generation_ == 0) return store_;
+  return c10::make_intrusive<c10d::PrefixStore>("hccl/reinit" + std::to_string(generation_), store_);
 }
 
 const std::shared_ptr<Comm>& ProcessGroupHCCL::comm() const {
   if (!comm_) {
-    // Each rebuild rendezvouses under keys of its own: the aborted communicator's stay.
-    auto store = c10::make_intrusive<c10d::PrefixStore>("hccl/reinit" + std::to_string(generation_), store_);
-    comm_ = std::make_shared<Comm>(store, rank_, size_, group_, Timeouts{connect_timeout_, exec_timeout_});
+    comm_ = std::make_shared<Comm>(generation_store(), rank_, size_, group_,
+                                   Timeouts{connect_timeout_, exec_timeout_});
   }
   return comm_;
 }
@@ -352,14 +354,7 @@ void ProcessGroupHCCL::abort_comm(const std::string& reason) {
 
 void ProcessGroupHCCL::resume_comm(int device) { check_device_index(static_cast<c10::DeviceIndex>(device)); }
 
-void ProcessGroupHCCL::delete_store_keys() {
-  const std::string key = "hccl/host/" + std::to_string(rank_);
-  if (generation_ == 0) {
-    store_->deleteKey(key);
-  } else {
-    c10::make_intrusive<c10d::PrefixStore>("hccl/reinit" + std::to_string(generation_), store_)->deleteKey(key);
-  }
-}
+void ProcessGroupHCCL::delete_store_keys() { generation_store()->deleteKey("hccl/host/" + std::to_string(rank_)); }
 
 ProcessGroupHCCL::~ProcessGroupHCCL() = default;
 

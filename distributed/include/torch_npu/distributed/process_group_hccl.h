@@ -146,6 +146,8 @@ class ProcessGroupHCCL : public c10d::Backend {
 
   // The communicator, built now if abort_comm dropped it.
   const std::shared_ptr<Comm>& comm() const;
+  // The store the current generation's communicator rendezvouses through.
+  c10::intrusive_ptr<c10d::Store> generation_store() const;
 
   c10::intrusive_ptr<Options> options_;
   c10::intrusive_ptr<c10d::Store> store_;
