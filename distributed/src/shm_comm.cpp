@@ -352,6 +352,9 @@ void ShmComm::wait_for(Ready ready, Missing missing, const OpDesc& op) {
   }
   const auto deadline = start + timeouts_.exec;
   while (true) {
+    // Ready first: a peer may complete this very step, leave, and abort the communicator
+    // (reinit_process_group) before this rank wakes; the step is still complete here.
+    if (ready()) return;
     check_abort(op);
     uint32_t bell = seg_->bell.load();
     seg_->sleepers.fetch_add(1);
