@@ -1,4 +1,5 @@
 // torch_npu._C bindings of NPU graphs (torch.npu.NPUGraph & co, see npu/graphs.py).
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -264,7 +265,10 @@ void init_graph_bindings(py::module& m) {
       .def("reset", &NPUGraph::reset, py::call_guard<py::gil_scoped_release>())
       .def("pool", &NPUGraph::pool)
       .def("enable_debug_mode", &NPUGraph::enable_debug_mode)
-      .def("debug_dump", &NPUGraph::debug_dump, py::arg("debug_path"))
+      // (its warning, "without a preceding successful capture", as a Python warning)
+      .def("debug_dump", torch::wrap_pybind_function([](NPUGraph& self, const std::string& path) {
+             self.debug_dump(path);
+           }), py::arg("debug_path"))
       .def("_num_tasks", &NPUGraph::num_tasks);
   m.def("_npu_launch_host_kernel", &launch_host_kernel, py::arg("device"), py::arg("name"), py::arg("entry"),
         py::arg("args"), py::arg("parallel") = false);

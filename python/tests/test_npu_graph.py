@@ -430,6 +430,34 @@ def test_debug_dump(tmp_path):
         dump = json.load(f)
     assert len(dump["tasks"]) == g._num_tasks() >= 1
     assert any("mul" in t["name"] for t in dump["tasks"])
+    with open(os.path.join(str(tmp_path), "graph.aligned.json")) as f:
+        trace = json.load(f)["traceEvents"]
+    spans = [e for e in trace if e["ph"] == "X"]
+    assert [e["args"]["index"] for e in spans] == [t["index"] for t in dump["tasks"]]
+    assert all(a["ts"] + a["dur"] <= b["ts"] for a, b in zip(spans, spans[1:]))  # replay order, no overlap
+
+
+def test_debug_dump_trace_failure_keeps_the_dump_and_no_capture_writes_nothing(tmp_path):
+    from unittest import mock
+
+    x = torch.ones(4).npu()
+    g = torch.npu.NPUGraph()
+    with torch.npu.graph(g):
+        x.add_(1)
+    path = os.path.join(str(tmp_path), "g.json")
+    with mock.patch("torch_npu.npu._npugraph_utils.align_trace_json", side_effect=RuntimeError("no")) as align:
+        assert g.debug_dump(path) is None
+    align.assert_called_once_with(path, None)
+    assert os.path.getsize(path) > 0 and not os.path.exists(os.path.join(str(tmp_path), "g.aligned.json"))
+    with mock.patch("torch_npu.npu._npugraph_utils.align_trace_json") as align, \
+            pytest.warns(UserWarning, match="without a preceding successful capture"):
+        torch.npu.NPUGraph().debug_dump(path)  # nothing captured: the older dump is not traced again
+    align.assert_not_called()
+    not_a_dump = os.path.join(str(tmp_path), "list.json")
+    with open(not_a_dump, "w") as f:
+        json.dump([1, 2], f)
+    with pytest.raises(ValueError, match="expected an NPUGraph debug dump"):
+        torch_npu.npu._npugraph_utils.align_trace_json(not_a_dump)
 
 
 def test_make_graphed_callables_matches_eager():

@@ -344,10 +344,30 @@ class NPUGraph(_C._NPUGraph):
         super().enable_debug_mode()
 
     def debug_dump(self, debug_path):
-        r"""Write the captured tasks as JSON to ``debug_path``."""
+        r"""Write the captured tasks as JSON to ``debug_path``, and their Chrome trace to
+        ``<name>.aligned.json`` beside it (see ``torch_npu.npu._npugraph_utils``). Without a
+        successful capture nothing is written (a warning says so). A trace that cannot be
+        made is logged; the raw dump stays."""
         if not isinstance(debug_path, str) or not debug_path:
             raise TypeError(f"debug_path must be a non-empty str, got {debug_path!r}")
+        before = _file_state(debug_path)
         super().debug_dump(debug_path)
+        after = _file_state(debug_path)
+        if after is None or after == before:  # not written: no trace of an older dump
+            return
+        from torch_npu.npu import _npugraph_utils
+        try:
+            _npugraph_utils.align_trace_json(debug_path, None)
+        except Exception:  # the trace is an extra: the dump itself was written
+            _npugraph_utils.log.warning("NPUGraph.debug_dump: no Chrome trace of %s", debug_path, exc_info=True)
+
+
+def _file_state(path):
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 class graph:
