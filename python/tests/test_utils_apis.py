@@ -302,6 +302,9 @@ def test_distributed_availability_and_run_parse_args():
 
     assert d.is_available() == ("hccl" in torch.distributed.Backend.backend_list)
     assert distributed_c10d.is_hccl_available() is True
+    # on torch.distributed too, as torch_npu puts them (test/distributed's files call them there)
+    assert torch.distributed.is_hccl_available is d.is_hccl_available is distributed_c10d.is_hccl_available
+    assert torch.distributed.reinit_process_group is distributed_c10d.reinit_process_group
     args = run.parse_args(["--nproc_per_node", "2", "--enable_tiered_parallel_tcpstore", "true", "t.py", "--x"])
     assert (args.nproc_per_node, args.enable_tiered_parallel_tcpstore) == ("2", "true")
     assert args.training_script == "t.py" and args.training_script_args == ["--x"]

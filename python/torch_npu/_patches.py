@@ -44,7 +44,8 @@ subsystem is (lazily, or only on request) or need its private state:
   only when ``PROF_CONFIG_PATH`` is set (dynamic profiling driven by ``optimizer.step()``).
   Tests: test_profiler.py.
 * ``distributed/__init__.py``: the ``hccl`` backend of ``torch.distributed`` (registered
-  through its plugin API). Tests: test_hccl.py.
+  through its plugin API), and ``torch.distributed.is_hccl_available`` /
+  ``reinit_process_group`` (torch_npu's functions). Tests: test_hccl.py, test_hccl_reinit.py.
 * ``contrib/transfer_to_npu.py``: rewrites ``torch.cuda`` and CUDA device arguments to npu,
   only when a script imports it. Tests: test_transfer_to_npu.py.
 * ``testing/testcase.py``: ``run_tests`` swaps

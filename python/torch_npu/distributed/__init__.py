@@ -68,13 +68,14 @@ def is_available():
     return dist.is_available() and "hccl" in dist.Backend.backend_list
 
 
-def is_hccl_available():
-    """True when the ``hccl`` backend can be used (torch_npu's name)."""
-    return dist.is_available()
-
+from .distributed_c10d import is_hccl_available
 
 if dist.is_available():
     from .distributed_c10d import reinit_process_group
+
+    # torch_npu's names on torch.distributed too, as torch_npu puts them there.
+    dist.is_hccl_available = is_hccl_available
+    dist.reinit_process_group = reinit_process_group
 
     # ReduceOp.PREMUL_SUM with a factor, as torch_npu exports it (torch's NCCL helper).
     from torch.distributed import _make_nccl_premul_sum as _make_hccl_premul_sum
