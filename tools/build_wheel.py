@@ -37,6 +37,7 @@ ENTRY_POINTS = {
     # Dynamo backends: read from the BACKENDS table of this package file, the same table
     # `import torch_npu` registers at run time (add a backend there, not here).
     "torch_dynamo_backends": "torch_npu/dynamo/__init__.py:BACKENDS",
+    "console_scripts": ["npu-smi = torch_npu.npu_smi:main"],
 }
 
 

@@ -23,6 +23,7 @@ COMPONENT_TESTS = {
         "test_execution.py",
         "test_memory.py",
         "test_memory_api.py",
+        "test_npu_smi.py",
         "test_random.py",
         "test_stream_ordered_memory.py",
         "test_streams_events.py",

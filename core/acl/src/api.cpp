@@ -723,7 +723,7 @@ aclError aclsimDeviceAddBusyNs(int32_t deviceId, int64_t ns) {
   Device* d = DeviceOrFail(deviceId, "aclsimDeviceAddBusyNs", &err);
   if (d == nullptr) return err;
   if (ns < 0) return Fail(ACL_ERROR_INVALID_PARAM, "aclsimDeviceAddBusyNs: ns is negative (%lld)", (long long)ns);
-  d->busy_ns.fetch_add(ns, std::memory_order_relaxed);
+  d->AddBusy(ns);
   return ACL_SUCCESS;
 }
 

@@ -118,6 +118,7 @@ bool ParseInt(const char* s, long lo, long hi, long* out) {
 }
 
 void AtExit() {
+  SmiRelease();  // (a forked child has no slot of its own)
   Runtime& rt = RT();
   if (rt.forked_child) return;  // the workers belong to the parent process
   ShutdownAllStreams(/*exiting=*/true);
@@ -227,7 +228,7 @@ Runtime* CreateRuntime() {
     d->id = static_cast<int>(i);
     d->physical = visible[i];
     d->capacity = rt->capacity;
-    d->arena.Init(d->id, rt->capacity);
+    d->arena.Init(d->id, d->physical, rt->capacity);
     rt->devices.push_back(std::move(d));
   }
   return rt;
@@ -278,6 +279,11 @@ Device* FindDevice(const void* ptr, size_t len) {
 }
 
 // ---- Device ---------------------------------------------------------------------------
+void Device::AddBusy(int64_t ns) {
+  busy_ns.fetch_add(ns, std::memory_order_relaxed);
+  SmiAddBusy(physical, ns);
+}
+
 Stream* Device::DefaultStream() {
   Stream* s = default_stream.load(std::memory_order_acquire);
   if (s) return s;
@@ -300,8 +306,9 @@ std::vector<std::shared_ptr<Stream>> Device::Snapshot() {
 }
 
 // ---- Arena ----------------------------------------------------------------------------
-void Arena::Init(int device, size_t capacity) {
+void Arena::Init(int device, int physical, size_t capacity) {
   device_ = device;
+  physical_ = physical;
   capacity_ = capacity;
   map_size_ = capacity / kGranule * kGranule;
 }
@@ -493,6 +500,7 @@ aclError Arena::Allocate(size_t size, bool physical, void** out) {
   allocs_.emplace(off, Alloc{len, physical});
   used_ += len;
   g_allocated.fetch_add(len, std::memory_order_relaxed);
+  SmiPublishMemory(physical_, used_);
   *out = base_.load(std::memory_order_relaxed) + off;
   return ACL_SUCCESS;
 }
@@ -521,6 +529,7 @@ aclError Arena::Free(void* ptr, bool physical) {
   InsertFree(off, len);
   used_ -= len;
   g_allocated.fetch_sub(len, std::memory_order_relaxed);
+  SmiPublishMemory(physical_, used_);
   return ACL_SUCCESS;
 }
 

@@ -7,6 +7,7 @@
 //   stream.cpp  - streams (task queue + worker thread), events, shutdown.
 //   api.cpp     - the C functions of acl/acl_rt.h: argument checks and dispatch.
 //   mdl_ri.cpp  - stream capture into model runtime instances (aclmdlRI*), replay.
+//   smi.cpp     - the shared-memory registry of device usage per process (npu-smi).
 #pragma once
 
 #include <atomic>
@@ -52,7 +53,7 @@ bool HostRefusedLastAllocation(size_t* available);
 
 class Arena {
  public:
-  void Init(int device, size_t capacity);
+  void Init(int device, int physical, size_t capacity);
   // aclrtMalloc (physical = false) or aclrtMallocPhysical memory. Sets the recent error
   // on failure.
   aclError Allocate(size_t size, bool physical, void** out);
@@ -77,6 +78,7 @@ class Arena {
   void EraseFree(std::map<size_t, size_t>::iterator it);
 
   int device_ = 0;
+  int physical_ = 0;  // the id npu-smi shows
   size_t capacity_ = 0;  // reported capacity
   size_t map_size_ = 0;  // capacity rounded down to the granule
   std::atomic<char*> base_{nullptr};
@@ -291,6 +293,7 @@ struct Device {
   int orphan_count = 0;
   // Time its streams' workers spent running tasks, summed over streams (aclsimDeviceBusyNs).
   std::atomic<int64_t> busy_ns{0};
+  void AddBusy(int64_t ns);  // and to the npu-smi registry
 
   Stream* DefaultStream();  // created on first use
   std::vector<std::shared_ptr<Stream>> Snapshot();
@@ -310,6 +313,14 @@ struct Runtime {
 
   int count() const { return static_cast<int>(devices.size()); }
 };
+
+// ---- npu-smi registry (smi.cpp) ------------------------------------------------------
+// This process's HBM in use on a physical device (claims its registry slot on first use).
+void SmiPublishMemory(int physical, size_t used);
+// Time this process's streams ran tasks on a physical device (once it holds a slot).
+void SmiAddBusy(int physical, int64_t ns);
+// Frees this process's slot (at exit).
+void SmiRelease();
 
 // Initialises on first use (reads the environment once).
 Runtime& RT();

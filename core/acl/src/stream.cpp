@@ -279,7 +279,7 @@ void Stream::Run(Task& t, char* errbuf, size_t errlen) {
   const int64_t end = NowNs();
   auto& devices = RT().devices;
   if (work && depth == 0 && device >= 0 && device < static_cast<int>(devices.size())) {
-    devices[device]->busy_ns.fetch_add(end - start, std::memory_order_relaxed);
+    devices[device]->AddBusy(end - start);
   }
   if (t.correlation != 0) ProfilerRecordTask(t, device, Serial(), start, end);
 }
