@@ -72,6 +72,13 @@ def test_stream_argument_errors():
         torch.npu.Stream(priority="high")
     with pytest.raises(AssertionError, match="Invalid device id"):
         torch.npu.Stream(device=99)
+    # a negative index or a float: the current device, as torch_npu's (Huawei's test_with_device)
+    torch.npu.set_device(1)
+    try:
+        assert [torch.npu.Stream(d).device_index for d in (-258, -1, -0.2, -7.88)] == [1, 1, 1, 1]
+        assert torch.npu.current_device() == 1
+    finally:
+        torch.npu.set_device(0)
     with pytest.raises(TypeError, match="device_index"):
         torch.npu.Stream(stream_id=1)
 

@@ -45,7 +45,9 @@ subsystem is (lazily, or only on request) or need its private state:
   Tests: test_profiler.py.
 * ``distributed/__init__.py``: the ``hccl`` backend of ``torch.distributed`` (registered
   through its plugin API), and ``torch.distributed.is_hccl_available`` /
-  ``reinit_process_group`` (torch_npu's functions). Tests: test_hccl.py, test_hccl_reinit.py.
+  ``reinit_process_group`` (torch_npu's functions); once ``torch.distributed.tensor`` is imported,
+  DTensor sharding strategies of npu operators (``distributed/tensor/_sharding.py``, through
+  ``register_sharding``). Tests: test_hccl.py, test_hccl_reinit.py, test_dtensor_npu_ops.py.
 * ``contrib/transfer_to_npu.py``: rewrites ``torch.cuda`` and CUDA device arguments to npu,
   only when a script imports it. Tests: test_transfer_to_npu.py.
 * ``testing/testcase.py``: ``run_tests`` swaps

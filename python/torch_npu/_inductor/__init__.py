@@ -19,9 +19,9 @@ adds import hooks. The Dynamo part runs when ``torch._dynamo`` is first imported
 any graph is lowered), and Inductor's cache system info names the npu device when
 ``torch._inductor.codecache`` is. :func:`register` does both at once.
 """
-import importlib.util
-import sys
 import warnings
+
+from torch_npu.utils._post_import import when_imported
 
 __all__ = ["install", "register"]
 
@@ -58,41 +58,6 @@ _HOOKS = {"torch._dynamo": "dynamo", "torch._inductor.compile_fx": "inductor",
           "torch._inductor.codecache": "codecache"}
 
 
-class _PostImportHook:
-    """A meta path finder that runs ``callback`` once ``module`` has been executed.
-
-    It finds the module's spec with the other finders and wraps that spec's loader's
-    ``exec_module`` (an attribute of this one loader instance), then removes itself.
-    """
-
-    def __init__(self, module: str, callback) -> None:
-        self.module = module
-        self.callback = callback
-        self._busy = False
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.module or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-        callback = self.callback
-
-        def exec_then_callback(module):
-            exec_module(module)
-            callback()
-
-        spec.loader.exec_module = exec_then_callback
-        return spec
-
-
 def install() -> None:
     """Called by ``import torch_npu``: set up the lazy registration (cheap, idempotent)."""
     global _installed
@@ -100,10 +65,7 @@ def install() -> None:
         return
     _installed = True
     for module, what in _HOOKS.items():
-        if module in sys.modules:
-            _registering(what)()
-        else:
-            sys.meta_path.insert(0, _PostImportHook(module, _registering(what)))
+        when_imported(module, _registering(what))
     from torch_npu._inductor import mlir  # the npu_backend option (MLIR through IREE); imports no IREE
 
     mlir.install()

@@ -77,6 +77,18 @@ if dist.is_available():
     dist.is_hccl_available = is_hccl_available
     dist.reinit_process_group = reinit_process_group
 
+    def _register_dtensor_support():
+        """DTensor sharding of torch_npu's operators, once torch.distributed.tensor is imported."""
+        try:
+            import torch_npu.distributed.tensor._sharding  # noqa: F401
+        except Exception as err:  # at the end of the user's import: a warning, not a failed import
+            import warnings
+            warnings.warn(f"torch_npu: DTensor sharding of npu operators not registered: {err!r}")
+
+    from torch_npu.utils._post_import import when_imported
+
+    when_imported("torch.distributed.tensor", _register_dtensor_support)
+
     # ReduceOp.PREMUL_SUM with a factor, as torch_npu exports it (torch's NCCL helper).
     from torch.distributed import _make_nccl_premul_sum as _make_hccl_premul_sum
 

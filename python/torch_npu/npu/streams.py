@@ -90,6 +90,10 @@ class Stream(torch.Stream):
             raise TypeError(f"torch.npu.Stream(): argument 'priority' must be an int, "
                             f"got {type(priority).__name__}")
         _lazy_init()
+        # As torch_npu's and torch.cuda's: a negative index (or a float, which their
+        # torch.npu.device(...) does not read as an index) means the current device.
+        if isinstance(device, float) or (type(device) is int and device < 0):
+            device = None
         idx = _valid_device_index(device, fn="torch.npu.Stream")
         return super().__new__(cls, torch.device("npu", idx), priority=priority)
 

@@ -18,4 +18,13 @@ from .npu_fused_adamp import NpuFusedAdamP
 from .npu_fused_bert_adam import NpuFusedBertAdam
 from .npu_fused_rmsprop import NpuFusedRMSprop
 from .npu_fused_rmsprop_tf import NpuFusedRMSpropTF
-from .distributed_muon import _DistributedMuon
+
+
+def __getattr__(name):
+    # _DistributedMuon imports torch.distributed.tensor (DTensor, ~0.5 s): on first use, not
+    # at `import torch_npu`.
+    if name == "_DistributedMuon":
+        from .distributed_muon import _DistributedMuon
+
+        return _DistributedMuon
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,96 @@
+"""DTensor sharding of torch_npu's fused operators (torch_npu/distributed/tensor/_sharding.py):
+results and gradients on a 2-rank mesh equal the single-device ones, in the placements the
+strategies choose; the strategies are registered once torch.distributed.tensor is imported,
+which `import torch_npu` does not do (it costs about 0.5 s)."""
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+
+from conftest import init_hccl_rank, spawn_ranks
+
+
+def _check(rank, world, port):
+    import torch_npu
+    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor, init_device_mesh
+
+    init_hccl_rank(rank, world, port)
+    mesh = init_device_mesh("npu", (world,))
+    torch.manual_seed(0)
+
+    def dt(t, placement, grad=False):
+        d = distribute_tensor(t.detach(), mesh, [placement])
+        return d.requires_grad_() if grad else d
+
+    # rms_norm: rows sharded, gamma whole; gamma's gradient sums the shards' partial ones
+    x = torch.randn(4, 6, 8, device="npu", requires_grad=True)
+    g = torch.rand(8, device="npu", requires_grad=True)
+    dx, dg = dt(x, Shard(1), True), dt(g, Replicate(), True)
+    y, rstd = torch_npu.npu_rms_norm(x, g)
+    dy, drstd = torch_npu.npu_rms_norm(dx, dg)
+    assert (dy.placements, drstd.placements) == ((Shard(1),), (Shard(1),))
+    torch.testing.assert_close(dy.full_tensor(), y)
+    torch.testing.assert_close(drstd.full_tensor(), rstd)
+    y.sum().backward()
+    dy.sum().backward()
+    torch.testing.assert_close(dx.grad.full_tensor(), x.grad)
+    torch.testing.assert_close(dg.grad.full_tensor(), g.grad)
+    dgrad, dgamma = torch.ops.npu.npu_rms_norm_backward(dt(torch.ones_like(y), Shard(0)), dt(x, Shard(0)),
+                                                         dt(g, Replicate()), dt(rstd, Shard(0)))
+    assert (dgrad.placements, dgamma.placements) == ((Shard(0),), (Partial(),))
+    torch.testing.assert_close(dgamma.full_tensor(), g.grad)
+
+    # add_rms_norm: both addends sharded alike
+    a, b = torch.randn(4, 6, 8, device="npu"), torch.randn(4, 6, 8, device="npu")
+    got = torch_npu.npu_add_rms_norm(dt(a, Shard(0)), dt(b, Shard(0)), dt(g, Replicate()))
+    for out, ref in zip(got, torch_npu.npu_add_rms_norm(a, b, g.detach())):
+        assert out.placements == (Shard(0),)
+        torch.testing.assert_close(out.full_tensor(), ref)
+
+    # rotary_mul: q sharded along the sequence; the cos/sin tables follow (whole along heads)
+    q = torch.randn(2, 4, 2, 8, device="npu", requires_grad=True)
+    cos, sin = torch.randn(1, 4, 1, 8, device="npu"), torch.randn(1, 4, 1, 8, device="npu")
+    dq = dt(q, Shard(1), True)
+    out = torch_npu.npu_rotary_mul(q, cos, sin)
+    dout = torch_npu.npu_rotary_mul(dq, dt(cos, Replicate()), dt(sin, Replicate()))
+    assert dout.placements == (Shard(1),)
+    torch.testing.assert_close(dout.full_tensor(), out)
+    out.sum().backward()
+    dout.sum().backward()
+    torch.testing.assert_close(dq.grad.full_tensor(), q.grad)
+    # heads sharded: the tables (size 1 there) stay whole, their gradients are partial sums
+    _, dcos, _ = torch.ops.npu.npu_rotary_mul_backward(dt(torch.ones_like(q), Shard(2)), dt(q, Shard(2)),
+                                                       dt(cos, Replicate()), dt(sin, Replicate()))
+    _, ref_cos, _ = torch.ops.npu.npu_rotary_mul_backward(torch.ones_like(q), q.detach(), cos, sin)
+    assert dcos.placements == (Partial(),)
+    torch.testing.assert_close(dcos.full_tensor(), ref_cos)
+
+    # swiglu: any dim but the one split into halves
+    h = torch.randn(4, 6, 16, device="npu", requires_grad=True)
+    dh = dt(h, Shard(0), True)
+    out, dout = torch_npu.npu_swiglu(h), torch_npu.npu_swiglu(dh)
+    assert dout.placements == (Shard(0),)
+    torch.testing.assert_close(dout.full_tensor(), out)
+    out.sum().backward()
+    dout.sum().backward()
+    torch.testing.assert_close(dh.grad.full_tensor(), h.grad)
+    last = torch_npu.npu_swiglu(dt(h, Shard(2)))  # sharded along the halves' dim: gathered first
+    torch.testing.assert_close(last.full_tensor(), torch_npu.npu_swiglu(h.detach()))
+    assert last.placements != (Shard(2),)
+    dist.destroy_process_group()
+
+
+def test_fused_ops_on_dtensors_match_one_device():
+    spawn_ranks(_check, 2)
+
+
+def test_registered_when_dtensor_is_imported_not_before():
+    code = ("import sys, torch, torch_npu\n"
+            "assert 'torch.distributed.tensor' not in sys.modules\n"
+            "from torch.distributed.tensor import DTensor\n"
+            "funcs = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
+            "assert torch.ops.npu.npu_rms_norm.default in funcs, 'not registered'\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
