@@ -127,6 +127,7 @@ def _w_comm_name_streams(rank, world, port):
     else:
         dist.recv(x, 0)
         assert x.cpu().tolist() == [0.0] * 4
+    assert backend._get_stream_id(True, 1 - rank) not in (-1, sid)  # the receiving rank's too
 
     # batch_isend_irecv with every rank, itself included (receive listed before the send),
     # and p2p between tensors of different storage formats (values travel in logical layout).
