@@ -195,21 +195,33 @@ std::shared_ptr<NPUGeneratorImpl> NPUGeneratorImpl::clone() const {
 
 // The state is the CPU generator's state, the 8-byte Philox offset and an 8-byte capture
 // tag (0 outside captures); a state without the tag, or also without the offset (an
-// older torch_npu's), sets them to 0.
+// older torch_npu's), sets them to 0. The state torch_npu has on Ascend, the 8-byte seed and
+// 8-byte Philox offset (or the seed alone), as in a checkpoint written there, sets the seed
+// (as manual_seed) and the offset.
 void NPUGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
   std::lock_guard<std::mutex> lock(cpu_.mutex());
   const auto cpu_size = static_cast<int64_t>(cpu_.unsafeGetGeneratorImpl()->get_state()->numel());
   const int64_t size = new_state.numel();
-  TORCH_CHECK(size == cpu_size || size == cpu_size + 8 || size == cpu_size + 16,
+  TORCH_CHECK(size == cpu_size || size == cpu_size + 8 || size == cpu_size + 16 || size == 8 || size == 16,
               "set_rng_state: expected an npu generator state of ", cpu_size + 16,
-              " bytes (from get_rng_state()), got ", size);
+              " bytes (from get_rng_state()), or of 16 or 8 bytes (seed and Philox offset, or the seed, as "
+              "torch_npu on Ascend has it), got ", size);
   at::Tensor state = at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(
                                     const_cast<c10::TensorImpl*>(&new_state)))
                          .contiguous();
-  at::Tensor cpu_state = state.narrow(0, 0, cpu_size).clone();
+  at::Tensor cpu_state;
   uint64_t offset = 0, tag = 0;
-  if (size >= cpu_size + 8) std::memcpy(&offset, state.const_data_ptr<uint8_t>() + cpu_size, sizeof offset);
-  if (size == cpu_size + 16) std::memcpy(&tag, state.const_data_ptr<uint8_t>() + cpu_size + 8, sizeof tag);
+  if (size <= 16) {
+    uint64_t seed = 0;
+    std::memcpy(&seed, state.const_data_ptr<uint8_t>(), sizeof seed);
+    if (size == 16) std::memcpy(&offset, state.const_data_ptr<uint8_t>() + 8, sizeof offset);
+    auto seeded = at::make_generator<at::CPUGeneratorImpl>(seed);
+    cpu_state = at::Tensor(seeded.get_state());
+  } else {
+    cpu_state = state.narrow(0, 0, cpu_size).clone();
+    if (size >= cpu_size + 8) std::memcpy(&offset, state.const_data_ptr<uint8_t>() + cpu_size, sizeof offset);
+    if (size == cpu_size + 16) std::memcpy(&tag, state.const_data_ptr<uint8_t>() + cpu_size + 8, sizeof tag);
+  }
   if (Capture* c = capture()) {
     auto self = c10::intrusive_ptr<NPUGeneratorImpl>::reclaim_copy(this);
     const NPUStream stream = getCurrentNPUStream(device().index());

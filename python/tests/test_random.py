@@ -56,6 +56,21 @@ def test_get_and_set_rng_state():
     assert torch.equal(x, torch.randn(8, device="npu:2").cpu())
 
 
+def test_set_rng_state_of_torch_npu_on_ascend():
+    # A checkpoint written on Ascend holds torch_npu's 16-byte state (seed, Philox offset) or the
+    # seed alone: it sets the seed, as manual_seed does (and the offset).
+    ascend = torch.tensor([1234, 48], dtype=torch.int64).view(torch.uint8)
+    torch.npu.set_rng_state(ascend)
+    assert torch.npu.initial_seed() == 1234
+    first = torch.randn(16, device="npu").cpu()
+    torch.npu.manual_seed(1234)
+    assert torch.equal(first, torch.randn(16, device="npu").cpu())
+    torch.npu.set_rng_state(torch.tensor([77], dtype=torch.int64).view(torch.uint8))
+    assert torch.npu.initial_seed() == 77
+    with pytest.raises(RuntimeError, match="or of 16 or 8 bytes"):
+        torch.npu.set_rng_state(torch.zeros(12, dtype=torch.uint8))
+
+
 def test_rng_state_all():
     states = torch.npu.get_rng_state_all()
     assert len(states) == torch.npu.device_count()
