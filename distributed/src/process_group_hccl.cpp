@@ -7,9 +7,15 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/exception.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <mutex>
 
 #include "algorithms.h"
 #include "comm.h"
@@ -44,6 +50,58 @@ milliseconds env_seconds(const char* name, milliseconds dflt) {
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v && std::string(v) == "1";
+}
+
+// NSLB_CP (torch_npu's input to the network load balancer, NSLB): the first
+// NSLB_MAX_RECORD_NUM (default 1000) operations of each group are recorded, one line
+// "<op> <input bytes> <global rank>" each, in <NSLB_CP>/<MASTER_ADDR>_<communicator>_<RANK>.log
+// (headed "HCCL_ALGO=..." when set); then <NSLB_CP>/end_<MASTER_ADDR>_<pid>.log marks the
+// end, after which the process records nothing more.
+struct Nslb {
+  const char* dir = std::getenv("NSLB_CP");
+  int64_t limit = [] {
+    const char* v = std::getenv("NSLB_MAX_RECORD_NUM");
+    return v && *v ? std::strtol(v, nullptr, 10) : 1000;
+  }();
+  std::atomic<bool> ended{false};
+  std::mutex mu;
+};
+
+Nslb& nslb() {
+  static Nslb n;
+  return n;
+}
+
+std::string nslb_file(const std::string& name) {
+  Nslb& n = nslb();
+  TORCH_CHECK(access(n.dir, W_OK) == 0 || mkdir(n.dir, S_IRWXU | S_IRGRP | S_IXGRP) == 0,
+              "hccl: NSLB_CP=", n.dir, ": the directory cannot be made or written to");
+  return std::string(n.dir) + "/" + name;
+}
+
+void nslb_record(const char* op, const std::vector<at::Tensor>& inputs, uint64_t seq, const std::string& comm) {
+  Nslb& n = nslb();
+  if (n.dir == nullptr || n.ended.load()) return;
+  const char* master = std::getenv("MASTER_ADDR");
+  const char* rank = std::getenv("RANK");
+  TORCH_CHECK(master != nullptr, "hccl: NSLB_CP is set but MASTER_ADDR is not (NSLB names its files after it)");
+  TORCH_CHECK(rank != nullptr, "hccl: NSLB_CP is set but RANK (the global rank NSLB records) is not");
+  std::lock_guard<std::mutex> lock(n.mu);
+  if (static_cast<int64_t>(seq) <= n.limit) {
+    uint64_t volume = 0;
+    for (const auto& t : inputs) volume += t.storage().nbytes();
+    const std::string path = nslb_file(std::string(master) + "_" + comm + "_" + rank + ".log");
+    const char* algo = std::getenv("HCCL_ALGO");
+    const bool fresh = access(path.c_str(), F_OK) != 0;
+    std::ofstream out(path, std::ios::app);
+    TORCH_CHECK(out.good(), "hccl: NSLB_CP: cannot write ", path);
+    if (fresh && algo != nullptr) out << "HCCL_ALGO=" << algo << "\n";
+    out << (std::strncmp(op, "hccl:", 5) == 0 ? op + 5 : op) << " " << volume << " " << rank << "\n";
+  }
+  if (static_cast<int64_t>(seq) >= n.limit) {
+    n.ended.store(true);
+    std::ofstream(nslb_file("end_" + std::string(master) + "_" + std::to_string(getpid()) + ".log"), std::ios::app);
+  }
 }
 
 RedOp to_redop(const c10d::ReduceOp& op) {
@@ -407,6 +465,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHCCL::enqueue(const char* name, Lane 
     if (state_->error) std::rethrow_exception(state_->error);
   }
   const uint64_t seq = lane == Lane::Collective ? ++seq_ : ++p2p_seq_;
+  if (lane == Lane::Collective) nslb_record(name, tensors, seq, group_);
   const c10::Stream comm = stream_for(device, lane);
   auto work = c10::make_intrusive<WorkHCCL>(rank_, c10d::OpType::UNKNOWN, comm, std::move(outputs),
                                             /*host_wait=*/lane == Lane::Collective && tensors.empty());

@@ -419,3 +419,32 @@ def test_mm_all_reduce_base_meta_needs_no_group():
         out = torch_npu.npu_mm_all_reduce_base(torch.empty(4, 16, dtype=torch.float16, device="npu"),
                                                torch.empty(16, 8, dtype=torch.float16, device="npu"), "fake group")
         assert out.shape == (4, 8) and out.device.type == "npu"
+
+
+def _w_nslb(rank, world, port, folder):
+    import os
+
+    os.environ.update(NSLB_CP=folder, NSLB_MAX_RECORD_NUM="3", RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      HCCL_ALGO="level0:ring")
+    dev = _init(rank, world, port)
+    x = torch.ones(16, device=dev)  # 64 bytes
+    for _ in range(5):  # the first 3 are recorded, the 3rd marks the end
+        dist.all_reduce(x)
+    dist.broadcast(x, 0)
+    torch.npu.synchronize()
+    dist.destroy_process_group()
+
+
+def test_nslb_records_the_first_operations(tmp_path):
+    folder = str(tmp_path / "nslb")
+    _spawn(_w_nslb, 2, folder)
+    import os
+
+    names = sorted(os.listdir(folder))
+    logs = [n for n in names if not n.startswith("end_")]
+    assert len(names) == 4 and len(logs) == 2, names  # a record and an end mark per rank
+    for rank in range(2):
+        log = next(n for n in logs if n.endswith(f"_{rank}.log"))
+        assert log.startswith("127.0.0.1_")
+        with open(os.path.join(folder, log)) as f:
+            assert f.read().splitlines() == ["HCCL_ALGO=level0:ring"] + [f"allreduce 64 {rank}"] * 3
