@@ -233,14 +233,18 @@ def main(argv=None):
     if args.chip != 0:
         parser.error(f"invalid chip id {args.chip} (each NPU has one chip, id 0)")
     out = sys.stdout
-    if args.what == "watch":
-        if args.delay <= 0:
-            parser.error(f"-d must be positive, got {args.delay}")
-        _watch(args.id, args.delay, out)
-    elif args.type:
-        _info_type(_Snapshot(), args.type, args.id, out)
-    else:
-        _info_table(_Snapshot(), out)
+    if args.what == "watch" and args.delay <= 0:
+        parser.error(f"-d must be positive, got {args.delay}")
+    try:
+        if args.what == "watch":
+            _watch(args.id, args.delay, out)
+        elif args.type:
+            _info_type(_Snapshot(), args.type, args.id, out)
+        else:
+            _info_table(_Snapshot(), out)
+        out.flush()
+    except BrokenPipeError:  # `npu-smi info | head`: the reader left; end quietly, as a CLI does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
 
 
