@@ -1,4 +1,4 @@
-"""DTensor sharding of torch_npu's fused operators (torch_npu/distributed/tensor/_sharding.py):
+"""DTensor sharding of torch_npu's fused operators (norms, rotary, swiglu, fused attention) (torch_npu/distributed/tensor/_sharding.py):
 results and gradients on a 2-rank mesh equal the single-device ones, in the placements the
 strategies choose; the strategies are registered once torch.distributed.tensor is imported,
 which `import torch_npu` does not do (it costs about 0.5 s)."""
@@ -78,6 +78,24 @@ def _check(rank, world, port):
     last = torch_npu.npu_swiglu(dt(h, Shard(2)))  # sharded along the halves' dim: gathered first
     torch.testing.assert_close(last.full_tensor(), torch_npu.npu_swiglu(h.detach()))
     assert last.placements != (Shard(2),)
+    # fusion attention: the batch sharded (a mask shared by the batch stays whole), heads whole;
+    # a mask per batch gathers the batch (the backward takes the mask as a keyword argument,
+    # which DTensor does not redistribute)
+    for layout, shape, mask_shape, placement in (("BNSD", (4, 2, 8, 16), (1, 1, 8, 8), Shard(0)),
+                                                 ("BSH", (4, 8, 32), (8, 8), Shard(0)),
+                                                 ("BNSD", (4, 2, 8, 16), (4, 1, 8, 8), Replicate())):
+        q, k, v = (torch.randn(shape, device="npu", requires_grad=True) for _ in range(3))
+        mask = torch.rand(mask_shape, device="npu") > 0.7
+        ref = torch_npu.npu_fusion_attention(q, k, v, 2, layout, atten_mask=mask, scale=0.25)
+        dq, dk, dv = (dt(t, Shard(0), True) for t in (q, k, v))
+        got = torch_npu.npu_fusion_attention(dq, dk, dv, 2, layout, atten_mask=dt(mask, Replicate()), scale=0.25)
+        assert got[0].placements == (placement,)
+        torch.testing.assert_close(got[0].full_tensor(), ref[0])
+        torch.testing.assert_close(got[1].full_tensor(), ref[1])
+        ref[0].sum().backward()
+        got[0].sum().backward()
+        for d, t in ((dq, q), (dk, k), (dv, v)):
+            torch.testing.assert_close(d.grad.full_tensor(), t.grad)
     dist.destroy_process_group()
 
 

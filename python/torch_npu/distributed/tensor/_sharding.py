@@ -1,6 +1,7 @@
 """DTensor sharding strategies of torch_npu's fused operators (as torch_npu registers them), so
-that a tensor-parallel model calls ``torch_npu.npu_rms_norm``, ``npu_add_rms_norm``,
-``npu_rotary_mul`` and ``npu_swiglu`` (and their backward operators) on DTensors.
+that a tensor- or data-parallel model calls ``torch_npu.npu_rms_norm``, ``npu_add_rms_norm``,
+``npu_rotary_mul``, ``npu_swiglu`` and ``npu_fusion_attention`` (and their backward operators) on
+DTensors.
 
 Registered when ``torch.distributed.tensor`` is first imported (torch_npu.distributed sets up the
 hook), through ``torch.distributed.tensor.experimental.register_sharding``: each function lists
@@ -114,4 +115,64 @@ def _swiglu_backward(grad, x, dim=-1):
     rows = [([Replicate()], _inputs((grad, x, dim), [Replicate(), Replicate()]))]
     for d in _swiglu_dims(x, dim):
         rows.append(([Shard(d)], _inputs((grad, x, dim), [Shard(d), Shard(d)])))
+    return rows
+
+
+# ---- fused attention: data parallel over the batch ----------------------------------------
+# Sharding the batch leaves every sequence whole, so each rank's attention is exact. Not with
+# dropout (the ranks would draw other masks than one device), nor with the arguments that
+# index across the batch (pse, padding_mask, prefix, actual sequence lengths, sink), nor with
+# a mask of its own per batch: DTensor does not redistribute keyword arguments, and the
+# backward operator takes the mask as one, so it must stay whole (broadcast over the batch).
+
+def _attention_batch_dim(input_layout, keep_prob, extras, mask):
+    if "B" not in input_layout or keep_prob < 1.0 or any(e is not None for e in extras):
+        return None
+    if mask is not None and mask.ndim == 4 and mask.shape[0] != 1:
+        return None
+    return input_layout.index("B")
+
+
+def _with_kwargs(args, kwargs, placement_of):
+    """Input placements of args then kwargs (in the order DTensor lists them): placement_of(name
+    or position, value) for tensors, None for the rest."""
+    out = [placement_of(i, a) if _tensor_like(a) else None for i, a in enumerate(args)]
+    out += [placement_of(k, v) if _tensor_like(v) else None for k, v in kwargs.items()]
+    return out
+
+
+@register_sharding(npu.npu_fusion_attention.default)
+def _fusion_attention(query, key, value, head_num, input_layout, *args, **kwargs):
+    names = ["pse", "padding_mask", "atten_mask", "scale", "keep_prob", "pre_tockens", "next_tockens",
+             "inner_precise", "prefix", "actual_seq_qlen", "actual_seq_kvlen", "sparse_mode", "gen_mask_parallel",
+             "sync", "softmax_layout", "sink", "dropout_mask", "seed", "offset"]
+    given = dict(zip(names, args), **kwargs)
+    positional = (query, key, value, head_num, input_layout) + args
+    outputs_replicated = [Replicate()] * 4 + [None] * 3
+    rows = [(outputs_replicated, _with_kwargs(positional, kwargs, lambda i, t: Replicate()))]
+    extras = [given.get(k) for k in ("pse", "padding_mask", "prefix", "actual_seq_qlen", "actual_seq_kvlen",
+                                     "sink", "dropout_mask")]
+    b = _attention_batch_dim(input_layout, given.get("keep_prob", 1.0), extras, given.get("atten_mask"))
+    if b is not None:
+        rows.append(([Shard(b), Shard(0), Shard(0), Replicate(), None, None, None],
+                     _with_kwargs(positional, kwargs, lambda i, t: Shard(b) if i in (0, 1, 2) else Replicate())))
+    return rows
+
+
+@register_sharding(npu.npu_fusion_attention_grad.default)
+def _fusion_attention_grad(query, key, value, dy, head_num, input_layout, **kwargs):
+    positional = (query, key, value, dy, head_num, input_layout)
+    rows = [([Replicate()] * 5, _with_kwargs(positional, kwargs, lambda i, t: Replicate()))]
+    extras = [kwargs.get(k) for k in ("pse", "padding_mask", "prefix", "actual_seq_qlen", "actual_seq_kvlen", "sink")]
+    b = _attention_batch_dim(input_layout, kwargs.get("keep_prob", 1.0), extras, kwargs.get("atten_mask"))
+    if b is not None:
+        per_row = {"softmax_max": Shard(0), "softmax_sum": Shard(0), "attention_in": Shard(b)}
+
+        def placement(i, t):
+            if isinstance(i, int):
+                return Shard(b)  # query, key, value, dy
+            return per_row.get(i, Replicate())  # the mask; softmax_in, the empty reserved tensor
+
+        rows.append(([Shard(b), Shard(b), Shard(b), Replicate(), Replicate()],
+                     _with_kwargs(positional, kwargs, placement)))
     return rows
