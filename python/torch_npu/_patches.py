@@ -50,6 +50,10 @@ subsystem is (lazily, or only on request) or need its private state:
   ``register_sharding``). Tests: test_hccl.py, test_hccl_reinit.py, test_dtensor_npu_ops.py.
 * ``contrib/transfer_to_npu.py``: rewrites ``torch.cuda`` and CUDA device arguments to npu,
   only when a script imports it. Tests: test_transfer_to_npu.py.
+* ``testing/_internal/common_fsdp.py``: points torch's FSDP test helpers
+  (``torch.testing._internal.common_fsdp``: ``DEVICE_TYPE``, ``DISTRIBUTED_BACKEND``,
+  ``DEVICE_COUNT``) at npu and hccl, only when a test imports it (``FSDPNPUTest``).
+  Tests: test_fsdp_npu.py.
 * ``testing/testcase.py``: ``run_tests`` swaps
   ``torch.testing._internal.common_utils.set_rng_seed`` for one that seeds torch and random
   only, for the duration of the call and restored afterwards, so numpy's generator stays as
