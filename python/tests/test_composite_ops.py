@@ -1443,3 +1443,25 @@ def test_attn_softmax_in_place_and_its_backward():
     _close(t, p.detach(), rtol=1e-5, atol=1e-6)
     torch_npu.npu_attn_softmax_backward_(t, grad.npu(), values.npu())
     _close(t, leaf.grad, rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_matmul_add_accumulates_each_groups_weight_gradient():
+    # op-plugin's golden: y[g] += x[rows of g]^T @ weight[rows of g], groups by cumulative row ends
+    torch.manual_seed(0)
+    x, w = torch.randn(10, 4).half(), torch.randn(10, 3).half()
+    y = torch.randn(3, 4, 3)
+    ends = torch.tensor([2, 7, 10])
+    ref = y + torch.stack([x[a:b].float().t() @ w[a:b].float() for a, b in ((0, 2), (2, 7), (7, 10))])
+    out = torch_npu.npu_grouped_matmul_add(y.npu(), x.npu(), w.npu(), ends.npu())
+    torch.testing.assert_close(out.cpu(), ref, rtol=1e-4, atol=1e-4)
+    yn = y.reshape(12, 3).npu()
+    assert torch_npu.npu_grouped_matmul_add_(yn, x.npu(), w.npu(), torch.tensor([2, 5, 3]).npu(),
+                                             group_list_type=1) is yn  # sizes; in place
+    torch.testing.assert_close(yn.cpu(), ref.reshape(12, 3), rtol=1e-4, atol=1e-4)
+    with pytest.raises(RuntimeError, match="transpose_x=True"):
+        torch_npu.npu_grouped_matmul_add(y.npu(), x.npu(), w.npu(), ends.npu(), transpose_x=False)
+    with pytest.raises(RuntimeError, match="float32"):
+        torch_npu.npu_grouped_matmul_add(y.half().npu(), x.npu(), w.npu(), ends.npu())
+    compiled = torch.compile(lambda a: torch_npu.npu_grouped_matmul_add(a, x.npu(), w.npu(), ends.npu()),
+                             backend="aot_eager", fullgraph=True)  # traced through its Meta kernel
+    torch.testing.assert_close(compiled(y.npu()).cpu(), ref, rtol=1e-4, atol=1e-4)

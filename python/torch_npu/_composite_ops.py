@@ -2221,6 +2221,58 @@ def _npu_grouped_matmul_finalize_routing(x, w, group_list, *, scale=None, bias=N
     return out
 
 
+def _grouped_matmul_add(name, y, x, weight, group_list, transpose_x, transpose_weight, group_type,
+                        group_list_type):
+    """sum over each group's rows of x^T . weight, [G, K1, N] (the MoE weight gradient)."""
+    _check(transpose_x and not transpose_weight and group_type == 2,
+           f"{name}: only transpose_x=True, transpose_weight=False, group_type=2 (groups along the summed "
+           f"dim M) is supported, as on Atlas A2/A3; got transpose_x={transpose_x}, "
+           f"transpose_weight={transpose_weight}, group_type={group_type}")
+    _check(group_list_type in (0, 1, None), f"{name}: group_list_type must be 0 (cumsum) or 1 (count), "
+                                            f"got {group_list_type}")
+    _check(x.dim() == 2 and weight.dim() == 2 and x.size(0) == weight.size(0),
+           f"{name}: x must be [M, K] and weight [M, N] with the same M, got {list(x.shape)} and "
+           f"{list(weight.shape)}")
+    _check(x.dtype in (torch.float16, torch.bfloat16) and weight.dtype == x.dtype and y.dtype == torch.float32,
+           f"{name}: x and weight must be float16 or bfloat16 (alike) and y float32, got {x.dtype}, "
+           f"{weight.dtype} and {y.dtype}")
+    groups = group_list.numel()
+    _check(y.numel() == groups * x.size(1) * weight.size(1),
+           f"{name}: y must hold {groups} groups of [{x.size(1)}, {weight.size(1)}], got {list(y.shape)}")
+    g = _group_rows(group_list, x.size(0), group_list_type in (0, None), name)
+    sizes = torch.bincount(g, minlength=groups).tolist()
+    rows = g.numel()
+    parts = [a.float().t() @ b.float() for a, b in zip(x[:rows].split(sizes), weight[:rows].split(sizes))]
+    return torch.stack(parts).reshape(y.shape)
+
+
+@_op("npu_grouped_matmul_add(Tensor self, Tensor x, Tensor weight, Tensor group_list, *, bool transpose_x=True, "
+     "bool transpose_weight=False, int group_type=2, int? group_list_type=0) -> Tensor",
+     keys=("CompositeExplicitAutograd",))
+def _npu_grouped_matmul_add(self, x, weight, group_list, *, transpose_x=True, transpose_weight=False, group_type=2,
+                            group_list_type=0):
+    """self + per group g: x[rows of g]^T . weight[rows of g] (float32 [G * K, N] or [G, K, N]); the
+    rows of x [M, K] and weight [M, N] split by group_list (cumulative ends, or sizes with
+    group_list_type 1)."""
+    return self + _grouped_matmul_add("npu_grouped_matmul_add", self, x, weight, group_list, transpose_x,
+                                      transpose_weight, group_type, group_list_type)
+
+
+@_op("npu_grouped_matmul_add_(Tensor(a!) self, Tensor x, Tensor weight, Tensor group_list, *, "
+     "bool transpose_x=True, bool transpose_weight=False, int group_type=2, int? group_list_type=0) -> Tensor(a!)",
+     keys=("CompositeExplicitAutograd",))
+def _npu_grouped_matmul_add_(self, x, weight, group_list, *, transpose_x=True, transpose_weight=False, group_type=2,
+                             group_list_type=0):
+    """npu_grouped_matmul_add accumulated into self."""
+    return self.add_(_grouped_matmul_add("npu_grouped_matmul_add_", self, x, weight, group_list, transpose_x,
+                                         transpose_weight, group_type, group_list_type))
+
+
+# (the group sizes are data: traced graphs see the result's geometry, self's)
+_lib.impl("npu_grouped_matmul_add", lambda self, *args, **kwargs: torch.empty_like(self), "Meta")
+_lib.impl("npu_grouped_matmul_add_", lambda self, *args, **kwargs: self, "Meta")
+
+
 # ---- KV caches -------------------------------------------------------------------------------
 
 def _scatter_paged(cache, tokens, slot_mapping, nz, name):
