@@ -1,4 +1,5 @@
-"""DTensor sharding of torch_npu's fused operators (norms, rotary, swiglu, fused attention) (torch_npu/distributed/tensor/_sharding.py):
+"""DTensor sharding of torch_npu's fused operators (norms, rotary, swiglu, fused attention,
+grouped matmul add) (torch_npu/distributed/tensor/_sharding.py):
 results and gradients on a 2-rank mesh equal the single-device ones, in the placements the
 strategies choose; the strategies are registered once torch.distributed.tensor is imported,
 which `import torch_npu` does not do (it costs about 0.5 s)."""
@@ -96,6 +97,14 @@ def _check(rank, world, port):
         got[0].sum().backward()
         for d, t in ((dq, q), (dk, k), (dv, v)):
             torch.testing.assert_close(d.grad.full_tensor(), t.grad)
+    # grouped matmul add: y and weight sharded along N (x, split by the groups along M, gathered)
+    x, w = torch.randn(8, 8, device="npu").half(), torch.randn(8, 4, device="npu").half()
+    y, ends = torch.randn(32, 4, device="npu"), torch.tensor([2, 4, 6, 8], device="npu")
+    dy = dt(y, Shard(1))
+    torch_npu.npu_grouped_matmul_add_(dy, dt(x, Shard(1)), dt(w, Shard(1)), dt(ends, Replicate()))
+    torch_npu.npu_grouped_matmul_add_(y, x, w, ends)
+    assert dy.placements == (Shard(1),)
+    torch.testing.assert_close(dy.full_tensor(), y)
     dist.destroy_process_group()
 
 

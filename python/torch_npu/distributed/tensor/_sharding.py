@@ -1,7 +1,7 @@
 """DTensor sharding strategies of torch_npu's fused operators (as torch_npu registers them), so
 that a tensor- or data-parallel model calls ``torch_npu.npu_rms_norm``, ``npu_add_rms_norm``,
-``npu_rotary_mul``, ``npu_swiglu`` and ``npu_fusion_attention`` (and their backward operators) on
-DTensors.
+``npu_rotary_mul``, ``npu_swiglu``, ``npu_fusion_attention`` (and their backward operators) and
+``npu_grouped_matmul_add(_)`` on DTensors.
 
 Registered when ``torch.distributed.tensor`` is first imported (torch_npu.distributed sets up the
 hook), through ``torch.distributed.tensor.experimental.register_sharding``: each function lists
@@ -176,3 +176,18 @@ def _fusion_attention_grad(query, key, value, dy, head_num, input_layout, **kwar
         rows.append(([Shard(b), Shard(b), Shard(b), Replicate(), Replicate()],
                      _with_kwargs(positional, kwargs, placement)))
     return rows
+
+
+# ---- grouped matmul add (MoE weight gradients): y[g] += x_g^T . weight_g ---------------------
+# The groups split the summed dim M, so x stays whole; y and weight may share a sharding of N.
+
+def _grouped_matmul_add_rows(y, x, weight, group_list, **kwargs):
+    n = y.ndim - 1
+    rows = [([Replicate()], _with_kwargs((y, x, weight, group_list), kwargs, lambda i, t: Replicate()))]
+    sharded = {0: Shard(n), 1: Replicate(), 2: Shard(1), 3: Replicate()}
+    rows.append(([Shard(n)], _with_kwargs((y, x, weight, group_list), kwargs, lambda i, t: sharded[i])))
+    return rows
+
+
+register_sharding(npu.npu_grouped_matmul_add.default)(_grouped_matmul_add_rows)
+register_sharding(npu.npu_grouped_matmul_add_.default)(_grouped_matmul_add_rows)
