@@ -1029,13 +1029,13 @@ int64_t ProcessGroupHCCL::p2p_stream_id(const c10::Device& device, int peer, boo
 int64_t ProcessGroupHCCL::stream_id(bool p2p, int peer) {
   if (p2p) TORCH_CHECK(peer >= 0, "hccl: _get_stream_id: in p2p mode the peer rank must be >= 0, got ", peer);
   std::lock_guard<std::mutex> lock(mu_);
-  // p2p: the stream of the sends, or of the receives on a rank that only received
-  const Lane lanes[] = {p2p ? Lane::Send : Lane::Collective, p2p ? Lane::Recv : Lane::Collective};
-  for (Lane lane : lanes) {
+  const auto id_of = [this](Lane lane) -> int64_t {
     auto it = streams_.find({current_device(), static_cast<int>(lane)});
-    if (it != streams_.end()) return it->second.id();
-  }
-  return -1;
+    return it == streams_.end() ? -1 : it->second.id();
+  };
+  if (!p2p) return id_of(Lane::Collective);
+  const int64_t send = id_of(Lane::Send);
+  return send != -1 ? send : id_of(Lane::Recv);  // a rank that only received: its receive stream
 }
 
 void ProcessGroupHCCL::group_start() { ++group_depth_; }

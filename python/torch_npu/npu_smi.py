@@ -124,6 +124,10 @@ class _Snapshot:
     def hbm_total(self):
         return self.reg["hbm_capacity"]
 
+    def hbm_rate(self, device):
+        """HBM in use on `device`, in percent of its capacity."""
+        return round(100 * self.hbm_used(device) / self.hbm_total()) if self.hbm_total() else 0
+
     def processes(self, device):
         return [p for p in self.reg["processes"] if p["hbm_used"].get(device)]
 
@@ -182,7 +186,7 @@ def _check_id(snap, device):
 def _info_type(snap, kind, device, out):
     _check_id(snap, device)
     total = snap.hbm_total() // _MiB
-    rate = round(100 * snap.hbm_used(device) / snap.hbm_total()) if snap.hbm_total() else 0
+    rate = snap.hbm_rate(device)
     if kind == "memory":
         _fields(out, [("NPU ID", device), ("Chip Count", 1), ("", ""), ("DDR Capacity(MB)", 0),
                       ("DDR Clock Speed(MHz)", "NA"), ("DDR Usage Rate(%)", 0), ("HBM Capacity(MB)", total),
@@ -210,9 +214,8 @@ def _watch(device, delay, out):
             devices = [device] if device is not None else range(snap.count)
             for d in devices:
                 _check_id(snap, d)
-                mem = round(100 * snap.hbm_used(d) / snap.hbm_total()) if snap.hbm_total() else 0
                 out.write(f"{d:<11} {0:<11} {'NA':<11} {'NA':<11} {snap.util.get(d, 0):<11} {'NA':<11} "
-                          f"{'NA':<11} {mem:<11} {'NA'}\n")
+                          f"{'NA':<11} {snap.hbm_rate(d):<11} {'NA'}\n")
             out.flush()
     except KeyboardInterrupt:
         pass

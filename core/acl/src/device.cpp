@@ -118,13 +118,16 @@ bool ParseInt(const char* s, long lo, long hi, long* out) {
 }
 
 void AtExit() {
-  SmiRelease();  // (a forked child has no slot of its own)
+  SmiRelease();
   Runtime& rt = RT();
   if (rt.forked_child) return;  // the workers belong to the parent process
   ShutdownAllStreams(/*exiting=*/true);
 }
 
-void AtForkChild() { RT().forked_child = true; }
+void AtForkChild() {
+  RT().forked_child = true;
+  SmiForgetAfterFork();
+}
 
 }  // namespace
 

@@ -321,6 +321,8 @@ void SmiPublishMemory(int physical, size_t used);
 void SmiAddBusy(int physical, int64_t ns);
 // Frees this process's slot (at exit).
 void SmiRelease();
+// In a forked child (pthread_atfork): the slot is the parent's, not this process's.
+void SmiForgetAfterFork();
 
 // Initialises on first use (reads the environment once).
 Runtime& RT();

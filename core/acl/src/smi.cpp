@@ -85,10 +85,10 @@ bool Alive(int32_t pid, uint64_t start_ticks) {
 struct Registry {
   Header* header = nullptr;
   Slot* slots = nullptr;
-  Slot* mine = nullptr;
-  pid_t owner = 0;  // the process that claimed `mine` (not a forked child)
+  // This process's slot (a forked child forgets its parent's: SmiForgetAfterFork).
+  std::atomic<Slot*> mine{nullptr};
   bool failed = false;
-  std::mutex mu;
+  std::mutex mu;  // guards the claim (mapping and choosing a slot)
 };
 
 Registry& Reg() {
@@ -155,11 +155,11 @@ bool Map(Registry& r) {
   return true;
 }
 
+// Takes a free slot (or a dead process's) for this process; r.mu held.
 Slot* Claim(Registry& r) {
-  const pid_t me = getpid();
-  if (r.mine != nullptr && r.owner == me) return r.mine;
-  if (r.owner != me) r.mine = nullptr;  // a forked child: the parent's slot is not ours
+  if (Slot* s = r.mine.load(std::memory_order_acquire)) return s;  // another thread claimed it
   if (!Map(r)) return nullptr;
+  const pid_t me = getpid();
   for (uint32_t i = 0; i < kSlots; ++i) {
     Slot& s = r.slots[i];
     int32_t pid = s.pid.load(std::memory_order_acquire);
@@ -176,9 +176,8 @@ Slot* Claim(Registry& r) {
       fclose(f);
     }
     s.pid.store(static_cast<int32_t>(me), std::memory_order_release);
-    r.mine = &s;
-    r.owner = me;
-    return r.mine;
+    r.mine.store(&s, std::memory_order_release);
+    return &s;
   }
   r.failed = true;  // every slot is taken by a live process
   return nullptr;
@@ -186,7 +185,7 @@ Slot* Claim(Registry& r) {
 
 Slot* MySlot() {
   Registry& r = Reg();
-  if (r.mine != nullptr && r.owner == getpid()) return r.mine;
+  if (Slot* s = r.mine.load(std::memory_order_acquire)) return s;
   std::lock_guard<std::mutex> g(r.mu);
   return Claim(r);
 }
@@ -200,17 +199,15 @@ void SmiPublishMemory(int physical, size_t used) {
 
 void SmiAddBusy(int physical, int64_t ns) {
   if (physical < 0 || physical >= static_cast<int>(kDevices) || ns <= 0) return;
-  Registry& r = Reg();
   // Only a process that holds memory (and so a slot) shows up: no claim from here.
-  if (r.mine != nullptr && r.owner == getpid()) r.mine->busy_ns[physical].fetch_add(ns, std::memory_order_relaxed);
+  if (Slot* s = Reg().mine.load(std::memory_order_acquire)) s->busy_ns[physical].fetch_add(ns, std::memory_order_relaxed);
 }
 
 void SmiRelease() {
-  Registry& r = Reg();
-  std::lock_guard<std::mutex> g(r.mu);
-  if (r.mine == nullptr || r.owner != getpid()) return;
-  r.mine->pid.store(0, std::memory_order_release);
-  r.mine = nullptr;
+  if (Slot* s = Reg().mine.exchange(nullptr)) s->pid.store(0, std::memory_order_release);
 }
+
+// The parent's slot; the child claims its own if it ever allocates.
+void SmiForgetAfterFork() { Reg().mine.store(nullptr); }
 
 }  // namespace aclsim

@@ -4,8 +4,8 @@ to the raw dump as ``<name>.aligned.json``; open it in chrome://tracing or Perfe
 The raw dump (``aclmdlRIDebugJsonPrint``) lists the captured model's tasks in replay order:
 ``{"model_id", "device", "tasks": [{"index", "type", "name"}, ...]}``. A capture joins the
 streams it forked into that one ordered list, so the trace has one row, the model's stream.
-A capture records no durations: every task is drawn one unit long, ``gap`` units after the
-previous one, so the picture shows order and kinds, not time. Event records and waits
+A capture records no durations: every task is drawn one unit long, ``merge_gap`` units after
+the previous one, so the picture shows order and kinds, not time. Event records and waits
 (control tasks) are kept under their own names; every other task's name is shortened to the
 operator (``aten::addmm`` stays, a compiled kernel's path prefix goes).
 

@@ -21,14 +21,18 @@ def _tensor_like(arg):
     return hasattr(arg, "placements") and hasattr(arg, "ndim")
 
 
+def _with_kwargs(args, kwargs, placement_of):
+    """Input placements of args then kwargs (in the order DTensor lists them): placement_of(name
+    or position, value) for tensors, None for the rest."""
+    out = [placement_of(i, a) if _tensor_like(a) else None for i, a in enumerate(args)]
+    out += [placement_of(k, v) if _tensor_like(v) else None for k, v in kwargs.items()]
+    return out
+
+
 def _inputs(args, placements):
     """``placements`` (one per tensor argument, in order) spread over ``args``, None elsewhere."""
     it = iter(placements)
-    return [next(it) if _tensor_like(a) else None for a in args]
-
-
-def _shape(spec):
-    return tuple(spec.shape)
+    return _with_kwargs(args, {}, lambda i, t: next(it))
 
 
 def _leading_dims(x, trailing):
@@ -56,13 +60,13 @@ def _rms_norm_backward(dy, x, gamma, rstd):
 def _add_rms_norm(x1, x2, gamma, *args):
     tensors = (x1, x2, gamma) + args
     rows = [([Replicate()] * 3, _inputs(tensors, [Replicate()] * 3))]
-    if _shape(x1) == _shape(x2):
+    if x1.shape == x2.shape:
         for d in _leading_dims(x1, gamma.ndim):
             rows.append(([Shard(d)] * 3, _inputs(tensors, [Shard(d), Shard(d), Replicate()])))
     return rows
 
 
-def _rotary_table_placement(x, table, d):
+def _rotary_table_placement(table, d):
     """A cos/sin table (r1, r2) broadcast along dim d stays whole; one as long as x is sharded too."""
     return Replicate() if table.shape[d] == 1 else Shard(d)
 
@@ -71,7 +75,7 @@ def _rotary_dims(x, r1, r2):
     if r1.ndim != x.ndim or r2.ndim != x.ndim:
         return []
     return [d for d in range(x.ndim - 1)  # never the rotated (last) dim
-            if all(t.shape[d] in (1, x.shape[d]) for t in (r1, r2)) and _shape(r1)[d] == _shape(r2)[d]]
+            if all(t.shape[d] in (1, x.shape[d]) for t in (r1, r2)) and r1.shape[d] == r2.shape[d]]
 
 
 @register_sharding(npu.npu_rotary_mul.default)
@@ -80,7 +84,7 @@ def _rotary_mul(x, r1, r2, *args):
     n = sum(_tensor_like(a) for a in tensors)
     rows = [([Replicate()], _inputs(tensors, [Replicate()] * n))]
     for d in _rotary_dims(x, r1, r2):
-        tables = [_rotary_table_placement(x, t, d) for t in (r1, r2)]
+        tables = [_rotary_table_placement(t, d) for t in (r1, r2)]
         rows.append(([Shard(d)], _inputs(tensors, [Shard(d)] + tables + [Replicate()] * (n - 3))))
     return rows
 
@@ -90,7 +94,7 @@ def _rotary_mul_backward(grad, x, r1, r2, *args):
     tensors = (grad, x, r1, r2) + args
     rows = [([Replicate()] * 3, _inputs(tensors, [Replicate()] * 4))]
     for d in _rotary_dims(x, r1, r2):
-        tables = [_rotary_table_placement(x, t, d) for t in (r1, r2)]
+        tables = [_rotary_table_placement(t, d) for t in (r1, r2)]
         # the gradient of a table broadcast along d sums over d: partial per shard
         grads = [Partial() if isinstance(p, Replicate) else p for p in tables]
         rows.append(([Shard(d)] + grads, _inputs(tensors, [Shard(d), Shard(d)] + tables)))
@@ -131,14 +135,6 @@ def _attention_batch_dim(input_layout, keep_prob, extras, mask):
     if mask is not None and mask.ndim == 4 and mask.shape[0] != 1:
         return None
     return input_layout.index("B")
-
-
-def _with_kwargs(args, kwargs, placement_of):
-    """Input placements of args then kwargs (in the order DTensor lists them): placement_of(name
-    or position, value) for tensors, None for the rest."""
-    out = [placement_of(i, a) if _tensor_like(a) else None for i, a in enumerate(args)]
-    out += [placement_of(k, v) if _tensor_like(v) else None for k, v in kwargs.items()]
-    return out
 
 
 @register_sharding(npu.npu_fusion_attention.default)
