@@ -13,6 +13,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -74,8 +75,11 @@ Nslb& nslb() {
 
 std::string nslb_file(const std::string& name) {
   Nslb& n = nslb();
-  TORCH_CHECK(access(n.dir, W_OK) == 0 || mkdir(n.dir, S_IRWXU | S_IRGRP | S_IXGRP) == 0,
-              "hccl: NSLB_CP=", n.dir, ": the directory cannot be made or written to");
+  // every rank may make it at once: one mkdir wins, the others see EEXIST
+  const int made = mkdir(n.dir, S_IRWXU | S_IRGRP | S_IXGRP) == 0 ? 0 : errno;
+  TORCH_CHECK(made == 0 || made == EEXIST, "hccl: NSLB_CP=", n.dir, ": the directory cannot be made: ",
+              std::strerror(made));
+  TORCH_CHECK(access(n.dir, W_OK) == 0, "hccl: NSLB_CP=", n.dir, ": the directory cannot be written to");
   return std::string(n.dir) + "/" + name;
 }
 

@@ -1465,3 +1465,69 @@ def test_grouped_matmul_add_accumulates_each_groups_weight_gradient():
     compiled = torch.compile(lambda a: torch_npu.npu_grouped_matmul_add(a, x.npu(), w.npu(), ends.npu()),
                              backend="aot_eager", fullgraph=True)  # traced through its Meta kernel
     torch.testing.assert_close(compiled(y.npu()).cpu(), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_npu_conv2d_is_differentiable_twice_through_its_own_backward():
+    # npu_conv2d is an operator of its own below autograd (DTensor shards it); its gradients,
+    # through npu_conv2d_backward, and their gradients (create_graph) are a convolution's
+    x = torch.randn(2, 3, 6, 6, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, dtype=torch.float64, requires_grad=True)
+
+    def conv(x, w, b):
+        return torch_npu.npu_conv2d(x.npu(), w.npu(), b.npu(), [2, 1], [1, 0], [1, 1], 1).cpu()
+
+    assert torch.autograd.gradcheck(conv, (x, w, b))
+    assert torch.autograd.gradgradcheck(conv, (x, w, b))
+    y = torch_npu.npu_conv2d(x.detach().npu(), w.detach().npu(), None, [1, 1], [1, 1], [1, 1], 1)
+    assert y.grad_fn is None and y.shape == (2, 4, 6, 6)
+
+
+@pytest.mark.parametrize("dim", [None, 0, -1])
+def test_repeat_interleave_backward_sums_each_elements_copies(dim):
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    y = torch.repeat_interleave(x, 3, dim)
+    g = torch.randn(y.shape, dtype=torch.float64)
+    (expected,) = torch.autograd.grad(y, x, g)
+    _close(torch.ops.npu.repeat_interleave_backward_int(g.npu(), x.detach().npu(), 3, dim), expected)
+    # aten.repeat_interleave.self_int on npu is differentiated through it (as op-plugin's derivatives)
+    xn = x.detach().npu().requires_grad_()
+    yn = torch.repeat_interleave(xn, 3, dim)
+    yn.backward(g.npu())
+    _close(xn.grad, expected)
+    assert torch.autograd.gradgradcheck(lambda t: torch.repeat_interleave(t.npu(), 3, dim).cpu(), (x,))
+    # per-element repeats
+    repeats = torch.tensor([2, 0, 1, 3]) if dim == -1 else torch.tensor([1, 0, 2])
+    if dim is None:
+        repeats = torch.arange(12) % 3
+    y = torch.repeat_interleave(x, repeats, dim)
+    g = torch.randn(y.shape, dtype=torch.float64)
+    (expected,) = torch.autograd.grad(y, x, g)
+    _close(torch.ops.npu.repeat_interleave_backward_tensor(g.npu(), x.detach().npu(), repeats.npu(), dim), expected)
+    # float16 copies are summed in float32 and rounded once
+    h = torch.full((1, 2048), 0.1, dtype=torch.float16)
+    got = torch.ops.npu.repeat_interleave_backward_int(h.npu(), torch.zeros(1, 1, dtype=torch.float16).npu(), 2048, 1)
+    assert got.item() == 2048 * torch.tensor(0.1, dtype=torch.float16).item() == 204.75  # float16 steps: 0.125
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_npu_cross_entropy_loss_backward_matches_autograd_of_the_reference(reduction):
+    # npu_cross_entropy_loss is differentiated by npu_cross_entropy_loss_backward (weights,
+    # ignore_index, label smoothing, z-loss), as op-plugin's derivatives
+    torch.manual_seed(0)
+    x = torch.randn(6, 5, dtype=torch.float64, requires_grad=True)
+    target, weight = torch.tensor([0, 4, -100, 2, 2, 1]), torch.rand(5, dtype=torch.float64)
+    loss = F.cross_entropy(x, target, weight, ignore_index=-100, reduction=reduction, label_smoothing=0.2)
+    kept = target != -100
+    z = 0.3 * torch.logsumexp(x, -1).pow(2) * kept
+    zloss = z.sum() / kept.sum() if reduction == "mean" else z.sum() if reduction == "sum" else z
+    grad_loss, grad_zloss = torch.randn(loss.shape, dtype=torch.float64), torch.randn(zloss.shape, dtype=torch.float64)
+    torch.autograd.backward([loss, zloss], [grad_loss, grad_zloss])
+    xn = x.detach().float().npu().requires_grad_()
+    out = torch_npu.npu_cross_entropy_loss(xn, target.npu(), weight.float().npu(), reduction, -100, 0.2, 0.3, True)
+    assert not out[1].requires_grad and not out[3].requires_grad  # log_prob and lse are not differentiable
+    torch.autograd.backward([out[0], out[2]], [grad_loss.float().npu().reshape(out[0].shape),
+                                               grad_zloss.float().npu().reshape(out[2].shape)])
+    _close(xn.grad, x.grad.float(), atol=1e-6, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="reduction must be"):
+        torch.ops.npu.npu_cross_entropy_loss_backward(grad_loss.float().npu(), out[1], target.npu(), reduction="avg")

@@ -1,5 +1,5 @@
 """DTensor sharding of torch_npu's fused operators (norms, rotary, swiglu, fused attention,
-grouped matmul add) (torch_npu/distributed/tensor/_sharding.py):
+grouped matmul add, conv2d, cross entropy, repeat_interleave) (torch_npu/distributed/tensor/_sharding.py):
 results and gradients on a 2-rank mesh equal the single-device ones, in the placements the
 strategies choose; the strategies are registered once torch.distributed.tensor is imported,
 which `import torch_npu` does not do (it costs about 0.5 s)."""
@@ -97,6 +97,12 @@ def _check(rank, world, port):
         got[0].sum().backward()
         for d, t in ((dq, q), (dk, k), (dv, v)):
             torch.testing.assert_close(d.grad.full_tensor(), t.grad)
+    # DTensor caches a sharding per call signature: dropout (a keyword argument) must not reuse
+    # the batch sharding of the same shapes without it
+    dq, dk, dv = (dt(t, Shard(0)) for t in (q, k, v))
+    for keep_prob, placement in ((1.0, Shard(0)), (0.5, Replicate())):
+        got = torch_npu.npu_fusion_attention(dq, dk, dv, 2, "BNSD", scale=0.25, keep_prob=keep_prob)
+        assert got[0].placements == (placement,), (keep_prob, got[0].placements)
     # grouped matmul add: y and weight sharded along N (x, split by the groups along M, gathered)
     x, w = torch.randn(8, 8, device="npu").half(), torch.randn(8, 4, device="npu").half()
     y, ends = torch.randn(32, 4, device="npu"), torch.tensor([2, 4, 6, 8], device="npu")
@@ -105,6 +111,61 @@ def _check(rank, world, port):
     torch_npu.npu_grouped_matmul_add_(y, x, w, ends)
     assert dy.placements == (Shard(1),)
     torch.testing.assert_close(dy.full_tensor(), y)
+
+    # conv2d: over the batch, the output channels (weight and bias sharded) or the input channels
+    # (a partial sum; the replicated bias added once). A sharded weight once gave a wrong shape.
+    x = torch.randn(4, 4, 10, 10, device="npu", requires_grad=True)
+    w = torch.randn(6, 4, 3, 3, device="npu", requires_grad=True)
+    b = torch.randn(6, device="npu", requires_grad=True)
+    conv = (1, 1), (1, 1), (1, 1), 1
+    ref = torch_npu.npu_conv2d(x, w, b, *conv)
+    ref.sum().backward()
+    for xp, wp, bp, expect in ((Shard(0), Replicate(), Replicate(), Shard(0)),
+                               (Replicate(), Shard(0), Shard(0), Shard(1)),
+                               (Shard(1), Shard(1), Replicate(), Partial())):
+        dx, dw, db = dt(x, xp, True), dt(w, wp, True), dt(b, bp, True)
+        out = torch_npu.npu_conv2d(dx, dw, db, *conv)
+        assert out.placements == (expect,), (xp, out.placements)
+        torch.testing.assert_close(out.full_tensor(), ref)
+        out.sum().backward()
+        for d, t in ((dx, x), (dw, w), (db, b)):
+            torch.testing.assert_close(d.grad.full_tensor(), t.grad)
+    no_bias = torch_npu.npu_conv2d(dt(x, Replicate()), dt(w, Shard(0)), None, *conv)
+    torch.testing.assert_close(no_bias.full_tensor(), torch_npu.npu_conv2d(x.detach(), w.detach(), None, *conv))
+    grads = torch_npu.npu_conv2d_backward(dt(x, Shard(1)), dt(torch.ones_like(ref), Replicate()), dt(w, Shard(1)),
+                                          *conv[:3], 1, [True, True, True])
+    for got, want in zip(grads, (x.grad, w.grad, b.grad)):
+        torch.testing.assert_close(got.full_tensor(), want)
+
+    # repeat_interleave with an int count: shards stay where the repeat does not cross them
+    # (an uneven shard of the repeated dim gathers first); the gradient sums each element's copies
+    for shape, placement, dim, expect in (((8, 5), Shard(1), 1, Replicate()), ((8, 8), Shard(1), 1, Shard(1)),
+                                          ((5, 5), Shard(0), 1, Shard(0)), ((8, 5), Shard(0), None, Shard(0)),
+                                          ((5, 4), Shard(0), None, Replicate())):
+        t = torch.randn(shape, device="npu", requires_grad=True)
+        d = dt(t, placement, True)
+        out, dout = torch.repeat_interleave(t, 3, dim), torch.repeat_interleave(d, 3, dim)
+        assert dout.placements == (expect,), (shape, placement, dim, dout.placements)
+        torch.testing.assert_close(dout.full_tensor(), out)
+        g = torch.randn(out.shape, device="npu")
+        out.backward(g)
+        dout.backward(dt(g, dout.placements[0]))
+        torch.testing.assert_close(d.grad.full_tensor(), t.grad)
+
+    # cross entropy: rows sharded for "none" and "sum" (z-loss too); "mean" over uneven rows or
+    # ignored targets cannot average the ranks' means, so it gathers
+    target = torch.tensor([0, 3, -100, 2, 2, 1, 4], device="npu")
+    for reduction, zloss, expect in (("none", True, Shard(0)), ("sum", True, Partial()), ("mean", False, Replicate())):
+        logits = torch.randn(7, 5, device="npu", requires_grad=True)
+        dlogits = dt(logits, Shard(0), True)
+        ref = torch_npu.npu_cross_entropy_loss(logits, target, None, reduction, -100, 0.1, 0.5, zloss)
+        got = torch_npu.npu_cross_entropy_loss(dlogits, dt(target, Shard(0)), None, reduction, -100, 0.1, 0.5, zloss)
+        assert got[0].placements == (expect,), (reduction, got[0].placements)
+        for g, r in zip(got[:3 if zloss else 2], ref):
+            torch.testing.assert_close(g.full_tensor(), r)
+        (ref[0].sum() + (ref[2].sum() if zloss else 0)).backward()
+        (got[0].sum() + (got[2].sum() if zloss else 0)).backward()
+        torch.testing.assert_close(dlogits.grad.full_tensor(), logits.grad)
     dist.destroy_process_group()
 
 

@@ -194,6 +194,86 @@ def _one_(self):
     return self.fill_(1)
 
 
+# ---- repeat_interleave's gradients ------------------------------------------------------
+# As op-plugin's derivatives: aten.repeat_interleave.self_int on npu is differentiated by
+# npu.repeat_interleave_backward_int (an operator DTensor can shard), not by torch's
+# decomposition into index_select.
+
+def _low_precision_accumulator(t):
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+@_op("repeat_interleave_backward_int(Tensor grad, Tensor self, SymInt repeats, int? dim=None) -> Tensor",
+     keys=("CompositeExplicitAutograd",))
+def _repeat_interleave_backward_int(grad, self, repeats, dim=None):
+    """The gradient of repeat_interleave(self, repeats, dim): the `repeats` copies of each element
+    in grad summed (in float32 for float16/bfloat16, rounded once)."""
+    if dim is None:
+        shape, axis = (self.numel(), repeats), 1
+    else:
+        d = dim % max(self.dim(), 1)
+        shape, axis = tuple(self.shape[:d]) + (self.size(d), repeats) + tuple(self.shape[d + 1:]), d + 1
+    _check(grad.numel() == math.prod(shape),
+           f"repeat_interleave_backward_int: grad has {grad.numel()} elements, expected {math.prod(shape)} "
+           f"(self {list(self.shape)} repeated {repeats} times along dim {dim})")
+    summed = grad.reshape(shape).sum(axis, dtype=_low_precision_accumulator(grad))
+    return summed.to(grad.dtype).reshape(self.shape)
+
+
+@_op("repeat_interleave_backward_tensor(Tensor grad, Tensor self, Tensor repeats, int? dim=None) -> Tensor",
+     keys=("CompositeExplicitAutograd",))
+def _repeat_interleave_backward_tensor(grad, self, repeats, dim=None):
+    """The gradient of repeat_interleave(self, repeats, dim) for per-element repeats: grad's
+    copies of each element summed (in float32 for float16/bfloat16, rounded once)."""
+    source = self.reshape(-1) if dim is None else self
+    d = 0 if dim is None else dim % max(self.dim(), 1)
+    rows = torch.repeat_interleave(torch.arange(source.size(d), device=grad.device), repeats.to(grad.device))
+    _check(grad.dim() == source.dim() and grad.size(d) == rows.numel(),
+           f"repeat_interleave_backward_tensor: grad {list(grad.shape)} does not match self {list(self.shape)} "
+           f"repeated {rows.numel()} times in all along dim {dim}")
+    acc = _low_precision_accumulator(grad)
+    summed = torch.zeros(source.shape, dtype=acc, device=grad.device).index_add_(d, rows, grad.to(acc))
+    return summed.to(grad.dtype).reshape(self.shape)
+
+
+_lib.impl("repeat_interleave_backward_tensor", lambda grad, self, *args: grad.new_empty(self.shape), "Meta")
+
+
+def _repeat_interleave_backward_setup(ctx, inputs, output):
+    grad, _, ctx.repeats, ctx.dim = inputs
+    ctx.grad_shape = grad.shape
+
+
+def _repeat_interleave_backward_formula(ctx, gradgrad):  # the adjoint of summing the copies: repeating
+    again = torch.repeat_interleave(gradgrad, ctx.repeats, ctx.dim)
+    return again.reshape(ctx.grad_shape), None, None, None
+
+
+for _name in ("repeat_interleave_backward_int", "repeat_interleave_backward_tensor"):
+    torch.library.register_autograd(f"npu::{_name}", _repeat_interleave_backward_formula,
+                                    setup_context=_repeat_interleave_backward_setup, lib=_lib)
+
+
+class _RepeatInterleaveInt(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, self, repeats, dim, output_size):
+        ctx.save_for_backward(self)
+        ctx.repeats, ctx.dim = repeats, dim
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.aten.repeat_interleave.self_int(self, repeats, dim, output_size=output_size)
+
+    @staticmethod
+    def backward(ctx, grad):
+        self, = ctx.saved_tensors
+        return torch.ops.npu.repeat_interleave_backward_int(grad, self, ctx.repeats, ctx.dim), None, None, None
+
+
+_aten_lib = torch.library.Library("aten", "IMPL")
+_aten_lib.impl("repeat_interleave.self_int",
+               lambda self, repeats, dim=None, *, output_size=None:
+               _RepeatInterleaveInt.apply(self, repeats, dim, output_size), "AutogradPrivateUse1")
+
+
 # ---- reductions and sorting ------------------------------------------------------------
 
 @_op("npu_max.dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)")
@@ -1391,11 +1471,35 @@ def _npu_convolution(input, weight, bias, stride, padding, dilation, groups):
     return torch.convolution(input, weight, bias, stride, padding, dilation, False, [0] * len(padding), groups)
 
 
+# npu_conv2d and its backward are operators of their own below autograd (not decompositions into
+# aten.convolution) so that DTensor sees them and applies their sharding (distributed/tensor).
 @_op("npu_conv2d(Tensor input, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
-     "int groups) -> Tensor")
+     "int groups) -> Tensor", keys=("CompositeExplicitAutograd",))
 def _npu_conv2d(input, weight, bias, stride, padding, dilation, groups):
     _check(input.dim() == 4, f"npu_conv2d: input must be 4-D (N, C, H, W), got {input.dim()}-D")
     return _npu_convolution(input, weight, bias, stride, _conv2d_padding("npu_conv2d", padding), dilation, groups)
+
+
+def _npu_conv2d_setup_context(ctx, inputs, output):
+    input, weight, bias, ctx.stride, ctx.padding, ctx.dilation, ctx.groups = inputs
+    ctx.save_for_backward(input, weight)
+    ctx.has_bias = bias is not None
+
+
+def _npu_conv2d_backward_formula(ctx, grad):
+    input, weight = ctx.saved_tensors
+    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
+    args = (ctx.stride, _conv2d_padding("npu_conv2d", ctx.padding), ctx.dilation, False, [0, 0], ctx.groups, mask)
+    if torch.is_grad_enabled():  # create_graph: aten's backward is itself differentiable
+        grads = torch.ops.aten.convolution_backward(grad, input, weight, [weight.size(0)], *args)
+    else:
+        grads = torch.ops.npu.npu_conv2d_backward(input, grad, weight, ctx.stride, ctx.padding, ctx.dilation,
+                                                  ctx.groups, mask)
+    return tuple(g if m else None for g, m in zip(grads, mask)) + (None,) * 4
+
+
+torch.library.register_autograd("npu::npu_conv2d", _npu_conv2d_backward_formula,
+                                setup_context=_npu_conv2d_setup_context, lib=_lib)
 
 
 def _conv2d_padding(op, padding):
@@ -1406,7 +1510,7 @@ def _conv2d_padding(op, padding):
 
 
 @_op("npu_conv2d_backward(Tensor input, Tensor grad_output, Tensor weight, int[] stride, int[] padding, "
-     "int[] dilation, int groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)")
+     "int[] dilation, int groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)", keys=("CompositeExplicitAutograd",))
 def _npu_conv2d_backward(input, grad_output, weight, stride, padding, dilation, groups, output_mask):
     """Gradients of npu_conv2d for input, weight and bias (each only where output_mask asks; the
     others are returned empty)."""
@@ -1741,7 +1845,7 @@ def _npu_moe_re_routing(tokens, expert_token_num_per_rank, *, per_token_scales=N
 
 @_op("npu_cross_entropy_loss(Tensor input, Tensor target, Tensor? weight=None, str reduction='mean', "
      "int ignore_index=-100, float label_smoothing=0.0, float lse_square_scale_for_zloss=0.0, bool return_zloss=False) "
-     "-> (Tensor, Tensor, Tensor, Tensor)")
+     "-> (Tensor, Tensor, Tensor, Tensor)", keys=("CompositeExplicitAutograd",))
 def _npu_cross_entropy_loss(input, target, weight=None, reduction="mean", ignore_index=-100, label_smoothing=0.0,
                             lse_square_scale_for_zloss=0.0, return_zloss=False):
     """Cross entropy of logits input [N, C] (computed in float) with class targets [N], as
@@ -1770,6 +1874,65 @@ def _npu_cross_entropy_loss(input, target, weight=None, reduction="mean", ignore
         zloss, lse_for_zloss = input.new_empty(0), input.new_empty(0, dtype=torch.float32)
     loss = loss.reshape(1) if reduction != "none" else loss
     return loss.to(input.dtype), log_prob.to(input.dtype), zloss, lse_for_zloss
+
+
+@_op("npu_cross_entropy_loss_backward(Tensor grad_loss, Tensor log_prob, Tensor target, Tensor? weight=None, "
+     "Tensor? grad_zloss=None, Tensor? lse_for_zloss=None, str reduction='mean', int ignore_index=-100, "
+     "float label_smoothing=0.0, float lse_square_scale_for_zloss=0.0) -> Tensor", keys=("CompositeExplicitAutograd",))
+def _npu_cross_entropy_loss_backward(grad_loss, log_prob, target, weight=None, grad_zloss=None, lse_for_zloss=None,
+                                     reduction="mean", ignore_index=-100, label_smoothing=0.0,
+                                     lse_square_scale_for_zloss=0.0):
+    """The gradient of npu_cross_entropy_loss's input from its log_prob (and lse_for_zloss for the
+    z-loss): per row, d loss / d log_prob is -(1 - label_smoothing) w[t] at the target and
+    -label_smoothing w[c] / C everywhere, scaled by the reduction; through log_softmax,
+    grad - softmax * sum(grad). Computed in float32."""
+    name = "npu_cross_entropy_loss_backward"
+    _check(reduction in ("mean", "sum", "none"),
+           f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    _check(log_prob.dim() == 2 and target.dim() == 1 and target.size(0) == log_prob.size(0),
+           f"{name}: log_prob must be [N, C] and target [N], got {list(log_prob.shape)} and {list(target.shape)}")
+    lp = log_prob.float()
+    rows, classes = lp.shape
+    kept = target.long() != ignore_index
+    tgt = torch.where(kept, target.long(), 0)
+    w = lp.new_ones(classes) if weight is None else weight.float()
+    target_weight = w[tgt] * kept
+
+    def per_row(grad, total):  # the reduction's scale of each row's loss
+        grad = grad.float()
+        if reduction == "none":
+            return grad.reshape(rows)
+        scale = grad.reshape(-1)[0]
+        return scale.expand(rows) / total if reduction == "mean" else scale.expand(rows)
+
+    d_lp = torch.zeros_like(lp).scatter_(1, tgt[:, None], -(1 - label_smoothing) * target_weight[:, None])
+    if label_smoothing > 0:
+        d_lp -= label_smoothing / classes * w[None, :] * kept[:, None]
+    d_lp *= per_row(grad_loss, target_weight.sum())[:, None]
+    softmax = lp.exp()
+    grad = d_lp - softmax * d_lp.sum(1, keepdim=True)
+    if grad_zloss is not None and lse_for_zloss is not None and lse_for_zloss.numel() > 0:
+        z = per_row(grad_zloss, kept.sum().clamp_min(1)) * 2 * lse_square_scale_for_zloss * lse_for_zloss.float()
+        grad += (z * kept)[:, None] * softmax
+    return grad.to(log_prob.dtype)
+
+
+def _npu_cross_entropy_loss_setup_context(ctx, inputs, output):
+    _, target, weight, ctx.reduction, ctx.ignore_index, ctx.label_smoothing, ctx.zloss_scale, _ = inputs
+    ctx.mark_non_differentiable(output[1], output[3])  # as op-plugin: log_prob and lse_for_zloss are not
+    ctx.save_for_backward(output[1], target, weight, output[3])
+
+
+def _npu_cross_entropy_loss_backward_formula(ctx, grad_loss, _grad_log_prob, grad_zloss, _grad_lse):
+    log_prob, target, weight, lse = ctx.saved_tensors
+    grad = torch.ops.npu.npu_cross_entropy_loss_backward(
+        grad_loss, log_prob, target, weight, grad_zloss if lse.numel() > 0 else None, lse if lse.numel() > 0 else None,
+        ctx.reduction, ctx.ignore_index, ctx.label_smoothing, ctx.zloss_scale)
+    return (grad,) + (None,) * 7
+
+
+torch.library.register_autograd("npu::npu_cross_entropy_loss", _npu_cross_entropy_loss_backward_formula,
+                                setup_context=_npu_cross_entropy_loss_setup_context, lib=_lib)
 
 
 @_op("npu_fused_cross_entropy_loss_with_max_sum(Tensor logits_max, Tensor sum_exp_logits, Tensor predicted_logits, "

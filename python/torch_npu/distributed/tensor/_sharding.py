@@ -1,15 +1,19 @@
 """DTensor sharding strategies of torch_npu's fused operators (as torch_npu registers them), so
 that a tensor- or data-parallel model calls ``torch_npu.npu_rms_norm``, ``npu_add_rms_norm``,
-``npu_rotary_mul``, ``npu_swiglu``, ``npu_fusion_attention`` (and their backward operators) and
-``npu_grouped_matmul_add(_)`` on DTensors.
+``npu_rotary_mul``, ``npu_swiglu``, ``npu_fusion_attention``, ``npu_conv2d`` (and their backward
+operators), ``npu_cross_entropy_loss`` (and its backward), ``npu_grouped_matmul_add(_)`` and
+``torch.repeat_interleave`` with an int count on DTensors.
 
 Registered when ``torch.distributed.tensor`` is first imported (torch_npu.distributed sets up the
 hook), through ``torch.distributed.tensor.experimental.register_sharding``: each function lists
 the placements it accepts on one mesh dimension, as ``(outputs, inputs)``, with ``None`` for the
 arguments that are not tensors; DTensor picks the cheapest and redistributes the inputs to it.
 """
+import math
+
 import torch
-from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor._op_schema import RuntimeSchemaInfo
 from torch.distributed.tensor.experimental import register_sharding
 
 npu = torch.ops.npu
@@ -38,6 +42,16 @@ def _inputs(args, placements):
 def _leading_dims(x, trailing):
     """The dims of ``x`` before its last ``trailing`` ones: where a row-wise op may shard."""
     return range(max(x.ndim - trailing, 0))
+
+
+def _cache_on_arguments(op, first):
+    """DTensor caches an operator's sharding on its tensors' specs and, for register_sharding,
+    on its arguments from the first int one on (keyword ones only if keyword-only ints); a rule
+    that reads another (a str, a float, a list) must have it hashed too: every argument from
+    position ``first`` on, positional or passed by name."""
+    names = [a.name for a in op._schema.arguments[first:]]
+    DTensor._op_dispatcher.sharding_propagator.op_to_schema_info[op] = RuntimeSchemaInfo(first, names,
+                                                                                         needs_pytree=True)
 
 
 @register_sharding(npu.npu_rms_norm.default)
@@ -174,6 +188,11 @@ def _fusion_attention_grad(query, key, value, dy, head_num, input_layout, **kwar
     return rows
 
 
+# (keep_prob and the sequence lengths are keyword arguments the rules read)
+_cache_on_arguments(npu.npu_fusion_attention.default, 3)
+_cache_on_arguments(npu.npu_fusion_attention_grad.default, 4)
+
+
 # ---- grouped matmul add (MoE weight gradients): y[g] += x_g^T . weight_g ---------------------
 # The groups split the summed dim M, so x stays whole; y and weight may share a sharding of N.
 
@@ -187,3 +206,111 @@ def _grouped_matmul_add_rows(y, x, weight, group_list, **kwargs):
 
 register_sharding(npu.npu_grouped_matmul_add.default)(_grouped_matmul_add_rows)
 register_sharding(npu.npu_grouped_matmul_add_.default)(_grouped_matmul_add_rows)
+
+
+# ---- 2-D convolution: over the batch, the output channels, or (groups == 1) the input channels --
+# Input channels split the summed dim: each rank's convolution is a partial sum, so the bias is
+# taken partial too (DTensor splits a replicated one) and added once in the sum.
+
+@register_sharding(npu.npu_conv2d.default)
+def _conv2d(input, weight, bias, *args):
+    tensors = (input, weight, bias) + args
+    rows = [([Replicate()], _inputs(tensors, [Replicate()] * 3)),
+            ([Shard(0)], _inputs(tensors, [Shard(0), Replicate(), Replicate()])),
+            ([Shard(1)], _inputs(tensors, [Replicate(), Shard(0), Shard(0)]))]
+    if args[-1] == 1:
+        rows.append(([Partial()], _inputs(tensors, [Shard(1), Shard(1), Partial()])))
+    return rows
+
+
+@register_sharding(npu.npu_conv2d_backward.default)
+def _conv2d_backward(input, grad_output, weight, stride, padding, dilation, groups, output_mask):
+    tensors = (input, grad_output, weight, stride, padding, dilation, groups, output_mask)
+
+    def outputs(*placements):  # a gradient not asked for is an empty tensor: whole
+        return [p if asked else Replicate() for p, asked in zip(placements, output_mask)]
+
+    rows = [(outputs(Replicate(), Replicate(), Replicate()), _inputs(tensors, [Replicate()] * 3)),
+            (outputs(Shard(0), Partial(), Partial()), _inputs(tensors, [Shard(0), Shard(0), Replicate()])),
+            (outputs(Partial(), Shard(0), Shard(0)), _inputs(tensors, [Replicate(), Shard(1), Shard(0)]))]
+    if groups == 1:
+        rows.append((outputs(Shard(1), Shard(1), Replicate()), _inputs(tensors, [Shard(1), Replicate(), Shard(1)])))
+    return rows
+
+
+# ---- repeat_interleave with an int count: any dim but the repeated one, which only when its
+# shards are even (uneven ones would repeat into shards of other sizes than DTensor's split)
+
+def _evenly_split(x, d):
+    return x.shape[d] % math.prod(x.mesh.shape) == 0
+
+
+def _repeat_interleave_dims(x, dim):
+    if dim is None:  # flattened: the rows' shards stay in order when they are even
+        return [0] if x.ndim > 0 and _evenly_split(x, 0) else []
+    d = dim % x.ndim
+    return [i for i in range(x.ndim) if i != d or _evenly_split(x, d)]
+
+
+@register_sharding(torch.ops.aten.repeat_interleave.self_int)
+def _repeat_interleave(x, repeats, dim=None, output_size=None):
+    rows = [([Replicate()], [Replicate(), None, None, None])]
+    for d in _repeat_interleave_dims(x, dim):
+        rows.append(([Shard(d)], [Shard(d), None, None, None]))
+    return rows
+
+
+@register_sharding(npu.repeat_interleave_backward_int.default)
+def _repeat_interleave_backward(grad, x, repeats, dim=None):
+    rows = [([Replicate()], [Replicate(), Replicate(), None, None])]
+    for d in _repeat_interleave_dims(x, dim):
+        rows.append(([Shard(d)], [Shard(d), Shard(d), None, None]))
+    return rows
+
+
+# ---- cross entropy: rows over the ranks, for "none" (per row) and "sum" (partial sums) -------
+# "mean" divides by the weight of the rows kept (not ignore_index) of all ranks: the ranks'
+# means cannot be averaged when their rows differ in number or weight, so it gathers.
+
+def _by_name(names, args, kwargs, placements):
+    """Input placements of an operator's args then kwargs from ``placements`` (argument name ->
+    placement), in the order DTensor lists them."""
+    return _with_kwargs(args, kwargs, lambda i, t: placements[names[i] if isinstance(i, int) else i])
+
+
+_CROSS_ENTROPY = ["input", "target", "weight", "reduction", "ignore_index", "label_smoothing",
+                  "lse_square_scale_for_zloss", "return_zloss"]
+
+
+@register_sharding(npu.npu_cross_entropy_loss.default)
+def _cross_entropy(*args, **kwargs):
+    given = dict(zip(_CROSS_ENTROPY, args), **kwargs)
+    reduction, zloss = given.get("reduction", "mean"), given.get("return_zloss", False)
+    rows = [([Replicate()] * 4, _by_name(_CROSS_ENTROPY, args, kwargs, {k: Replicate() for k in _CROSS_ENTROPY}))]
+    if reduction in ("none", "sum"):
+        summed = Shard(0) if reduction == "none" else Partial()
+        outputs = [summed, Shard(0), summed if zloss else Replicate(), Shard(0) if zloss else Replicate()]
+        inputs = {"input": Shard(0), "target": Shard(0), "weight": Replicate()}
+        rows.append((outputs, _by_name(_CROSS_ENTROPY, args, kwargs, inputs)))
+    return rows
+
+
+_CROSS_ENTROPY_BACKWARD = ["grad_loss", "log_prob", "target", "weight", "grad_zloss", "lse_for_zloss", "reduction",
+                           "ignore_index", "label_smoothing", "lse_square_scale_for_zloss"]
+
+
+@register_sharding(npu.npu_cross_entropy_loss_backward.default)
+def _cross_entropy_backward(*args, **kwargs):
+    names = _CROSS_ENTROPY_BACKWARD
+    reduction = dict(zip(names, args), **kwargs).get("reduction", "mean")
+    rows = [([Replicate()], _by_name(names, args, kwargs, {k: Replicate() for k in names}))]
+    if reduction in ("none", "sum"):
+        scale = Shard(0) if reduction == "none" else Replicate()  # a gradient per row, or one for all
+        inputs = {"grad_loss": scale, "log_prob": Shard(0), "target": Shard(0), "weight": Replicate(),
+                  "grad_zloss": scale, "lse_for_zloss": Shard(0)}
+        rows.append(([Shard(0)], _by_name(names, args, kwargs, inputs)))
+    return rows
+
+
+_cache_on_arguments(npu.npu_cross_entropy_loss.default, 3)
+_cache_on_arguments(npu.npu_cross_entropy_loss_backward.default, 6)
