@@ -208,3 +208,43 @@ def test_index_add_accumulates_in_float32(dtype):
     y.backward(grad.npu())
     expected = grad.float().view(40, 100, 1, 16).sum(1).to(dtype)
     torch.testing.assert_close(x.grad, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_binary_cross_entropy_with_logits_gradient_in_one_float32_kernel(dtype):
+    # npu_binary_cross_entropy_with_logits_backward (op-plugin's derivative) computes the input
+    # gradient in float32 and rounds once; torch's formula in float16 steps lost up to 3x on
+    # op-plugin's test_binary_cross_with_logits_backward_module_float16 (weights and pos_weight to 10)
+    torch.manual_seed(0)
+    x, t = torch.rand(10, 64) * 10, torch.randint(0, 2, (10, 64)).float()
+    w, pw = torch.rand(10, 64) * 10, torch.rand(10, 64) * 10
+    x, t, w, pw = (a.to(dtype).float() for a in (x, t, w, pw))  # representable in dtype
+    for reduction in ("mean", "sum", "none"):
+        ref_x, ref_t = x.clone().requires_grad_(), t.clone().requires_grad_()
+        F.binary_cross_entropy_with_logits(ref_x, ref_t, w, pos_weight=pw, reduction=reduction).sum().backward()
+        nx, nt = (a.to(dtype).npu().requires_grad_() for a in (x, t))
+        F.binary_cross_entropy_with_logits(nx, nt, w.to(dtype).npu(), pos_weight=pw.to(dtype).npu(),
+                                           reduction=reduction).sum().backward()
+        torch.testing.assert_close(nx.grad.cpu(), ref_x.grad.to(dtype))
+        torch.testing.assert_close(nt.grad.cpu(), ref_t.grad.to(dtype))
+    # float64 stays float64, and the gradient is differentiable again
+    x64 = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    t64 = torch.rand(3, 4, dtype=torch.float64)
+    assert torch.autograd.gradgradcheck(
+        lambda a: F.binary_cross_entropy_with_logits(a.npu(), t64.npu(), pos_weight=t64.npu() + 1).cpu(), (x64,))
+
+
+def test_cdist_inf_gradient_reaches_the_rounded_distance_in_float16():
+    # p = inf: the float16 distance is rounded; the gradient goes to every coordinate with
+    # |x1 - x2| >= it, as aclnn (op-plugin's test_cdis_backward_inf): ATen's float32 kernel
+    # asked for equality and dropped the gradient where the rounding went down
+    gen = torch.Generator().manual_seed(10086)
+    x1 = (torch.rand(5, 10, generator=gen) * 2 - 1).half()
+    x2 = (torch.rand(4, 10, generator=gen) * 2 - 1).half()
+    a = x1.npu().requires_grad_()
+    torch.cdist(a, x2.npu(), float("inf")).sum().backward()
+    diff = x1.float()[:, None] - x2.float()[None]
+    dist = diff.abs().amax(-1).half().float()
+    expected = (diff.sign() * (diff.abs() >= dist[..., None])).sum(1)
+    torch.testing.assert_close(a.grad.cpu(), expected.half())
+    assert (diff.abs() > dist[..., None]).any() or (diff.abs().amax(-1) != dist).any()  # the case arises here

@@ -1843,6 +1843,80 @@ def _npu_moe_re_routing(tokens, expert_token_num_per_rank, *, per_token_scales=N
 
 # ---- LLM fused losses, norms and quantized activations ---------------------------------------
 
+# binary_cross_entropy_with_logits on npu is differentiated as op-plugin's derivatives do, by
+# npu_binary_cross_entropy_with_logits_backward: one kernel computing in float32 for
+# float16/bfloat16 (rounded once), not torch's formula of float16 elementwise steps.
+
+def _bce_with_logits_scale(grad_output, x, weight, reduction):
+    scale = grad_output.to(x.dtype)
+    if weight is not None:
+        scale = scale * weight.to(x.dtype)
+    return scale / x.numel() if reduction == 1 else scale  # at::Reduction::Mean
+
+
+@_op("npu_binary_cross_entropy_with_logits_backward(Tensor grad_output, Tensor self, Tensor target, "
+     "Tensor? weight_opt, Tensor? pos_weight_opt, int reduction) -> Tensor", keys=("CompositeExplicitAutograd",))
+def _npu_binary_cross_entropy_with_logits_backward(grad_output, self, target, weight_opt, pos_weight_opt, reduction):
+    """The gradient of binary_cross_entropy_with_logits in self: (sigmoid(x) - t), or with
+    pos_weight p ((p t + 1 - t) sigmoid(x) - p t), times weight, grad_output (and 1 / numel for
+    "mean"), computed in float32 for float16/bfloat16."""
+    _check(reduction in (0, 1, 2), f"npu_binary_cross_entropy_with_logits_backward: reduction must be 0 (none), "
+                                   f"1 (mean) or 2 (sum), got {reduction}")
+    wide = _low_precision_accumulator(self)
+    x, t = self.to(wide), target.to(wide)
+    if pos_weight_opt is None:
+        grad = torch.sigmoid(x) - t
+    else:
+        pt = pos_weight_opt.to(wide) * t
+        grad = (pt + 1 - t) * torch.sigmoid(x) - pt
+    return (grad * _bce_with_logits_scale(grad_output, x, weight_opt, reduction)).to(self.dtype)
+
+
+class _BinaryCrossEntropyWithLogits(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, self, target, weight, pos_weight, reduction):
+        ctx.save_for_backward(self, target, weight, pos_weight)
+        ctx.reduction = reduction
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.aten.binary_cross_entropy_with_logits(self, target, weight, pos_weight, reduction)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, t, weight, pos_weight = ctx.saved_tensors
+        # create_graph: the same formula as differentiable steps, else the one operator
+        backward = (_npu_binary_cross_entropy_with_logits_backward if torch.is_grad_enabled()
+                    else torch.ops.npu.npu_binary_cross_entropy_with_logits_backward)
+        grad_x = grad_t = None
+        if ctx.needs_input_grad[0]:
+            grad_x = backward(grad, x, t, weight, pos_weight, ctx.reduction)
+        if ctx.needs_input_grad[1]:  # d/dt = -x + (p - 1) softplus(-x), in float32 for float16/bfloat16
+            xf = x.to(_low_precision_accumulator(x))
+            grad_t = -xf if pos_weight is None else -xf + (pos_weight.to(xf.dtype) - 1) * F.softplus(-xf)
+            grad_t = (grad_t * _bce_with_logits_scale(grad, xf, weight, ctx.reduction)).to(t.dtype)
+        return grad_x, grad_t, None, None, None
+
+
+_aten_lib.impl("binary_cross_entropy_with_logits",
+               lambda self, target, weight=None, pos_weight=None, reduction=1:
+               _BinaryCrossEntropyWithLogits.apply(self, target, weight, pos_weight, reduction), "AutogradPrivateUse1")
+
+
+# cdist's gradient for p = inf goes to the coordinates whose |x1 - x2| reaches the distance.
+# For float16/bfloat16 the distance is rounded; aclnn computes in float32 and takes every
+# coordinate with |x1 - x2| >= the rounded distance (none where its rounding went up, those
+# above it where it went down), where ATen's kernel asks for equality with it.
+def _cdist_backward(grad, x1, x2, p, cdist):
+    if p != math.inf or x1.dtype not in (torch.float16, torch.bfloat16):
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.aten._cdist_backward(grad, x1, x2, p, cdist)
+    diff = x1.float().unsqueeze(-2) - x2.float().unsqueeze(-3)
+    reaches = diff.abs() >= cdist.float().unsqueeze(-1)
+    return (grad.float().unsqueeze(-1) * diff.sign() * reaches).sum(-2).to(x1.dtype)
+
+
+_aten_lib.impl("_cdist_backward", _cdist_backward, "AutogradPrivateUse1")
+
+
 @_op("npu_cross_entropy_loss(Tensor input, Tensor target, Tensor? weight=None, str reduction='mean', "
      "int ignore_index=-100, float label_smoothing=0.0, float lse_square_scale_for_zloss=0.0, bool return_zloss=False) "
      "-> (Tensor, Tensor, Tensor, Tensor)", keys=("CompositeExplicitAutograd",))
