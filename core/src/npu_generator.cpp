@@ -1,17 +1,20 @@
 #include "torch_npu/core/npu_generator.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/MT19937RNGEngine.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <c10/core/GeneratorImpl.h>
 #include <c10/util/CallOnce.h>
 
 #include <cstring>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
-#include <random>
+#include <tuple>
 #include <unordered_map>
-#include <unordered_set>
+#include <vector>
 
 #include "torch_npu/core/npu_graph.h"
 #include "torch_npu/core/npu_stream.h"
@@ -25,68 +28,116 @@ constexpr const char* kSeedDuringCapture =
     "NPUGeneratorImpl::set_current_seed can be called during stream capture only if new seed is the same as the "
     "original seed.";
 
-// The 8 bytes after the Philox offset in a state: 0, or a capture's tag (see Capture).
-uint64_t capture_tag(uint32_t serial, uint32_t position) { return (uint64_t{serial} << 32) | (position + 1u); }
+// A state's offset inside a capture: the top bit, the capture's serial (23 bits) and the
+// position relative to a replay's start (40 bits).
+constexpr uint64_t kCaptureBit = uint64_t{1} << 63;
+constexpr int kSerialShift = 40;
+constexpr uint64_t kPositionMask = (uint64_t{1} << kSerialShift) - 1;
 
-}  // namespace
+uint64_t capture_offset(uint32_t serial, uint64_t position) {
+  return kCaptureBit | (uint64_t{serial & 0x7fffffu} << kSerialShift) | (position & kPositionMask);
+}
 
-namespace {
+// Offsets advance by whole Philox calls (four 32-bit numbers), at least one per kernel.
+uint64_t span_of(uint64_t numbers) { return (std::max<uint64_t>(numbers, 1) + 3) / 4 * 4; }
 
-struct DrawOrder {
-  std::mutex mu;
-  std::unordered_set<aclmdlRI> random_models;               // captures that drew
-  std::unordered_map<c10::DeviceIndex, aclrtEvent> last_replay;  // per device, or absent
+uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// The Mersenne Twister engine a CPU kernel draws from for (seed, offset): its 624 words of
+// state filled by a splitmix64 sequence keyed on both (distinct pairs, unrelated engines).
+void set_engine(const at::Generator& cpu, uint64_t seed, uint64_t offset) {
+  at::mt19937_data_pod pod{};
+  pod.seed_ = seed;
+  pod.left_ = 1;
+  pod.seeded_ = true;
+  pod.next_ = 0;
+  uint64_t x = mix64(seed) ^ (mix64(offset + 0x632be59bd9b4e019ULL) << 1);
+  for (auto& word : pod.state_) {
+    x += 0x9e3779b97f4a7c15ULL;
+    word = static_cast<uint32_t>(mix64(x) >> 32);
+  }
+  at::mt19937 engine;
+  engine.set_data(pod);
+  auto* impl = cpu.get<at::CPUGeneratorImpl>();
+  std::lock_guard<std::mutex> lock(impl->mutex_);
+  impl->set_engine(engine);
+  impl->set_next_float_normal_sample(std::nullopt);
+  impl->set_next_double_normal_sample(std::nullopt);
+}
+
+// The random kernels one capture recorded for one generator: their CPU generators and their
+// offsets relative to a replay's start; `span` is the offsets a replay uses up.
+struct CapturedDraws {
+  std::vector<std::pair<at::Generator, uint64_t>> draws;
+  uint64_t span = 0;
 };
 
-DrawOrder& draw_order() {
-  static DrawOrder* order = new DrawOrder();  // leaked: used during exit
-  return *order;
-}
+// Per captured graph, the generators it draws from; per capture under way, its number (a
+// destroyed model's address may come back for a new capture).
+struct RandomGraphs {
+  std::mutex mu;
+  std::unordered_map<aclmdlRI, std::vector<std::pair<at::Generator, std::shared_ptr<CapturedDraws>>>> graphs;
+  std::unordered_map<aclmdlRI, uint64_t> captures;
+  uint64_t last_capture = 0;
+};
 
-// A draw on the host waits for the random replays enqueued before it.
-void wait_for_random_replays(c10::DeviceIndex device) {
-  DrawOrder& order = draw_order();
-  std::lock_guard<std::mutex> lock(order.mu);
-  auto it = order.last_replay.find(device);
-  if (it == order.last_replay.end()) return;
-  const aclrtEvent last = it->second;
-  order.last_replay.erase(it);
-  const aclError err = wait_event(last);
-  aclrtDestroyEvent(last);
-  NPU_CHECK(err);
+RandomGraphs& random_graphs() {
+  static RandomGraphs* graphs = new RandomGraphs();  // leaked: used during exit
+  return *graphs;
 }
 
 }  // namespace
 
-bool captured_random_draws(aclmdlRI model) {
-  DrawOrder& order = draw_order();
-  std::lock_guard<std::mutex> lock(order.mu);
-  return order.random_models.count(model) > 0;
+void replay_random_draws(aclmdlRI model, const NPUStream& stream) {
+  std::vector<std::pair<at::Generator, std::shared_ptr<CapturedDraws>>> generators;
+  {
+    RandomGraphs& rg = random_graphs();
+    std::lock_guard<std::mutex> lock(rg.mu);
+    auto it = rg.graphs.find(model);
+    if (it == rg.graphs.end()) return;
+    generators = it->second;
+  }
+  std::vector<std::tuple<std::shared_ptr<CapturedDraws>, uint64_t, uint64_t>> replay;
+  for (auto& [gen, draws] : generators) {
+    // The host reserves the replay's offsets now, in the order of its calls.
+    auto [seed, base] = gen.get<NPUGeneratorImpl>()->philox_engine_inputs(draws->span);
+    replay.emplace_back(draws, seed, base);
+  }
+  launch(stream, "npu_generator_replay_offsets", [replay = std::move(replay)] {
+    for (const auto& [draws, seed, base] : replay) {
+      for (const auto& [cpu, position] : draws->draws) set_engine(cpu, seed, base + position);
+    }
+  });
+}
+
+void begin_random_capture(aclmdlRI model) {
+  RandomGraphs& rg = random_graphs();
+  std::lock_guard<std::mutex> lock(rg.mu);
+  rg.graphs.erase(model);
+  rg.captures[model] = ++rg.last_capture;
 }
 
 void forget_captured_model(aclmdlRI model) {
-  DrawOrder& order = draw_order();
-  std::lock_guard<std::mutex> lock(order.mu);
-  order.random_models.erase(model);
+  RandomGraphs& rg = random_graphs();
+  std::lock_guard<std::mutex> lock(rg.mu);
+  rg.graphs.erase(model);
+  rg.captures.erase(model);
 }
 
-void replay_in_draw_order(const NPUStream& stream, const std::function<void()>& enqueue) {
-  DrawOrder& order = draw_order();
-  std::lock_guard<std::mutex> lock(order.mu);
-  auto it = order.last_replay.find(stream.device_index());
-  if (it != order.last_replay.end()) {
-    const aclrtEvent last = it->second;
-    order.last_replay.erase(it);
-    const aclError err = aclrtStreamWaitEvent(stream.stream(), last);
-    aclrtDestroyEvent(last);  // the queued wait keeps it until it has run
-    NPU_CHECK(err);
-  }
-  enqueue();
-  aclrtEvent done = nullptr;
-  NPU_CHECK(aclrtCreateEventWithFlag(&done, ACL_EVENT_SYNC));
-  NPU_CHECK(aclrtRecordEvent(done, stream.stream()));
-  order.last_replay[stream.device_index()] = done;
+namespace {
+
+uint64_t capture_number(aclmdlRI model) {
+  RandomGraphs& rg = random_graphs();
+  std::lock_guard<std::mutex> lock(rg.mu);
+  auto it = rg.captures.find(model);
+  return it == rg.captures.end() ? 0 : it->second;
 }
+
+}  // namespace
 
 }  // namespace torch_npu
 
@@ -98,19 +149,18 @@ using namespace torch_npu;
 NPUGeneratorImpl::NPUGeneratorImpl(c10::DeviceIndex device_index)
     : c10::GeneratorImpl(c10::Device(c10::DeviceType::PrivateUse1, device_index < 0 ? current_device() : device_index),
                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
-      cpu_(at::make_generator<at::CPUGeneratorImpl>(c10::default_rng_seed_val)) {
+      seed_(c10::default_rng_seed_val) {
   check_device_index(device().index());
 }
 
-// One capture into an NPU graph as this generator sees it. `position` counts the random
-// kernels recorded so far (set back by a restore); `snapshots[p]` is filled, at each
-// replay, with the state at position p. The recorded tasks share the snapshots, so they
-// live as long as the graph.
+// One capture into an NPU graph as this generator sees it: the position of its next draw
+// relative to a replay's start, and the draws recorded so far.
 struct NPUGeneratorImpl::Capture {
   aclmdlRI model = nullptr;
+  uint64_t number = 0;  // begin_random_capture's
   uint32_t serial = 0;
-  uint32_t position = 0;
-  std::shared_ptr<std::vector<at::Tensor>> snapshots = std::make_shared<std::vector<at::Tensor>>();
+  uint64_t position = 0;
+  std::shared_ptr<CapturedDraws> draws = std::make_shared<CapturedDraws>();
 };
 
 NPUGeneratorImpl::Capture* NPUGeneratorImpl::capture() const {
@@ -121,63 +171,75 @@ NPUGeneratorImpl::Capture* NPUGeneratorImpl::capture() const {
       status != ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE) {
     return nullptr;
   }
-  if (!capture_ || capture_->model != model) {
+  const uint64_t number = capture_number(model);
+  if (!capture_ || capture_->model != model || capture_->number != number) {
     capture_ = std::make_shared<Capture>();
     capture_->model = model;
+    capture_->number = number;
     capture_->serial = ++captures_;
   }
   return capture_.get();
 }
 
-void NPUGeneratorImpl::note_captured_draw() {
-  {
-    std::lock_guard<std::mutex> lock(cpu_.mutex());
-    if (Capture* c = capture()) {
-      ++c->position;
-      DrawOrder& order = draw_order();
-      std::lock_guard<std::mutex> order_lock(order.mu);
-      order.random_models.insert(c->model);
-      return;
+at::Generator NPUGeneratorImpl::draw(uint64_t numbers) {
+  at::Generator cpu = at::make_generator<at::CPUGeneratorImpl>();
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  if (Capture* c = capture()) {
+    CapturedDraws& captured = *c->draws;
+    if (captured.draws.empty() && captured.span == 0) {
+      RandomGraphs& rg = random_graphs();
+      std::lock_guard<std::mutex> graphs_lock(rg.mu);
+      rg.graphs[c->model].emplace_back(
+          at::Generator(c10::intrusive_ptr<NPUGeneratorImpl>::reclaim_copy(this)), c->draws);
     }
+    captured.draws.emplace_back(cpu, c->position);
+    c->position += span_of(numbers);
+    captured.span = std::max(captured.span, c->position);
+    return cpu;  // its engine is set by each replay
   }
-  // Not under the generator's lock: the replays' kernels take it to draw.
-  if (!in_kernel()) wait_for_random_replays(device().index());
+  set_engine(cpu, seed_, offset_);
+  offset_ += span_of(numbers);
+  return cpu;
 }
 
 void NPUGeneratorImpl::set_current_seed(uint64_t seed) {
-  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  std::lock_guard<std::mutex> lock(state_mutex_);
   if (capture() != nullptr) {
-    TORCH_CHECK(seed == cpu_.current_seed(), kSeedDuringCapture);
+    TORCH_CHECK(seed == seed_, kSeedDuringCapture);
     return;  // the same seed: nothing changes
   }
-  cpu_.set_current_seed(seed);
-  philox_offset_ = 0;
+  seed_ = seed;
+  offset_ = 0;
 }
 
-uint64_t NPUGeneratorImpl::current_seed() const { return cpu_.current_seed(); }
+uint64_t NPUGeneratorImpl::current_seed() const {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return seed_;
+}
 
 uint64_t NPUGeneratorImpl::seed() {
-  std::lock_guard<std::mutex> lock(cpu_.mutex());
+  std::lock_guard<std::mutex> lock(state_mutex_);
   TORCH_CHECK(capture() == nullptr, kSeedDuringCapture);
-  philox_offset_ = 0;
-  return cpu_.seed();
+  seed_ = c10::detail::getNonDeterministicRandom();
+  offset_ = 0;
+  return seed_;
 }
 
 void NPUGeneratorImpl::set_offset(uint64_t offset) {
-  std::lock_guard<std::mutex> lock(cpu_.mutex());
-  philox_offset_ = offset;
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  offset_ = offset;
 }
 
 uint64_t NPUGeneratorImpl::get_offset() const {
-  std::lock_guard<std::mutex> lock(cpu_.mutex());
-  return philox_offset_;
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return offset_;
 }
 
 std::pair<uint64_t, uint64_t> NPUGeneratorImpl::philox_engine_inputs(uint64_t increment) {
-  std::lock_guard<std::mutex> lock(cpu_.mutex());
-  const uint64_t offset = philox_offset_;
-  philox_offset_ += (increment + 3) / 4 * 4;
-  return {cpu_.current_seed(), offset};
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  const uint64_t offset = offset_;
+  offset_ += (increment + 3) / 4 * 4;
+  return {seed_, offset};
 }
 
 PhiloxNpuState NPUGeneratorImpl::philox_npu_state(uint64_t increment) {
@@ -193,96 +255,48 @@ std::shared_ptr<NPUGeneratorImpl> NPUGeneratorImpl::clone() const {
   return std::shared_ptr<NPUGeneratorImpl>(clone_impl());
 }
 
-// The state is the CPU generator's state, the 8-byte Philox offset and an 8-byte capture
-// tag (0 outside captures); a state without the tag, or also without the offset (an
-// older torch_npu's), sets them to 0. The state torch_npu has on Ascend, the 8-byte seed and
-// 8-byte Philox offset (or the seed alone), as in a checkpoint written there, sets the seed
-// (as manual_seed) and the offset.
+// The state is torch_npu's: the 8-byte seed and the 8-byte Philox offset; the seed alone (8
+// bytes) sets the offset to 0. In a capture, the offset of a state is the capture's position.
 void NPUGeneratorImpl::set_state(const c10::TensorImpl& new_state) {
-  std::lock_guard<std::mutex> lock(cpu_.mutex());
-  const auto cpu_size = static_cast<int64_t>(cpu_.unsafeGetGeneratorImpl()->get_state()->numel());
   const int64_t size = new_state.numel();
-  TORCH_CHECK(size == cpu_size || size == cpu_size + 8 || size == cpu_size + 16 || size == 8 || size == 16,
-              "set_rng_state: expected an npu generator state of ", cpu_size + 16,
-              " bytes (from get_rng_state()), or of 16 or 8 bytes (seed and Philox offset, or the seed, as "
-              "torch_npu on Ascend has it), got ", size);
-  at::Tensor state = at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(
-                                    const_cast<c10::TensorImpl*>(&new_state)))
-                         .contiguous();
-  at::Tensor cpu_state;
-  uint64_t offset = 0, tag = 0;
-  if (size <= 16) {
-    uint64_t seed = 0;
-    std::memcpy(&seed, state.const_data_ptr<uint8_t>(), sizeof seed);
-    if (size == 16) std::memcpy(&offset, state.const_data_ptr<uint8_t>() + 8, sizeof offset);
-    auto seeded = at::make_generator<at::CPUGeneratorImpl>(seed);
-    cpu_state = at::Tensor(seeded.get_state());
-  } else {
-    cpu_state = state.narrow(0, 0, cpu_size).clone();
-    if (size >= cpu_size + 8) std::memcpy(&offset, state.const_data_ptr<uint8_t>() + cpu_size, sizeof offset);
-    if (size == cpu_size + 16) std::memcpy(&tag, state.const_data_ptr<uint8_t>() + cpu_size + 8, sizeof tag);
-  }
+  TORCH_CHECK(new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>() && (size == 16 || size == 8),
+              "set_rng_state: expected an npu generator state of 16 bytes (seed and Philox offset, from "
+              "get_rng_state(), as torch_npu's), or of 8 (the seed), got ",
+              size, " elements of ", new_state.dtype());
+  at::Tensor state =
+      at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(const_cast<c10::TensorImpl*>(&new_state)))
+          .contiguous();
+  uint64_t seed = 0, offset = 0;
+  std::memcpy(&seed, state.const_data_ptr<uint8_t>(), sizeof seed);
+  if (size == 16) std::memcpy(&offset, state.const_data_ptr<uint8_t>() + 8, sizeof offset);
+  std::lock_guard<std::mutex> lock(state_mutex_);
   if (Capture* c = capture()) {
-    auto self = c10::intrusive_ptr<NPUGeneratorImpl>::reclaim_copy(this);
-    const NPUStream stream = getCurrentNPUStream(device().index());
-    if (tag != 0 && (tag >> 32) == c->serial) {
-      // A state this capture gave: replays go back to where they were then.
-      const uint32_t position = static_cast<uint32_t>(tag) - 1;
-      c->position = position;
-      launch(stream, "npu_generator_restore_state", [self, snapshots = c->snapshots, position] {
-        const at::Tensor& snapshot = (*snapshots)[position];
-        std::lock_guard<std::mutex> lock(self->cpu_.mutex());
-        self->cpu_.unsafeGetGeneratorImpl()->set_state(
-            *snapshot.narrow(0, 0, snapshot.numel() - 8).unsafeGetTensorImpl());
-        std::memcpy(&self->philox_offset_, snapshot.const_data_ptr<uint8_t>() + snapshot.numel() - 8, 8);
-      });
-      return;
-    }
-    auto probe = at::make_generator<at::CPUGeneratorImpl>();
-    probe.set_state(cpu_state);
-    TORCH_CHECK(probe.current_seed() == cpu_.current_seed(), kSeedDuringCapture);
-    launch(stream, "npu_generator_set_state", [self, cpu_state, offset] {
-      std::lock_guard<std::mutex> lock(self->cpu_.mutex());
-      self->cpu_.unsafeGetGeneratorImpl()->set_state(*cpu_state.unsafeGetTensorImpl());
-      self->philox_offset_ = offset;
-    });
+    TORCH_CHECK(seed == seed_, kSeedDuringCapture);
+    TORCH_CHECK((offset & kCaptureBit) && ((offset >> kSerialShift) & 0x7fffffu) == (c->serial & 0x7fffffu),
+                "set_rng_state during an NPU graph capture takes a state get_rng_state() returned in the same "
+                "capture (its offset is a position in the graph's draws)");
+    c->position = offset & kPositionMask;
     return;
   }
-  cpu_.unsafeGetGeneratorImpl()->set_state(*cpu_state.unsafeGetTensorImpl());
-  philox_offset_ = offset;
+  seed_ = seed;
+  offset_ = offset;
 }
 
 c10::intrusive_ptr<c10::TensorImpl> NPUGeneratorImpl::get_state() const {
-  std::lock_guard<std::mutex> lock(cpu_.mutex());
-  at::Tensor cpu_state(cpu_.unsafeGetGeneratorImpl()->get_state());
-  const int64_t cpu_size = cpu_state.numel();
-  at::Tensor state = at::empty({cpu_size + 16}, cpu_state.options());
-  std::memcpy(state.mutable_data_ptr<uint8_t>(), cpu_state.const_data_ptr<uint8_t>(), cpu_size);
-  std::memcpy(state.mutable_data_ptr<uint8_t>() + cpu_size, &philox_offset_, sizeof philox_offset_);
-  uint64_t tag = 0;
-  if (Capture* c = capture()) {
-    tag = capture_tag(c->serial, c->position);
-    const uint32_t position = c->position;
-    if (c->snapshots->size() <= position) c->snapshots->resize(position + 1);
-    auto self = c10::intrusive_ptr<NPUGeneratorImpl>::reclaim_copy(const_cast<NPUGeneratorImpl*>(this));
-    launch(getCurrentNPUStream(device().index()), "npu_generator_snapshot_state",
-           [self, snapshots = c->snapshots, position] {
-             std::lock_guard<std::mutex> lock(self->cpu_.mutex());
-             at::Tensor cpu(self->cpu_.unsafeGetGeneratorImpl()->get_state());
-             at::Tensor snapshot = at::empty({cpu.numel() + 8}, cpu.options());
-             std::memcpy(snapshot.mutable_data_ptr<uint8_t>(), cpu.const_data_ptr<uint8_t>(), cpu.numel());
-             std::memcpy(snapshot.mutable_data_ptr<uint8_t>() + cpu.numel(), &self->philox_offset_, 8);
-             (*snapshots)[position] = snapshot;
-           });
-  }
-  std::memcpy(state.mutable_data_ptr<uint8_t>() + cpu_size + 8, &tag, sizeof tag);
+  at::Tensor state = at::empty({16}, at::TensorOptions().dtype(at::kByte));
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  uint64_t offset = offset_;
+  if (Capture* c = capture()) offset = capture_offset(c->serial, c->position);
+  std::memcpy(state.mutable_data_ptr<uint8_t>(), &seed_, 8);
+  std::memcpy(state.mutable_data_ptr<uint8_t>() + 8, &offset, 8);
   return state.getIntrusivePtr();
 }
 
 NPUGeneratorImpl* NPUGeneratorImpl::clone_impl() const {
   auto* gen = new NPUGeneratorImpl(device().index());
-  gen->cpu_ = cpu_.clone();
-  gen->philox_offset_ = philox_offset_;
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  gen->seed_ = seed_;
+  gen->offset_ = offset_;
   return gen;
 }
 
@@ -309,16 +323,13 @@ at::Generator createNPUGenerator(c10::DeviceIndex device) {
   return at::make_generator<NPUGeneratorImpl>(device);
 }
 
-at::Generator cpu_generator_for(const std::optional<at::Generator>& gen, c10::DeviceIndex device) {
+at::Generator cpu_generator_for(const std::optional<at::Generator>& gen, c10::DeviceIndex device, uint64_t numbers) {
   if (gen.has_value() && gen->defined()) {
     TORCH_CHECK(gen->device().type() == c10::DeviceType::PrivateUse1,
                 "Expected a 'npu' device type for generator but found '", gen->device().type(), "'");
-    gen->get<NPUGeneratorImpl>()->note_captured_draw();
-    return gen->get<NPUGeneratorImpl>()->cpu_generator();
+    return gen->get<NPUGeneratorImpl>()->draw(numbers);
   }
-  auto* impl = getDefaultNPUGenerator(device).get<NPUGeneratorImpl>();
-  impl->note_captured_draw();
-  return impl->cpu_generator();
+  return getDefaultNPUGenerator(device).get<NPUGeneratorImpl>()->draw(numbers);
 }
 
 }  // namespace torch_npu

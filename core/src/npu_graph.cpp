@@ -93,6 +93,7 @@ void NPUGraph::capture_begin(MempoolId_t pool, aclmdlRICaptureMode mode) {
   aclmdlRI model = nullptr;
   NPU_CHECK(aclmdlRICaptureGetInfo(stream.stream(), &status, &model));
   TORCH_INTERNAL_ASSERT(status == ACL_MODEL_RI_CAPTURE_STATUS_ACTIVE && model != nullptr);
+  begin_random_capture(model);
   // Streams recording into this capture (it and the streams that joined it) allocate
   // from the pool.
   NPUCachingAllocator::beginAllocateToPool(capture_dev_, mempool_id_, [model](aclrtStream s) {
@@ -129,11 +130,8 @@ void NPUGraph::replay() {
   TORCH_CHECK(has_graph_exec_, "Called NPUGraph::replay without a preceding successful capture.");
   NPUStream stream = getCurrentNPUStream(capture_dev_);
   collect_finished_kernels();
-  if (captured_random_draws(model_)) {
-    replay_in_draw_order(stream, [&] { NPU_CHECK(aclmdlRIExecuteAsync(model_, stream.stream())); });
-  } else {
-    NPU_CHECK(aclmdlRIExecuteAsync(model_, stream.stream()));
-  }
+  replay_random_draws(model_, stream);
+  NPU_CHECK(aclmdlRIExecuteAsync(model_, stream.stream()));
 }
 
 void NPUGraph::reset() {

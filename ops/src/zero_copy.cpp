@@ -471,6 +471,11 @@ void run_on_cpu_stand_ins(const c10::OperatorHandle& op, torch::jit::Stack* stac
   for (const auto& ret : schema.returns()) return_arg.push_back(written_argument(schema, ret));
   c10::SmallVector<c10::IValue, 4> results;
   for (int i : return_arg) results.push_back(i >= 0 ? (*stack)[begin + i] : c10::IValue());
+  int64_t numbers = 0;  // a random kernel's draw: at most the largest tensor's elements
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::IValue& v = (*stack)[begin + i];
+    if (v.isTensor()) numbers = std::max(numbers, v.toTensor().numel());
+  }
 
   for (size_t i = 0; i < num_args; ++i) {
     c10::IValue& v = (*stack)[begin + i];
@@ -485,9 +490,9 @@ void run_on_cpu_stand_ins(const c10::OperatorHandle& op, torch::jit::Stack* stac
     } else if (v.isDevice() && v.toDevice().type() == kNPU) {
       v = c10::Device(c10::DeviceType::CPU);
     } else if (v.isGenerator()) {
-      v = cpu_generator_for(v.toGenerator(), device);
+      v = cpu_generator_for(v.toGenerator(), device, numbers);
     } else if (v.isNone() && is_optional_generator(schema.arguments()[i])) {
-      v = cpu_generator_for(std::nullopt, device);
+      v = cpu_generator_for(std::nullopt, device, numbers);
     }
   }
   kernel();
@@ -577,9 +582,10 @@ struct CallScan {
 };
 
 // Rewrites the arguments on the stack for the CPU kernel: npu tensors become aliases,
-// npu devices become cpu, generators become the CPU generators standing in for them.
+// npu devices become cpu, generators become the CPU generators of a draw of up to
+// `numbers` values (the largest npu tensor's elements).
 void to_cpu_arguments(const OpTraits& traits, torch::jit::Stack& s, size_t begin, c10::DeviceIndex device,
-                      AliasMap& aliases, std::vector<WrittenArg>& written) {
+                      int64_t numbers, AliasMap& aliases, std::vector<WrittenArg>& written) {
   auto alias = [&](const at::Tensor& t, bool is_written) {
     at::Tensor a = aliases.alias(t);
     if (is_written) written.emplace_back(a, t.storage(), t);
@@ -612,9 +618,9 @@ void to_cpu_arguments(const OpTraits& traits, torch::jit::Stack& s, size_t begin
     } else if (v.isDevice() && v.toDevice().type() == kNPU) {
       v = c10::Device(c10::DeviceType::CPU);
     } else if (v.isGenerator()) {
-      v = cpu_generator_for(v.toGenerator(), device);
+      v = cpu_generator_for(v.toGenerator(), device, numbers);
     } else if (v.isNone() && (traits.arg[i] & OpTraits::kOptionalGenerator)) {
-      v = cpu_generator_for(std::nullopt, device);
+      v = cpu_generator_for(std::nullopt, device, numbers);
     }
   }
 }
@@ -1095,7 +1101,7 @@ void npu_fallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   AliasMap aliases(device);
   if (async && !capture) aliases.borrow_stream_ordered_memory();
   std::vector<WrittenArg> written;
-  to_cpu_arguments(traits, *stack, args_begin, device, aliases, written);
+  to_cpu_arguments(traits, *stack, args_begin, device, scan.max_numel, aliases, written);
 
   if (async) {
     // The aliases point at memory the caching allocator hands out in stream order, so

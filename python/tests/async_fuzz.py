@@ -168,6 +168,7 @@ SPECIAL_CODE = {
     "to_device": lambda h, non_blocking: f"{_fmt(h)}.to(dev, non_blocking={non_blocking})",
     "to_device1": lambda h, non_blocking: f"{_fmt(h)}.to(dev1, non_blocking={non_blocking})",
     "generator": lambda seed: f"torch.Generator(device=dev).manual_seed({seed})",
+    "random": lambda op, *args, **kwargs: _call_code(op, args, kwargs),
     "empty_pinned": lambda shape, dtype: f"torch.empty({_fmt(shape)}, dtype={_fmt(dtype)}, pin_memory=True)",
     "fill_tail": lambda t, k, v: f"{_fmt(t)}.view(-1)[{k}:].fill_({_fmt(v)})",
 }
@@ -329,6 +330,21 @@ def _exit_graph(run, g):
         g.end(run)
 
 
+def _random(run, op, *args, **kwargs):
+    """A random op (``torch.<name>`` or ``.<method>``). The cpu target runs it on npu copies of
+    its tensors with its npu generators and takes the results back: the npu's numbers are the
+    oracle of themselves, the rest of the program checks how they flow."""
+    fn = (lambda a, *rest, **kw: getattr(a, op[1:])(*rest, **kw)) if op.startswith(".") else _function(op)
+    if run.npu:
+        return fn(*args, **kwargs)
+    on_npu = [a.to("npu") if isinstance(a, torch.Tensor) else a for a in args]
+    out = fn(*on_npu, **{k: "npu" if k == "device" else v for k, v in kwargs.items()})
+    if op.startswith("."):  # in place: the cpu tensor takes the numbers
+        args[0].copy_(on_npu[0].cpu())
+        return args[0]
+    return out.cpu()
+
+
 def _setitem(run, a, idx, v):
     a[idx] = v
 
@@ -361,7 +377,8 @@ SPECIAL = {
     "pin": lambda run, h: h.pin_memory() if run.npu else h.clone(),
     "to_device": lambda run, h, non_blocking: h.to(run.device, non_blocking=non_blocking, copy=True),
     "to_device1": lambda run, h, non_blocking: h.to(run.device1, non_blocking=non_blocking, copy=True),
-    "generator": lambda run, seed: torch.Generator(device=run.device).manual_seed(seed),
+    "generator": lambda run, seed: torch.Generator(device=run.device if run.npu else "npu").manual_seed(seed),
+    "random": _random,
     "empty_pinned": lambda run, shape, dtype: torch.empty(shape, dtype=dtype, pin_memory=run.npu),
     "fill_tail": lambda run, t, k, v: t.view(-1)[k:].fill_(v),
 }
@@ -1161,7 +1178,9 @@ class Builder:
             self.emit(None, ".fill_", h, self.scalar(kind(t)))
 
     def fam_random(self):
-        """Random numbers from an explicit generator (the same as the cpu's for a seed)."""
+        """Random numbers from an explicit generator. The npu's numbers come from its generator's
+        (seed, offset), not from the CPU's engine: the cpu target draws them on the npu too
+        ("random" steps), from generators of its own with the same seeds."""
         rng = self.rng
         gens = [Ref(n) for n in self.shadow.env if n[0] == "r"]
         if gens and rng.random() < 0.7:
@@ -1171,22 +1190,23 @@ class Builder:
         form = rng.choice(("randn", "rand", "randint", "randperm", "uniform_", "normal_", "bernoulli_", "bernoulli",
                            "random_", "exponential_", "multinomial"))
         if form in ("randn", "rand"):
-            return self.emit(self.name("t"), "torch." + form, self.shape(), generator=r, device=DEV)
+            return self.emit(self.name("t"), "random", "torch." + form, self.shape(), generator=r, device=DEV)
         if form == "randint":
-            return self.emit(self.name("t"), "torch.randint", -5, 5, self.shape(), generator=r, device=DEV)
+            return self.emit(self.name("t"), "random", "torch.randint", -5, 5, self.shape(), generator=r, device=DEV)
         if form == "randperm":
-            return self.emit(self.name("t"), "torch.randperm", rng.randint(0, 40), generator=r, device=DEV)
+            return self.emit(self.name("t"), "random", "torch.randperm", rng.randint(0, 40), generator=r, device=DEV)
         if form == "bernoulli":
-            p = self.emit(self.name("t"), "torch.rand", self.shape(), generator=r, device=DEV)
-            return self.emit(self.name("t"), "torch.bernoulli", Ref(p), generator=r)
+            p = self.emit(self.name("t"), "random", "torch.rand", self.shape(), generator=r, device=DEV)
+            return self.emit(self.name("t"), "random", "torch.bernoulli", Ref(p), generator=r)
         if form == "multinomial":
-            p = self.emit(self.name("t"), "torch.rand", (rng.randint(1, 3), rng.randint(1, 6)), generator=r, device=DEV)
+            p = self.emit(self.name("t"), "random", "torch.rand", (rng.randint(1, 3), rng.randint(1, 6)), generator=r,
+                          device=DEV)
             n = rng.randint(1, self.value(p).shape[1])
-            return self.emit(self.name("t"), "torch.multinomial", Ref(p), n, generator=r)
+            return self.emit(self.name("t"), "random", "torch.multinomial", Ref(p), n, generator=r)
         a = self.pick(self.tensors("f" if form != "random_" else "fi", write=True))
         args = {"uniform_": (-2, 2), "normal_": (0, 1), "bernoulli_": (0.5,), "random_": (0, 7),
                 "exponential_": ()}[form]
-        self.emit(None, "." + form, a, *args, generator=r)
+        self.emit(None, "random", "." + form, a, *args, generator=r)
 
     def fam_device1(self):
         """Tensors on a second device: copies both ways, ops there."""

@@ -1,5 +1,5 @@
 """DTensor sharding of torch_npu's fused operators (norms, rotary, swiglu, fused attention,
-grouped matmul add, conv2d, cross entropy, repeat_interleave) (torch_npu/distributed/tensor/_sharding.py):
+grouped matmul add, conv2d, cross entropy, repeat_interleave) and random ops (torch_npu/distributed/tensor/_sharding.py):
 results and gradients on a 2-rank mesh equal the single-device ones, in the placements the
 strategies choose; the strategies are registered once torch.distributed.tensor is imported,
 which `import torch_npu` does not do (it costs about 0.5 s)."""
@@ -166,6 +166,20 @@ def _check(rank, world, port):
         (ref[0].sum() + (ref[2].sum() if zloss else 0)).backward()
         (got[0].sum() + (got[2].sum() if zloss else 0)).backward()
         torch.testing.assert_close(dlogits.grad.full_tensor(), logits.grad)
+
+    # random ops on DTensors (nn.init, dropout): the npu generator's state is torch_npu's 16 bytes
+    # (seed, offset), so DTensor's offset-based RNG tracker gives each shard its own numbers
+    # (it failed on the 5 KB state of a CPU engine before)
+    torch.npu.manual_seed(0)
+    w = distribute_tensor(torch.empty(8, 4, device="npu"), mesh, [Shard(0)])
+    torch.nn.init.trunc_normal_(w, std=0.02)
+    full = w.full_tensor()
+    assert not torch.equal(full[:4], full[4:]) and full.abs().max() <= 0.04
+    r = distribute_tensor(torch.empty(6, device="npu"), mesh, [Replicate()])
+    torch.nn.init.uniform_(r)
+    both = [torch.empty(6, device="npu") for _ in range(world)]
+    dist.all_gather(both, r.to_local())
+    assert torch.equal(both[0], both[1])  # replicated: the same numbers on every rank
     dist.destroy_process_group()
 
 

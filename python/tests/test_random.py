@@ -57,18 +57,39 @@ def test_get_and_set_rng_state():
 
 
 def test_set_rng_state_of_torch_npu_on_ascend():
-    # A checkpoint written on Ascend holds torch_npu's 16-byte state (seed, Philox offset) or the
-    # seed alone: it sets the seed, as manual_seed does (and the offset).
+    # The state is torch_npu's: the seed and the Philox offset, 16 bytes. A checkpoint written on
+    # Ascend (or here) restores exactly, in any process; the seed alone (8 bytes) is manual_seed.
     ascend = torch.tensor([1234, 48], dtype=torch.int64).view(torch.uint8)
     torch.npu.set_rng_state(ascend)
     assert torch.npu.initial_seed() == 1234
     first = torch.randn(16, device="npu").cpu()
-    torch.npu.manual_seed(1234)
+    assert torch.npu.get_rng_state().view(torch.int64).tolist() == [1234, 64]  # 16 numbers drawn
+    torch.npu.set_rng_state(ascend)
     assert torch.equal(first, torch.randn(16, device="npu").cpu())
+    torch.npu.manual_seed(1234)
+    assert not torch.equal(first, torch.randn(16, device="npu").cpu())  # offset 0: other numbers
     torch.npu.set_rng_state(torch.tensor([77], dtype=torch.int64).view(torch.uint8))
-    assert torch.npu.initial_seed() == 77
-    with pytest.raises(RuntimeError, match="or of 16 or 8 bytes"):
+    assert torch.npu.initial_seed() == 77 and torch.npu.get_rng_state().view(torch.int64).tolist() == [77, 0]
+    with pytest.raises(RuntimeError, match="of 16 bytes"):
         torch.npu.set_rng_state(torch.zeros(12, dtype=torch.uint8))
+
+
+def test_state_in_another_process_continues_the_same_numbers():
+    # (seed, offset) is the whole state: a state saved here continues in a fresh process with the
+    # numbers this one draws next (resuming training from a checkpoint reproduces its dropout)
+    import subprocess
+    import sys
+
+    torch.npu.manual_seed(9)
+    torch.randn(100, device="npu")
+    state = torch.npu.get_rng_state()
+    here = torch.rand(8, device="npu").cpu()
+    code = ("import torch, torch_npu, sys\n"
+            "torch.npu.set_rng_state(torch.tensor(%r, dtype=torch.uint8))\n"
+            "print(torch.rand(8, device='npu').cpu().tolist())\n" % state.tolist())
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert torch.equal(torch.tensor(eval(out.stdout.strip().splitlines()[-1])), here)
 
 
 def test_rng_state_all():

@@ -1,10 +1,10 @@
 // torch_npu's NPU random generator for C++ extensions (at_npu::NPUGeneratorImpl, torch_npu's
-// path and names). It is the generator torch.npu's random functions use: it owns a
-// CPUGeneratorImpl and forwards seed and state to it under its mutex, so CPU kernels
-// running on NPU memory draw from the NPU generator (torch.npu.manual_seed makes them
-// reproducible). Kernels with counter-based (Philox) randomness take (seed, offset) pairs
-// instead, as on CUDA and Ascend: the offset advances with each draw (philox_npu_state,
-// philox_engine_inputs), is reset by a new seed and is part of the state.
+// path and names). Its state is torch_npu's: a seed and a Philox offset (16 bytes), as on
+// CUDA and Ascend. Every random kernel takes its numbers from (seed, offset) alone and moves
+// the offset on by the numbers it draws (rounded up to a multiple of 4): CPU kernels running
+// on NPU memory get a CPU generator whose engine is derived from that pair, Philox kernels
+// the pair itself (philox_npu_state, philox_engine_inputs). So a state restores exactly, in
+// any process, and DTensor's offset-based RNG tracker can give each shard its own offset.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "torch_npu/csrc/core/npu/NPUMacros.h"
@@ -66,25 +67,25 @@ struct TORCH_NPU_API NPUGeneratorImpl : public c10::GeneratorImpl {
   std::pair<uint64_t, uint64_t> philox_engine_inputs(uint64_t increment);
   static c10::DeviceType device_type();
 
-  // The CPU generator CPU kernels consume in place of this one.
-  const at::Generator& cpu_generator() const { return cpu_; }
-  // A random kernel using this generator was recorded into an NPU graph (called at
-  // launch, on the host): the graph's position in the generator's sequence moves on.
-  void note_captured_draw();
+  // A CPU generator for one random kernel of up to `numbers` values, launched now on this
+  // generator's device: outside an NPU graph capture its engine comes from (seed, offset) and
+  // the offset moves on; in a capture, each replay gives it the engine of the offset the
+  // replay reserved (philox_engine_inputs of the graph's span, see NPUGraph::replay).
+  at::Generator draw(uint64_t numbers);
 
  private:
   NPUGeneratorImpl* clone_impl() const override;
-  // Graph-safe state, as CUDA's generator: during an NPU graph capture, nothing runs, so
-  // the host cannot read or set the state the graph's kernels will see. get_state()
-  // records a task that snapshots the state when a replay reaches that point, and returns
-  // the host state tagged with the capture and its position in it; set_state() of such a
-  // state records a task restoring the snapshot; any other state, or a seed, may only
-  // keep the seed (torch_npu's error otherwise), and is applied by a recorded task.
+  // Graph-safe state, as CUDA's generator: in an NPU graph capture, a random kernel is given
+  // its place in the graph's draws (an offset relative to the replay's start), and each
+  // replay reserves the graph's span of offsets when the host enqueues it. get_state() in a
+  // capture returns the seed and that relative position, tagged with the capture;
+  // set_state() of such a state moves the capture back to it. Seeds may only stay the same.
   struct Capture;
   Capture* capture() const;  // the current capture on this generator's device, or nullptr
-  mutable at::Generator cpu_;  // mutable: get_state() const locks its mutex
-  uint64_t philox_offset_ = 0;  // guarded by cpu_'s mutex
-  mutable std::shared_ptr<Capture> capture_;  // the last capture seen, guarded by cpu_'s mutex
+  mutable std::mutex state_mutex_;  // seed_, offset_, capture_ (GeneratorImpl::mutex_ is the caller's)
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+  mutable std::shared_ptr<Capture> capture_;  // the last capture seen
   mutable uint32_t captures_ = 0;
 };
 
