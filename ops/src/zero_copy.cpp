@@ -1300,14 +1300,14 @@ void histc_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch
   torch::jit::push(*stack, std::move(result));
 }
 
-// Huawei's aclnn losses take int32 class targets; ATen's CPU kernels only int64 (and
-// uint8 for nll_loss): an int32 npu target is taken as int64.
+// Huawei's aclnn losses take int32 class targets, and put_ int32 indices; ATen's CPU kernels
+// only int64 (and uint8 for nll_loss): an int32 npu target or index is taken as int64.
 void int_target_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const auto& args = op.schema().arguments();
   const size_t first = stack->size() - args.size();
   for (size_t i = 0; i < args.size(); ++i) {
     c10::IValue& v = (*stack)[first + i];
-    if (args[i].name() == "target" && v.isTensor() && is_npu(v.toTensor()) &&
+    if ((args[i].name() == "target" || args[i].name() == "index") && v.isTensor() && is_npu(v.toTensor()) &&
         v.toTensor().scalar_type() == at::kInt) {
       v = v.toTensor().to(at::kLong);
     }
@@ -1497,6 +1497,8 @@ constexpr const char* kFloat32ComputeOps[] = {
     // the CPU kernel adds into the low-precision result one source row at a time (repeat_interleave's
     // and index_select's backward sum many rows); aclnnIndexAdd accumulates in float32
     "index_add", "index_add.out",
+    // interpolations whose CPU kernel rounds the weighted sums in the low precision (up to a few ulps)
+    "upsample_linear1d.out", "upsample_bicubic2d.out", "upsample_trilinear3d.out",
 };
 }  // namespace
 
@@ -1519,7 +1521,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   // (multilabel_margin_loss_backward takes torch_npu's CPU fallback, whose kernel wants int64 targets.)
   for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",
                            "nll_loss_backward.grad_input", "nll_loss2d_forward", "nll_loss2d_forward.output",
-                           "nll_loss2d_backward", "nll_loss2d_backward.grad_input"}) {
+                           "nll_loss2d_backward", "nll_loss2d_backward.grad_input", "put_"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&int_target_kernel>());
   }
   // multilabel_margin_loss: int32 targets, and no float16 CPU kernel

@@ -1531,3 +1531,78 @@ def test_npu_cross_entropy_loss_backward_matches_autograd_of_the_reference(reduc
     _close(xn.grad, x.grad.float(), atol=1e-6, rtol=1e-5)
     with pytest.raises(RuntimeError, match="reduction must be"):
         torch.ops.npu.npu_cross_entropy_loss_backward(grad_loss.float().npu(), out[1], target.npu(), reduction="avg")
+
+
+def test_renorm_takes_p0_as_aclnn_and_keeps_atens_numbers_otherwise():
+    # p = 0 (ATen: "non-positive-norm not supported"): slices with more non-zeros than maxnorm are
+    # scaled by maxnorm / (count + 1e-7), as op-plugin's test_renorm_3_3_0_0_1
+    x = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 3.0], [4.0, 5.0, 6.0]])
+    count = torch.tensor([2.0, 1.0, 3.0])[:, None]
+    expected = x * torch.where(count > 1, 1 / (count + 1e-7), torch.ones_like(count))
+    _close(torch.renorm(x.npu(), 0, 0, 1), expected)
+    y = x.npu()
+    y.renorm_(0, 0, 1)
+    _close(y, expected)
+    out = torch.empty(0).npu()
+    torch.renorm(x.npu(), 0, 0, 1, out=out)
+    _close(out, expected)
+    _close(torch.renorm(x.half().npu(), 0, 0, 1), expected.half())
+    # other p: the op table's kernel (ATen's numbers exactly), differentiable as ATen's
+    a = torch.randn(4, 5, 6)
+    assert torch.equal(torch.renorm(a.npu(), 2.5, 1, 0.8).cpu(), torch.renorm(a, 2.5, 1, 0.8))
+    a64 = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda t: torch.renorm(t.npu(), 2, 0, 0.5).cpu(), (a64,))
+    with pytest.raises(RuntimeError, match="non-positive-norm not supported"):
+        torch.renorm(x.npu(), -1, 0, 1)
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.renorm(torch.ones(3).npu(), 0, 0, 1)
+
+
+def test_put_takes_int32_indices():
+    # aclnn's put_ takes int32 indices (op-plugin's test_put_aicore_common_shape_format_*)
+    x, src = torch.zeros(4, 3), torch.arange(5.0)
+    index = torch.tensor([0, 11, 5, 5, 2])
+    expected = x.clone().put_(index, src, accumulate=True)
+    _close(x.npu().put_(index.int().npu(), src.npu(), accumulate=True), expected)
+
+
+def test_fused_linear_cross_entropy_over_a_split_vocabulary_matches_cross_entropy():
+    # Megatron's vocabulary-parallel cross entropy of a linear head, two ranks' slices computed
+    # here one after the other: npu_fused_linear_online_max_sum, the all-reduced statistics,
+    # npu_fused_cross_entropy_loss_with_max_sum and the backward give cross entropy's loss and
+    # gradients (both backward forms: softmax given, or recomputed from max and sum)
+    torch.manual_seed(0)
+    rows, hidden, vocab = 10, 16, 256
+    x, w = torch.randn(rows, hidden).half(), torch.randn(vocab, hidden).half()
+    target = torch.randint(0, vocab, (rows,))
+    xr, wr = x.float().requires_grad_(), w.float().requires_grad_()
+    grad = torch.rand(rows)
+    F.cross_entropy(xr @ wr.t(), target, reduction="none").backward(grad)
+    half = vocab // 2
+    local = [torch_npu.npu_fused_linear_online_max_sum(x.npu(), w[r * half:(r + 1) * half].npu(), target.npu(),
+                                                       r * half, (r + 1) * half - 1, return_logits=True)
+             for r in range(2)]
+    logits_max = torch.stack([o[0] for o in local]).amax(0)
+    sum_exp = sum(o[1] * torch.exp(o[0] - logits_max) for o in local)
+    inside = [(target.npu() >= r * half) & (target.npu() < (r + 1) * half) for r in range(2)]
+    predicted = sum(torch.where(inside[r], o[2] + o[0] - logits_max, 0.0) for r, o in enumerate(local))
+    loss, _ = torch_npu.npu_fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp, predicted)
+    expected_loss = F.cross_entropy(x.float() @ w.float().t(), target, reduction="none")
+    _close(loss, expected_loss, atol=1e-3, rtol=1e-3)
+    for r, o in enumerate(local):
+        assert o[3].dtype == torch.uint8 and o[3].shape == ((rows + 7) // 8,) and o[5].dtype == torch.float16
+        assert torch.equal(o[4].cpu(), torch.where(inside[r].cpu(), target - r * half, 0))
+    for form in ("softmax", "max_sum"):
+        grad_x = torch.zeros(rows, hidden)
+        grad_w = []
+        for r, o in enumerate(local):
+            slice_w = w[r * half:(r + 1) * half].npu()
+            kwargs = ({"softmax": (o[5].float() - logits_max[:, None]).exp() / sum_exp[:, None]} if form == "softmax"
+                      else {"logits_max": logits_max, "sum_exp_logits": sum_exp})
+            gx, gw = torch_npu.npu_fused_linear_cross_entropy_loss_with_max_sum_backward(
+                grad.npu(), x.npu(), slice_w, o[3], o[4], **kwargs)
+            assert gx.dtype == gw.dtype == torch.float16
+            grad_x += gx.float().cpu()
+            grad_w.append(gw.float().cpu())
+        torch.testing.assert_close(grad_x, xr.grad, atol=2e-2, rtol=1e-2)
+        torch.testing.assert_close(torch.cat(grad_w), wr.grad, atol=2e-2, rtol=1e-2)

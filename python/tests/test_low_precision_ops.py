@@ -248,3 +248,15 @@ def test_cdist_inf_gradient_reaches_the_rounded_distance_in_float16():
     expected = (diff.sign() * (diff.abs() >= dist[..., None])).sum(1)
     torch.testing.assert_close(a.grad.cpu(), expected.half())
     assert (diff.abs() > dist[..., None]).any() or (diff.abs().amax(-1) != dist).any()  # the case arises here
+
+
+@pytest.mark.parametrize("mode,shape,size", [("linear", (4, 8, 40), (77,)), ("bicubic", (2, 3, 9, 11), (17, 23)),
+                                             ("trilinear", (1, 2, 5, 6, 7), (9, 11, 13))])
+def test_interpolations_round_once_in_float16(mode, shape, size):
+    # the CPU kernels round their weighted sums in float16 (up to 0.0625 off at ~100, op-plugin's
+    # test_upsample_linear1d); aclnn computes in float32 and rounds once
+    torch.manual_seed(0)
+    x = (torch.rand(shape) * 100).half()
+    got = F.interpolate(x.npu(), size=size, mode=mode, align_corners=False).cpu()
+    assert torch.equal(got, _rounded(lambda t: F.interpolate(t, size=size, mode=mode, align_corners=False), x,
+                                     dtype=torch.float16))

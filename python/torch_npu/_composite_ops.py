@@ -1917,6 +1917,72 @@ def _cdist_backward(grad, x1, x2, p, cdist):
 _aten_lib.impl("_cdist_backward", _cdist_backward, "AutogradPrivateUse1")
 
 
+# renorm as aclnnRenorm, which also takes p = 0 (a slice's "norm" is then its count of
+# non-zero elements; ATen refuses it: "non-positive-norm not supported"). Other p run the op
+# table's kernel; their gradient, and all of p = 0, are ATen's steps written out: the norm of
+# each slice along `dim` in the accumulate type, the factor maxnorm / (norm + 1e-7) where the
+# norm exceeds maxnorm (else 1) in self's dtype, self * factor (a count has no gradient).
+def _renorm_steps(self, p, dim, maxnorm):
+    p, maxnorm = float(p), float(maxnorm)
+    _check(p >= 0, "renorm: negative-norm not supported")
+    _check(maxnorm >= 0, f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    _check(self.dim() > 1, f"renorm: input needs at least 2 dimensions, got {self.dim()} dimensions")
+    d = dim % self.dim()
+    others = [i for i in range(self.dim()) if i != d]
+    acc = _low_precision_accumulator(self)
+    if p == 0:
+        norm = (self != 0).sum(others, keepdim=True, dtype=acc)
+    else:
+        norm = torch.linalg.vector_norm(self, p, dim=others, keepdim=True, dtype=acc)
+    factor = torch.where(norm > maxnorm, maxnorm / (norm + 1e-7), torch.ones_like(norm))
+    return self * factor.to(self.dtype)
+
+
+class _Renorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, self, p, dim, maxnorm):
+        ctx.save_for_backward(self)
+        ctx.args = (p, dim, maxnorm)
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.aten.renorm(self, p, dim, maxnorm)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (self,) = ctx.saved_tensors
+        create_graph = torch.is_grad_enabled()
+        with torch.enable_grad():
+            x = self if create_graph else self.detach().requires_grad_()
+            (grad_self,) = torch.autograd.grad(_renorm_steps(x, *ctx.args), x, grad, create_graph=create_graph)
+        return grad_self, None, None, None
+
+
+def _renorm(self, p, dim, maxnorm):
+    return _renorm_steps(self, p, dim, maxnorm) if float(p) == 0 else _Renorm.apply(self, p, dim, maxnorm)
+
+
+def _renorm_(self, p, dim, maxnorm):
+    if float(p) != 0 and not (self.requires_grad and torch.is_grad_enabled()):
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.aten.renorm_(self, p, dim, maxnorm)
+    return self.copy_(_renorm(self.clone(), p, dim, maxnorm))
+
+
+def _renorm_out(self, p, dim, maxnorm, *, out):
+    _check(not (self.requires_grad and torch.is_grad_enabled()),
+           "renorm(): functions with out=... arguments don't support automatic differentiation, but one of the "
+           "arguments requires grad.")
+    if float(p) != 0:
+        with torch._C._AutoDispatchBelowAutograd():
+            return torch.ops.aten.renorm.out(self, p, dim, maxnorm, out=out)
+    result = _renorm_steps(self, p, dim, maxnorm)
+    out.resize_(result.shape)
+    return out.copy_(result)
+
+
+for _name, _kernel in (("renorm", _renorm), ("renorm_", _renorm_), ("renorm.out", _renorm_out)):
+    _aten_lib.impl(_name, _kernel, "AutogradPrivateUse1")
+
+
 @_op("npu_cross_entropy_loss(Tensor input, Tensor target, Tensor? weight=None, str reduction='mean', "
      "int ignore_index=-100, float label_smoothing=0.0, float lse_square_scale_for_zloss=0.0, bool return_zloss=False) "
      "-> (Tensor, Tensor, Tensor, Tensor)", keys=("CompositeExplicitAutograd",))
@@ -2032,6 +2098,84 @@ def _npu_fused_cross_entropy_loss_with_max_sum(logits_max, sum_exp_logits, predi
         shifted = vocab_parallel_logits.float() - logits_max.float().unsqueeze(-1)
         softmax = shifted.exp() / sum_exp_logits.float().unsqueeze(-1)
     return loss, softmax
+
+
+# The vocabulary-parallel cross entropy of a linear head (Megatron's), around its all-reduces:
+# npu_fused_linear_online_max_sum before, npu_fused_cross_entropy_loss_with_max_sum after, and
+# the gradients of input and weight. target_mask has a bit per row, set where the target is
+# not in this rank's slice of the vocabulary; the bits of a byte are its rows in order, the
+# first the most significant (op-plugin's 0b(maskBit[8k:8k+8])), the last byte padded with ones.
+
+_MASK_SHIFTS = tuple(range(7, -1, -1))
+
+
+def _pack_target_mask(mask):
+    pad = -mask.numel() % 8
+    bits = torch.cat([mask.to(torch.uint8), mask.new_ones(pad, dtype=torch.uint8)]).view(-1, 8)
+    weights = torch.tensor([1 << s for s in _MASK_SHIFTS], dtype=torch.uint8, device=mask.device)
+    return (bits * weights).sum(-1, dtype=torch.uint8)
+
+
+def _unpack_target_mask(packed, rows):
+    shifts = torch.tensor(_MASK_SHIFTS, dtype=torch.uint8, device=packed.device)
+    return ((packed.view(-1, 1) >> shifts) & 1).view(-1)[:rows].bool()
+
+
+@_op("npu_fused_linear_online_max_sum(Tensor input, Tensor weight, Tensor target, int vocab_start_index, "
+     "int vocab_end_index, bool return_logits=False) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+def _npu_fused_linear_online_max_sum(input, weight, target, vocab_start_index, vocab_end_index, return_logits=False):
+    """logits = input [N, H] @ weight [V, H]^T (float32 accumulation); per row its max, the sum
+    of exp(logits - max), the shifted logit of the target where it is in [vocab_start_index,
+    vocab_end_index] (else 0), target_mask (bits, see above), masked_target (the target's index
+    in the slice, 0 outside it) and, with return_logits, the logits in input's dtype (else None)."""
+    name = "npu_fused_linear_online_max_sum"
+    _check(input.dim() == 2 and weight.dim() == 2 and input.size(1) == weight.size(1),
+           f"{name}: input [N, H] and weight [V, H] must share H, got {list(input.shape)} and {list(weight.shape)}")
+    _check(input.dtype == weight.dtype and input.dtype in (torch.float16, torch.bfloat16),
+           f"{name}: input and weight must be both float16 or both bfloat16, got {input.dtype} and {weight.dtype}")
+    _check(target.dim() == 1 and target.size(0) == input.size(0) and target.dtype in (torch.int32, torch.int64),
+           f"{name}: target must be int32/int64 [{input.size(0)}], got {target.dtype} {list(target.shape)}")
+    _check(0 <= vocab_start_index <= vocab_end_index,
+           f"{name}: expected 0 <= vocab_start_index <= vocab_end_index, got {vocab_start_index} and {vocab_end_index}")
+    logits = input.float() @ weight.float().t()
+    logits_max = logits.amax(-1)
+    shifted = logits - logits_max.unsqueeze(-1)
+    outside = (target < vocab_start_index) | (target > vocab_end_index)
+    masked_target = torch.where(outside, torch.zeros_like(target), target - vocab_start_index)
+    picked = shifted.gather(1, masked_target.long().clamp_max(max(weight.size(0) - 1, 0)).unsqueeze(1)).squeeze(1)
+    predicted = torch.where(outside, torch.zeros_like(picked), picked)
+    parallel_logits = logits.to(input.dtype) if return_logits else None  # None as torch_npu's
+    return (logits_max, shifted.exp().sum(-1), predicted, _pack_target_mask(outside), masked_target,
+            parallel_logits)
+
+
+@_op("npu_fused_linear_cross_entropy_loss_with_max_sum_backward(Tensor grad, Tensor input, Tensor weight, "
+     "Tensor target_mask, Tensor masked_target, float label_smoothing=0.0, Tensor? logits_max=None, "
+     "Tensor? sum_exp_logits=None, Tensor? softmax=None) -> (Tensor, Tensor)")
+def _npu_fused_linear_cross_entropy_loss_with_max_sum_backward(grad, input, weight, target_mask, masked_target,
+                                                               label_smoothing=0.0, logits_max=None,
+                                                               sum_exp_logits=None, softmax=None):
+    """The gradients of input and weight: d logits = (softmax - one_hot(masked_target) for the rows
+    whose target is in this slice) * grad; input's = d logits @ weight, weight's = d logits^T @ input.
+    softmax [N, V] given (the fast form) or recomputed from logits_max and sum_exp_logits."""
+    name = "npu_fused_linear_cross_entropy_loss_with_max_sum_backward"
+    _check(label_smoothing == 0.0, f"{name}: only label_smoothing=0.0 is supported, got {label_smoothing}")
+    rows = input.size(0)
+    _check(grad.dim() == 1 and grad.size(0) == rows and masked_target.shape == grad.shape,
+           f"{name}: grad and masked_target must be [{rows}], got {list(grad.shape)} and {list(masked_target.shape)}")
+    _check(target_mask.dtype == torch.uint8 and target_mask.numel() * 8 >= rows,
+           f"{name}: target_mask must be uint8 with a bit per row ({(rows + 7) // 8} bytes), got "
+           f"{target_mask.dtype} {list(target_mask.shape)}")
+    if softmax is None:
+        _check(logits_max is not None and sum_exp_logits is not None,
+               f"{name}: without softmax, logits_max and sum_exp_logits are required")
+        logits = input.float() @ weight.float().t()
+        softmax = (logits - logits_max.float().unsqueeze(-1)).exp() / sum_exp_logits.float().unsqueeze(-1)
+    d_logits = softmax.float().clone()
+    inside = (~_unpack_target_mask(target_mask, rows)).float()
+    d_logits.scatter_add_(1, masked_target.long().unsqueeze(1), -inside.unsqueeze(1))
+    d_logits *= grad.float().unsqueeze(-1)
+    return (d_logits @ weight.float()).to(input.dtype), (d_logits.t() @ input.float()).to(input.dtype)
 
 
 @_op("npu_group_norm_silu(Tensor input, Tensor? weight, Tensor? bias, int group, float eps=0.00001) "
