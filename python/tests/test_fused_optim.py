@@ -625,6 +625,20 @@ def test_npu_apply_adam():
             torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-6)
 
 
+def test_npu_apply_adam_takes_an_out_tuple_and_computes_degenerate_powers():
+    # torch_npu's binding takes out=(var, m, v) as well as var=, m=, v= (op-plugin's test_apply_adam);
+    # beta1_power 1 (no step yet) gives a NaN/inf var, as on Ascend, and the moments as usual
+    g = torch.Generator().manual_seed(2)
+    var, m, v, grad = (torch.rand(8, generator=g) for _ in range(4))
+    out = (var.npu(), m.npu(), v.npu())
+    result = torch_npu.npu_apply_adam(1, 1, 0.2, 0.2, 0.2, 0.2, grad.npu(), False, False, out=out)
+    assert all(r is o for r, o in zip(result, out))
+    torch.testing.assert_close(out[2].cpu(), 0.2 * v + 0.8 * grad * grad)
+    assert not torch.isfinite(out[0].cpu()).any()
+    with pytest.raises(TypeError, match="out must be a tuple of 3 tensors"):
+        torch_npu.npu_apply_adam(0.9, 0.9, 0.2, 0.2, 0.2, 0.2, grad.npu(), False, False, out=(out[0],))
+
+
 def test_kernel_argument_errors():
     p, g = torch.zeros(4).npu(), torch.zeros(4).npu()
     with pytest.raises(RuntimeError, match="exp_avg"):

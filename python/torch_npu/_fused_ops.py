@@ -22,11 +22,42 @@ def fused_op_names() -> list[str]:
 
 
 def export(module) -> list[str]:
-    """Sets ``module.<name> = torch.ops.npu.<name>`` for every fused operator."""
+    """Sets ``module.<name> = torch.ops.npu.<name>`` for every fused operator (those whose out
+    form writes several named tensors also take them as an ``out=`` tuple, see _with_out_tuple)."""
     names = fused_op_names()
     for name in names:
-        setattr(module, name, getattr(torch.ops.npu, name))
+        packet = getattr(torch.ops.npu, name)
+        outs = _out_names(packet)
+        setattr(module, name, _with_out_tuple(name, packet, outs) if outs else packet)
     return names
+
+
+def _out_names(packet) -> list[str]:
+    """The keyword-only tensors an ``out`` overload writes, unless that is the one ``out``."""
+    if "out" not in packet.overloads():
+        return []
+    names = [a.name for a in packet.out._schema.arguments
+             if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+    return [] if names == ["out"] else names
+
+
+def _with_out_tuple(name, packet, out_names):
+    """torch_npu's binding of an operator whose out form writes several tensors (npu_apply_adam:
+    var, m, v): they may come as ``out=(var, m, v)``, as torch's ``max(..., out=(values, indices))``.
+    TorchScript sees the operator itself."""
+    def op(*args, out=None, **kwargs):
+        if out is not None:
+            outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+            if len(outs) != len(out_names):
+                raise TypeError(f"{name}(): out must be a tuple of {len(out_names)} tensors "
+                                f"({', '.join(out_names)}), got {len(outs)}")
+            kwargs.update(zip(out_names, outs))
+        return packet(*args, **kwargs)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = packet.__doc__
+    torch.jit._builtins._register_builtin(op, f"npu::{name}")
+    return op
 
 
 #: The operators torch_npu lists in ``torch_npu.__all__``: op-plugin's functions marked
