@@ -156,7 +156,7 @@ def _w_fsdp2(rank, world, port, shard_dim, result_path):
         opt = _DistributedMuon(model.parameters(), lr=2e-2, process_group=mesh.get_group())
         for step in range(3):
             torch.manual_seed(10 + step)
-            x, y = torch.randn(8, 16, device="npu"), torch.randn(8, 8, device="npu")
+            x, y = torch.randn(8, 16).npu(), torch.randn(8, 8).npu()  # drawn on the CPU: independent of the npu generator
             torch.nn.functional.mse_loss(model(x), y).backward()
             opt.step()
             opt.zero_grad()
@@ -177,7 +177,7 @@ def test_fsdp2_matches_single_process(tmp_path, shard_dim):
     opt = _DistributedMuon(model.parameters(), lr=2e-2)
     for step in range(3):
         torch.manual_seed(10 + step)
-        x, y = torch.randn(8, 16, device="npu"), torch.randn(8, 8, device="npu")
+        x, y = torch.randn(8, 16).npu(), torch.randn(8, 8).npu()  # drawn on the CPU: independent of the npu generator
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         opt.zero_grad()

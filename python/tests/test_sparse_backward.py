@@ -13,6 +13,7 @@ CHILD = textwrap.dedent(r'''
     from torch.testing._internal.common_methods_invocations import op_db
     warnings.simplefilter("ignore")
 
+    RANDOM = {"rand_like", "randn_like", "randint_like"}
     LAYOUTS = {"coo": torch.sparse_coo, "csr": torch.sparse_csr, "csc": torch.sparse_csc,
                "bsr": torch.sparse_bsr, "bsc": torch.sparse_bsc}
 
@@ -78,7 +79,10 @@ CHILD = textwrap.dedent(r'''
                 except Exception:
                     continue  # the CPU refuses it too
                 got = run(fn, to_npu(args), to_npu(kwargs))
-                torch.testing.assert_close(got, expected, equal_nan=True, rtol=1e-5, atol=1e-5)
+                if name.split("[")[0] in RANDOM:  # the npu generator's numbers, not the CPU's
+                    assert (got[0].shape, got[0].dtype) == (expected[0].shape, expected[0].dtype)
+                else:
+                    torch.testing.assert_close(got, expected, equal_nan=True, rtol=1e-5, atol=1e-5)
                 compared += 1
         except Exception as e:
             result = "FAIL " + f"{type(e).__name__}: {e}".replace("\n", " ")[:300]

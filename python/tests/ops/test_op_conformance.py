@@ -231,7 +231,7 @@ class TestNPUConformance(TestCase):
             results.append(grads)
         torch.npu.synchronize()
         self._assert_match(results[1], results[0], f"{op.full_name} {dtype} gradients, {label}",
-                           tol=tolerance(op.full_name, dtype))
+                           op.full_name in COMPARE_METADATA_ONLY, tolerance(op.full_name, dtype))
         return 1
 
 
