@@ -1519,10 +1519,15 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
   m.impl("histc.out", torch::CppFunction::makeFromBoxedFunction<&histc_kernel>());
   // (multilabel_margin_loss_backward takes torch_npu's CPU fallback, whose kernel wants int64 targets.)
-  for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss_backward",
-                           "nll_loss_backward.grad_input", "nll_loss2d_forward", "nll_loss2d_forward.output",
-                           "nll_loss2d_backward", "nll_loss2d_backward.grad_input", "put_"}) {
+  for (const char* name : {"nll_loss_backward", "nll_loss_backward.grad_input", "nll_loss2d_backward",
+                           "nll_loss2d_backward.grad_input", "put_"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&int_target_kernel>());
+  }
+  // the losses' sums over many rows: float16/bfloat16 accumulated in float32, as aclnn (the CPU
+  // kernel sums in the low precision)
+  for (const char* name : {"nll_loss_forward", "nll_loss_forward.output", "nll_loss2d_forward",
+                           "nll_loss2d_forward.output"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&float32_int_target_kernel>());
   }
   // multilabel_margin_loss: int32 targets, and no float16 CPU kernel
   // (its backward is not registered by torch_npu: it falls back to the CPU)

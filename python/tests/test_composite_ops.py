@@ -1606,3 +1606,17 @@ def test_fused_linear_cross_entropy_over_a_split_vocabulary_matches_cross_entrop
             grad_w.append(gw.float().cpu())
         torch.testing.assert_close(grad_x, xr.grad, atol=2e-2, rtol=1e-2)
         torch.testing.assert_close(torch.cat(grad_w), wr.grad, atol=2e-2, rtol=1e-2)
+
+
+def test_npu_random_choice_with_mask_shuffles_the_true_indices():
+    x = torch.rand(6, 7) > 0.5
+    true_rows = {tuple(r) for r in torch.nonzero(x).tolist()}
+    y, mask = torch_npu.npu_random_choice_with_mask(x.npu(), 0)  # count 0: all of them
+    assert y.dtype == torch.int32 and mask.all() and {tuple(r) for r in y.cpu().tolist()} == true_rows
+    y, mask = torch_npu.npu_random_choice_with_mask(x.npu(), len(true_rows) + 3, 7, 1)
+    assert mask.cpu().tolist() == [True] * len(true_rows) + [False] * 3
+    assert {tuple(r) for r in y[:len(true_rows)].cpu().tolist()} == true_rows and not y[len(true_rows):].any()
+    again, _ = torch_npu.npu_random_choice_with_mask(x.npu(), len(true_rows) + 3, 7, 1)
+    assert torch.equal(again, y)  # the same seeds, the same shuffle
+    with pytest.raises(RuntimeError, match="x must be bool"):
+        torch_npu.npu_random_choice_with_mask(torch.ones(3).npu())

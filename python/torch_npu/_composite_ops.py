@@ -606,6 +606,30 @@ def _bits(device):
     return torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)
 
 
+@_op("npu_random_choice_with_mask(Tensor x, int count=256, int seed=0, int seed2=0) -> (Tensor, Tensor)")
+def _npu_random_choice_with_mask(x, count=256, seed=0, seed2=0):
+    """The indices of x's true elements, shuffled: int32 [count, x.dim()] (count 0: all of them),
+    rows past the true elements 0, and mask [count] saying which rows are indices. The shuffle
+    draws from a generator seeded with (seed, seed2) when either is set, else from the npu
+    generator (torch_npu's shuffle is its kernel's own)."""
+    name = "npu_random_choice_with_mask"
+    _check(x.dtype == torch.bool, f"{name}: x must be bool, got {x.dtype}")
+    _check(count >= 0, f"{name}: count must be >= 0, got {count}")
+    indices = torch.nonzero(x).to(torch.int32)
+    generator = None
+    if seed or seed2:
+        generator = torch.Generator(device=x.device)
+        generator.manual_seed(((seed2 & 0xFFFFFFFF) << 32) | (seed & 0xFFFFFFFF))
+    order = torch.randperm(indices.size(0), generator=generator, device=x.device)
+    rows = indices.size(0) if count == 0 else count
+    taken = min(rows, indices.size(0))
+    chosen = indices.new_zeros(rows, indices.size(1))
+    chosen[:taken] = indices[order[:taken]]
+    mask = torch.zeros(rows, dtype=torch.bool, device=x.device)
+    mask[:taken] = True
+    return chosen, mask
+
+
 @_op("npu_dropout_gen_mask(int[] size, float p, *, ScalarType? dtype=None, Layout? layout=None, Device? device=None, "
      "bool? pin_memory=None) -> Tensor")
 def _npu_dropout_gen_mask(size, p, *, dtype=None, layout=None, device=None, pin_memory=None):
