@@ -1620,3 +1620,12 @@ def test_npu_random_choice_with_mask_shuffles_the_true_indices():
     assert torch.equal(again, y)  # the same seeds, the same shuffle
     with pytest.raises(RuntimeError, match="x must be bool"):
         torch_npu.npu_random_choice_with_mask(torch.ones(3).npu())
+
+
+def test_npu_sign_bits_unpack_refuses_a_bad_dtype_code_by_name():
+    # its dtype is an `int dtype` argument: torch's boxing of a Python kernel read a ScalarType
+    # argument's code 64 out of bounds (a segfault in the bad-argument suite, depending on memory)
+    packed = torch_npu.npu_sign_bits_pack(torch.randn(16).npu(), 2)
+    assert torch_npu.npu_sign_bits_unpack(packed, 2, torch.float16).dtype == torch.float16
+    with pytest.raises(TypeError, match="npu_sign_bits_unpack: dtype must be a torch.dtype, got 64"):
+        torch.ops.npu.npu_sign_bits_unpack.default(packed, 2, 64)

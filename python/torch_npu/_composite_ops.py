@@ -1166,9 +1166,12 @@ def _npu_sign_bits_pack(self, size):
     return packed.view(size, -1)
 
 
-@_op("npu_sign_bits_unpack(Tensor input, int size, ScalarType dtype) -> Tensor")
+# (`int dtype` where op-plugin has `ScalarType dtype`: torch's boxing of a Python kernel reads a
+# ScalarType argument's code as an index without a bound, so a bad code crashed the process)
+@_op("npu_sign_bits_unpack(Tensor input, int size, int dtype) -> Tensor")
 def _npu_sign_bits_unpack(input, size, dtype):
     """Inverse of npu_sign_bits_pack: each bit becomes +1 (set) or -1, shape [size, -1]."""
+    dtype = _dtype("npu_sign_bits_unpack", "dtype", dtype)
     _check(input.dtype == torch.uint8, f"npu_sign_bits_unpack: input must be uint8, got {input.dtype}")
     _check(dtype in (torch.float16, torch.float32), f"npu_sign_bits_unpack: dtype must be float16 or float32, got {dtype}")
     mask = torch.tensor([1 << i for i in range(8)], dtype=torch.uint8, device=input.device)
