@@ -186,7 +186,7 @@ at::Generator NPUGeneratorImpl::draw(uint64_t numbers) {
   std::lock_guard<std::mutex> lock(state_mutex_);
   if (Capture* c = capture()) {
     CapturedDraws& captured = *c->draws;
-    if (captured.draws.empty() && captured.span == 0) {
+    if (captured.draws.empty()) {  // its first draw in this capture: the graph's replays reserve for it
       RandomGraphs& rg = random_graphs();
       std::lock_guard<std::mutex> graphs_lock(rg.mu);
       rg.graphs[c->model].emplace_back(

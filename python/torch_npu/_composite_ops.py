@@ -2010,6 +2010,13 @@ for _name, _kernel in (("renorm", _renorm), ("renorm_", _renorm_), ("renorm.out"
     _aten_lib.impl(_name, _kernel, "AutogradPrivateUse1")
 
 
+def _check_cross_entropy_args(name, reduction, scores_name, scores, target):
+    _check(reduction in ("mean", "sum", "none"),
+           f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    _check(scores.dim() == 2 and target.dim() == 1 and target.size(0) == scores.size(0),
+           f"{name}: {scores_name} must be [N, C] and target [N], got {list(scores.shape)} and {list(target.shape)}")
+
+
 @_op("npu_cross_entropy_loss(Tensor input, Tensor target, Tensor? weight=None, str reduction='mean', "
      "int ignore_index=-100, float label_smoothing=0.0, float lse_square_scale_for_zloss=0.0, bool return_zloss=False) "
      "-> (Tensor, Tensor, Tensor, Tensor)", keys=("CompositeExplicitAutograd",))
@@ -2019,11 +2026,7 @@ def _npu_cross_entropy_loss(input, target, weight=None, reduction="mean", ignore
     F.cross_entropy (weight, ignore_index, label_smoothing). Returns (loss, log_prob [N, C],
     zloss, lse_for_zloss): with return_zloss, zloss = lse_square_scale_for_zloss * lse^2
     (lse = logsumexp of each row, ignored rows 0) reduced like the loss, else both empty."""
-    name = "npu_cross_entropy_loss"
-    _check(reduction in ("mean", "sum", "none"),
-           f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    _check(input.dim() == 2 and target.dim() == 1 and target.size(0) == input.size(0),
-           f"{name}: input must be [N, C] and target [N], got {list(input.shape)} and {list(target.shape)}")
+    _check_cross_entropy_args("npu_cross_entropy_loss", reduction, "input", input, target)
     logits = input.float()
     log_prob = F.log_softmax(logits, -1)
     w = None if weight is None else weight.float()
@@ -2053,11 +2056,7 @@ def _npu_cross_entropy_loss_backward(grad_loss, log_prob, target, weight=None, g
     z-loss): per row, d loss / d log_prob is -(1 - label_smoothing) w[t] at the target and
     -label_smoothing w[c] / C everywhere, scaled by the reduction; through log_softmax,
     grad - softmax * sum(grad). Computed in float32."""
-    name = "npu_cross_entropy_loss_backward"
-    _check(reduction in ("mean", "sum", "none"),
-           f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-    _check(log_prob.dim() == 2 and target.dim() == 1 and target.size(0) == log_prob.size(0),
-           f"{name}: log_prob must be [N, C] and target [N], got {list(log_prob.shape)} and {list(target.shape)}")
+    _check_cross_entropy_args("npu_cross_entropy_loss_backward", reduction, "log_prob", log_prob, target)
     lp = log_prob.float()
     rows, classes = lp.shape
     kept = target.long() != ignore_index
